@@ -1,0 +1,58 @@
+# mrc-testbed: every target installs what it needs first (idempotent).
+# Run as root on Debian 12.
+SHELL      := /bin/bash
+VENV       := .venv
+PY         := $(VENV)/bin/python
+APT_PKGS   := mininet iproute2 nftables ethtool iperf3 python3-venv procps
+SCENARIO   ?= scenarios/core-link-failure.yaml
+TOPO       ?= topologies/fat-tree-k4.yaml
+PYTEST_ARGS ?=
+
+.PHONY: setup run up test test-unit test-netns test-e2e bench validate clean distclean
+
+setup: .stamp-apt .stamp-venv
+
+.stamp-apt:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@touch $@
+
+# The venv is made from Debian's /usr/bin/python3 with --system-site-packages:
+# Debian's Mininet module lives in /usr/lib/python3/dist-packages.
+.stamp-venv: pyproject.toml .stamp-apt
+	@[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+run: setup
+	$(PY) -m testbed run $(SCENARIO)
+
+up: setup
+	$(PY) -m testbed up $(TOPO)
+
+validate: setup
+	$(PY) -m testbed validate topologies/*.yaml scenarios/*.yaml
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+test-unit: setup
+	$(PY) -m pytest $(PYTEST_ARGS) tests/unit
+
+test-netns: setup
+	$(PY) -m pytest $(PYTEST_ARGS) tests/netns
+
+test-e2e: setup
+	$(PY) -m pytest $(PYTEST_ARGS) tests/e2e
+
+bench: setup
+	$(PY) -m testbed.bench
+
+clean: setup
+	$(PY) -m testbed clean
+
+distclean:
+	rm -rf $(VENV) .stamp-* *.egg-info

@@ -1,0 +1,1 @@
+"""Per-host agents: the MRC transport (sans-I/O), its socket adapter and the collective workload."""
