@@ -1,16 +1,40 @@
-"""Command line: ``testbed validate|up|run|report|clean`` (also ``python -m testbed``)."""
+"""Command line: ``testbed validate|up|run|report|clean`` (also ``python -m testbed``).
+
+One module per verb in :mod:`testbed.commands`; each defines ``add_parser(subparsers)``
+and ``run(args) -> int`` (exit status: 0 ok, 1 failure, 2 bad input).
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import logging
 import sys
+
+VERBS = ("validate", "up", "run", "report", "clean")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="testbed", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for verb in VERBS:
+        try:
+            module = importlib.import_module(f"testbed.commands.{verb}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"testbed.commands.{verb}":
+                raise
+            continue
+        module.add_parser(sub)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="testbed")
-    parser.add_subparsers(dest="verb", required=True)
-    parser.parse_args(argv)
-    return 0
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

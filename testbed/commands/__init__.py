@@ -1,0 +1,1 @@
+"""CLI verbs, one module each (``add_parser(subparsers)`` sets ``func=run``)."""
