@@ -1,0 +1,221 @@
+"""Strict reading of YAML node trees with file:line:key-path problems.
+
+PyYAML composes a document into nodes that keep their marks (line, column);
+:class:`Reader` walks those nodes, checks shapes and types, and collects
+every problem as a :class:`Problem` instead of stopping at the first one.
+Key paths look like ``links[3].rate``, ``nodes.h0.role``, ``workload.min_bytes``.
+Used by :mod:`testbed.spec`; no I/O beyond reading the one file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from .units import UnitError
+
+NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a spec file: ``file``, 1-based ``line`` (0: whole file),
+    ``key_path`` (``links[3].rate``, empty for the document) and ``message``."""
+
+    file: str
+    line: int
+    key_path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.key_path}: {self.message}" if self.key_path else f"{where}: {self.message}"
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "line": self.line, "key_path": self.key_path, "message": self.message}
+
+
+class SpecError(ValueError):
+    """A spec file (or the files it refers to) has problems; ``problems`` lists them all.
+
+    ``str()`` gives one problem per line.
+    """
+
+    def __init__(self, problems: Iterable[Problem]):
+        self.problems = tuple(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+def join(path: str, key: str | int) -> str:
+    """Key path of ``key`` (a mapping key or a sequence index) under ``path``."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def line_of(node: Node) -> int:
+    return node.start_mark.line + 1
+
+
+class Reader:
+    """Walks the node tree of one file, recording key-path lines and problems.
+
+    Every accessor returns None when the value is unusable (and records why),
+    so callers can keep going and report everything at once.
+    """
+
+    def __init__(self, file: str):
+        self.file = file
+        self.problems: list[Problem] = []
+        self.lines: dict[str, int] = {}
+        self._loader = yaml.SafeLoader("")
+
+    # -- problems --------------------------------------------------------------
+    def error(self, where: Node | int, path: str, message: str) -> None:
+        line = line_of(where) if isinstance(where, Node) else where
+        self.problems.append(Problem(self.file, line, path, message))
+
+    def line_for(self, path: str, default: int = 1) -> int:
+        """Line of ``path``, else of its nearest recorded ancestor, else ``default``."""
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = re.sub(r"(\[\d+\]|\.?[^.\[]+)$", "", path)
+        return default
+
+    # -- document --------------------------------------------------------------
+    def compose(self, path: Path) -> Node | None:
+        """The document's root node, or None (problem recorded) if unreadable."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self.error(0, "", f"cannot read: {getattr(exc, 'strerror', None) or exc}")
+            return None
+        try:
+            root = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            self.error(mark.line + 1 if mark else 0, "", f"not valid YAML: {exc.problem or exc.context}")
+            return None
+        except yaml.YAMLError as exc:
+            self.error(0, "", f"not valid YAML: {exc}")
+            return None
+        if root is None:
+            self.error(1, "", "file is empty; expected a mapping")
+        return root
+
+    # -- shapes ----------------------------------------------------------------
+    def describe(self, node: Node) -> str:
+        if isinstance(node, MappingNode):
+            return "a mapping"
+        if isinstance(node, SequenceNode):
+            return "a list"
+        return repr(self.value(node))
+
+    def value(self, node: Node) -> Any:
+        try:
+            return self._loader.construct_object(node, deep=True)
+        except yaml.YAMLError:
+            return node.value if isinstance(node, ScalarNode) else None
+
+    def entries(self, node: Node, path: str, what: str = "key") -> list[tuple[str, Node, Node]] | None:
+        """(key, key node, value node) of a mapping; non-string and duplicate keys are problems."""
+        if not isinstance(node, MappingNode):
+            self.error(node, path, f"expected a mapping, got {self.describe(node)}")
+            return None
+        out, seen = [], {}
+        for key_node, value_node in node.value:
+            key = self.value(key_node)
+            if not isinstance(key, str):
+                self.error(key_node, path, f"{what} {key!r} is not a string")
+                continue
+            if key in seen:
+                self.error(key_node, join(path, key), f"duplicate {what} {key!r} (first at line {seen[key]})")
+                continue
+            seen[key] = line_of(key_node)
+            self.lines[join(path, key)] = line_of(key_node)
+            out.append((key, key_node, value_node))
+        return out
+
+    def mapping(self, node: Node, path: str, required: Iterable[str] = (),
+                optional: Iterable[str] = ()) -> dict[str, Node] | None:
+        """A mapping with exactly these keys allowed; unknown and missing keys are problems."""
+        entries = self.entries(node, path)
+        if entries is None:
+            return None
+        required, optional = list(required), list(optional)
+        allowed = required + optional
+        out = {}
+        for key, key_node, value_node in entries:
+            if key not in allowed:
+                self.error(key_node, join(path, key), f"unknown key (allowed: {', '.join(allowed)})")
+            else:
+                out[key] = value_node
+        for key in required:
+            if key not in out:
+                self.error(node, path, f"missing required key {key!r}")
+        return out
+
+    def seq(self, node: Node, path: str) -> list[Node] | None:
+        if not isinstance(node, SequenceNode):
+            self.error(node, path, f"expected a list, got {self.describe(node)}")
+            return None
+        for i, item in enumerate(node.value):
+            self.lines[join(path, i)] = line_of(item)
+        return list(node.value)
+
+    # -- scalars ---------------------------------------------------------------
+    def text(self, node: Node | None, path: str) -> str | None:
+        if node is None:
+            return None
+        value = self.value(node) if isinstance(node, ScalarNode) else None
+        if not isinstance(value, str):
+            self.error(node, path, f"expected a string, got {self.describe(node)}")
+            return None
+        return value
+
+    def name(self, node: Node | None, path: str, what: str = "name") -> str | None:
+        value = self.text(node, path)
+        if value is not None and not NAME_RE.fullmatch(value):
+            self.error(node, path, f"{what} {value!r} must start with a letter and hold only "
+                                   "letters, digits and '_'")
+            return None
+        return value
+
+    def integer(self, node: Node | None, path: str, minimum: int | None = None) -> int | None:
+        if node is None:
+            return None
+        value = self.value(node) if isinstance(node, ScalarNode) else None
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.error(node, path, f"expected an integer, got {self.describe(node)}")
+            return None
+        if minimum is not None and value < minimum:
+            self.error(node, path, f"must be >= {minimum}, got {value}")
+            return None
+        return value
+
+    def choice(self, node: Node | None, path: str, choices: Iterable[str]) -> str | None:
+        value = self.text(node, path)
+        choices = list(choices)
+        if value is not None and value not in choices:
+            self.error(node, path, f"{value!r} is not one of {', '.join(choices)}")
+            return None
+        return value
+
+    def unit(self, node: Node | None, path: str, parse: Callable[[object], Any]) -> Any:
+        """Parse a unit value (see :mod:`testbed.units`); a UnitError becomes a problem."""
+        if node is None:
+            return None
+        if not isinstance(node, ScalarNode):
+            self.error(node, path, f"expected a value, got {self.describe(node)}")
+            return None
+        try:
+            return parse(self.value(node))
+        except UnitError as exc:
+            self.error(node, path, str(exc))
+            return None
