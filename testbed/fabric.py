@@ -1,0 +1,316 @@
+"""A topology turned into a running Mininet fabric: nodes, veths, sysctls, tc, routes.
+
+Hosts are Mininet ``Host``s and switches Mininet ``Node``s acting as IPv6
+routers (no OVS, no controller). Each node is a Mininet shell in its own
+network namespace; the shells are spawned together and then awaited, instead
+of one after another. Kernel state goes through netlink (pyroute2-compiled
+batches, :mod:`testbed.netlink`), one batch per namespace per phase:
+
+1. ``nodes``   spawn every node's shell (its PID and namespace go to the ledger)
+2. ``sysctls`` forwarding, seg6, L4 multipath hash, per-router hash seed,
+               ``ignore_routes_with_linkdown``, no DAD (written before links exist)
+3. ``links``   every veth pair created straight into its two namespaces, with
+               pinned ifindexes and MACs, GSO off (``gso_max_segs 1``) so
+               queues count real packets
+4. ``config``  addresses, permanent neighbours, HTB + bounded leaf queue on both
+               ends, SRv6 and ECMP routes
+
+Teardown kills the recorded processes (the namespaces and their veths go with
+them) and is idempotent. Any failure during bring-up tears down what was built
+and re-raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pty
+import select
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from mininet.node import Host, Node
+
+from testbed import routing, shaping
+from testbed.ledger import LEDGER_DIR, Ledger
+from testbed.netlink import Batch, netns, open_netns, write_sysctls
+from testbed.topology import EV, Link, Role, Topology
+
+log = logging.getLogger(__name__)
+
+
+class FabricError(RuntimeError):
+    """Bring-up or a runtime change of the fabric failed."""
+
+
+class _ParallelStart:
+    """Mininet node whose shell is spawned now and awaited later (see :func:`_await_shells`)."""
+
+    def startShell(self, mnopts=None):  # noqa: N802 (Mininet's name)
+        cmd = ["mnexec", "-cdn", "env", "PS1=" + chr(127), "bash", "--norc", "--noediting",
+               "-is", "mininet:" + self.name]
+        self.master, self.slave = pty.openpty()
+        self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave,
+                                 close_fds=False)
+        self.stdin = os.fdopen(self.master, "r")
+        self.stdout = self.stdin
+        self.pid = self.shell.pid
+        self.pollOut = select.poll()
+        self.pollOut.register(self.stdout)
+        self.outToNode[self.stdout.fileno()] = self
+        self.inToNode[self.stdin.fileno()] = self
+        self.execed, self.lastCmd, self.lastPid, self.readbuf = False, None, None, ""
+        self.waiting = True
+
+
+class Router(_ParallelStart, Node):
+    """A switch: a Linux IPv6 router in its own namespace."""
+
+
+class FabricHost(_ParallelStart, Host):
+    """A host with one NIC per plane."""
+
+
+def _await_shells(nodes: list[Node], timeout_s: float = 30.0) -> None:
+    pending = {n.stdout.fileno(): n for n in nodes}
+    poller = select.poll()
+    for fd in pending:
+        poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        if time.monotonic() > deadline:
+            raise FabricError(f"{len(pending)} node shells did not start within {timeout_s}s: "
+                              + ", ".join(n.name for n in list(pending.values())[:5]))
+        for fd, _ in poller.poll(100):
+            node = pending[fd]
+            data = node.read(1024)
+            if data and data[-1] == chr(127):
+                node.waiting = False
+                poller.unregister(fd)
+                del pending[fd]
+    for node in nodes:
+        node.sendCmd("unset HISTFILE; stty -echo; set +m")
+    for node in nodes:
+        node.waitOutput()
+
+
+@dataclass
+class Fabric:
+    """A running fabric for ``topo``. Use as a context manager, or ``start()``/``stop()``.
+
+    ``timings`` holds seconds per bring-up phase. ``have_netem`` says whether
+    sch_netem exists (delay/loss in a link spec need it).
+    """
+
+    topo: Topology
+    have_netem: bool = False
+    ledger_dir: os.PathLike = LEDGER_DIR
+    timings: dict[str, float] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    ledger: Ledger | None = None
+    _nsfd: dict[str, int] = field(default_factory=dict)
+    _down: set[str] = field(default_factory=set)
+    _children: list = field(default_factory=list)
+    _ecmp_failed: frozenset[str] = frozenset()
+    _installed_ecmp: dict | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+    def __enter__(self) -> "Fabric":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> "Fabric":
+        """Build everything; on any error tear down what was built and re-raise."""
+        tc_plans = {l.name: shaping.plan(l.params, have_netem=self.have_netem) for l in self.topo.links}
+        try:
+            self._phase("nodes", self._start_nodes)
+            self._phase("sysctls", self._set_sysctls)
+            self._phase("links", self._create_links)
+            self._phase("config", lambda: self._configure(tc_plans))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _phase(self, name: str, fn) -> None:
+        t0 = time.perf_counter()
+        fn()
+        self.timings[name] = time.perf_counter() - t0
+
+    def stop(self) -> float:
+        """Kill every recorded process (namespaces go with them). Idempotent; returns seconds."""
+        t0 = time.perf_counter()
+        for fd in self._nsfd.values():
+            os.close(fd)
+        self._nsfd.clear()
+        if self.ledger is not None:
+            self.ledger.kill_processes()
+        for node in self.nodes.values():
+            if node.shell is not None:
+                node.shell.wait()
+                node.stdin.close()
+                os.close(node.slave)
+                node.shell = None
+        for child in self._children:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+        self._children.clear()
+        self.nodes.clear()
+        if self.ledger is not None:
+            self.ledger.discard()
+            self.ledger = None
+        self.timings["teardown"] = time.perf_counter() - t0
+        return self.timings["teardown"]
+
+    def _start_nodes(self) -> None:
+        self.ledger = Ledger.create(self.topo.name, self.ledger_dir)
+        for node in self.topo.nodes.values():
+            cls = FabricHost if node.role is Role.HOST else Router
+            self.nodes[node.name] = cls(node.name)
+        self.ledger.add_processes([(n.pid, name, "shell") for name, n in self.nodes.items()])
+        _await_shells(list(self.nodes.values()))
+        for name, node in self.nodes.items():
+            self._nsfd[name] = open_netns(node.pid)
+
+    def _set_sysctls(self) -> None:
+        for name, node in self.topo.nodes.items():
+            values = routing.host_sysctls() if node.role is Role.HOST else routing.switch_sysctls(name)
+            with netns(self._nsfd[name]):
+                write_sysctls(values)
+
+    def _create_links(self) -> None:
+        batch = Batch("links (root namespace)")
+        for link in self.topo.links:
+            a, b = link.a.node, link.b.node
+            batch.link_add(ifname=link.a.ifname, index=routing.port_ifindex(self.topo, a, link), kind="veth",
+                           nsfd=self._nsfd[a], mac=routing.mac_of(link, a), gso_max_segs=1,
+                           info_data=_veth_peer(link.b.ifname, routing.port_ifindex(self.topo, b, link),
+                                                self._nsfd[b], routing.mac_of(link, b)),
+                           desc=f"veth {link.name}")
+        for sw in self.topo.switches:
+            batch.link_add(ifname="sr0", index=routing.SR_IFINDEX, kind="veth", nsfd=self._nsfd[sw.name],
+                           info_data=_veth_peer("sr1", routing.SR_PEER_IFINDEX, self._nsfd[sw.name], None),
+                           desc=f"{sw.name}: sr0 (seg6local device)")
+        batch.send()
+
+    def _configure(self, tc_plans: dict[str, shaping.TcPlan]) -> None:
+        ecmp = self._installed_ecmp = self.topo.ecmp_next_hops()
+        for name, node in self.topo.nodes.items():
+            batch = Batch(name)
+            batch.link_set(index=1, up=True, desc=f"{name}: lo up")
+            if node.role.is_switch:
+                for ifindex in (routing.SR_IFINDEX, routing.SR_PEER_IFINDEX):
+                    batch.link_set(index=ifindex, up=True, desc=f"{name}: sr up")
+            for link in self.topo.links_of[name]:
+                ifindex = routing.port_ifindex(self.topo, name, link)
+                shaping.compile_into(batch, ifindex, tc_plans[link.name])
+                batch.link_set(index=ifindex, up=True, desc=f"{link.port_of(name).ifname} up")
+            for addr, plen, ifindex in routing.node_addresses(self.topo, name):
+                batch.addr_add(index=ifindex, address=str(addr), prefixlen=plen)
+            routing.compile_neighbours(batch, routing.node_neighbours(self.topo, name))
+            routing.compile_routes(batch, routing.node_routes(self.topo, name, ecmp=ecmp))
+            batch.send(self._nsfd[name])
+
+    # -- access ------------------------------------------------------------------
+    def nsfd(self, node: str) -> int:
+        """Open fd of ``node``'s network namespace (valid until stop())."""
+        return self._nsfd[node]
+
+    @contextmanager
+    def inside(self, node: str) -> Iterator[None]:
+        """Run the body with this thread in ``node``'s namespace (sockets, sysctls)."""
+        with netns(self._nsfd[node]):
+            yield
+
+    def popen(self, node: str, argv: list[str], **kwargs):
+        """Start ``argv`` inside ``node`` (mnexec -a); recorded in the ledger, killed on stop()."""
+        proc = self.nodes[node].popen(argv, **kwargs)
+        self._children.append(proc)
+        self.ledger.add_processes([(proc.pid, node, argv[0])])
+        return proc
+
+    def evs(self, src_host: str, dst_host: str, *, limit: int | None = None) -> list[EV]:
+        return self.topo.evs(src_host, dst_host, limit=limit)
+
+    # -- runtime changes (fault primitives build on these) -------------------------
+    def set_link(self, name: str, up: bool) -> None:
+        """Take link ``name`` administratively down or up on its ``a`` end.
+
+        The ``b`` end loses carrier, so its routes over the link are ignored
+        (``ignore_routes_with_linkdown``); the ``a`` end's kernel drops its
+        routes over the link, so bringing it up re-installs that node's plan.
+        Raises KeyError for an unknown link, NetlinkBatchError if the kernel refuses.
+        """
+        link = self.topo.link_by_name[name]
+        node = link.a.node
+        batch = Batch(f"{name} {'up' if up else 'down'}")
+        batch.link_set(index=routing.port_ifindex(self.topo, node, link), up=up)
+        batch.send(self._nsfd[node])
+        if up:
+            self._down.discard(name)
+            self.resync(node)
+        else:
+            self._down.add(name)
+
+    @property
+    def links_down(self) -> frozenset[str]:
+        return frozenset(self._down)
+
+    def _down_ports(self, node: str) -> frozenset[int]:
+        """Ifindexes of ``node``'s ports that this fabric took administratively down."""
+        return frozenset(routing.port_ifindex(self.topo, node, self.topo.link_by_name[name])
+                         for name in self._down if self.topo.link_by_name[name].a.node == node)
+
+    def _plan(self, node: str, ecmp: dict | None = None) -> list[routing.Route]:
+        down = self._down_ports(node)
+        routes = routing.node_routes(self.topo, node, failed=self._ecmp_failed, ecmp=ecmp)
+        return [r for r in (r.without_ports(down) for r in routes) if r is not None]
+
+    def resync(self, node: str) -> None:
+        """Re-install ``node``'s neighbours and routes (replace semantics)."""
+        batch = Batch(f"{node}: resync")
+        routing.compile_neighbours(batch, routing.node_neighbours(self.topo, node))
+        routing.compile_routes(batch, self._plan(node), verb="replace")
+        batch.send(self._nsfd[node])
+
+    def reconverge(self, failed: Iterable[str] | None = None) -> None:
+        """Recompute ECMP routes around ``failed`` links (default: links now down).
+
+        Emulates routing convergence (BGP/IGP) for the ECMP baselines; SRv6
+        routes are unchanged (MRC's senders choose their paths). Host-prefix
+        routes that the new plan no longer has are deleted.
+        """
+        self._ecmp_failed = frozenset(self._down if failed is None else failed)
+        ecmp = self.topo.ecmp_next_hops(self._ecmp_failed)
+        for sw in self.topo.switches:
+            before = {r.dst for r in routing.node_routes(self.topo, sw.name, ecmp=self._installed_ecmp)
+                      if r.ecmp}
+            routes = [r for r in self._plan(sw.name, ecmp) if r.ecmp]
+            batch = Batch(f"{sw.name}: reconverge")
+            routing.compile_routes(batch, routes, verb="replace")
+            stale = before - {r.dst for r in routes}
+            routing.compile_routes(batch, [routing.Route(d) for d in stale], verb="del")
+            batch.send(self._nsfd[sw.name])
+        self._installed_ecmp = ecmp
+
+    def host_link_rate_bps(self) -> int:
+        return min(l.params.rate_bps for l in self.topo.links if l.cls == "host")
+
+    def link_of(self, name: str) -> Link:
+        return self.topo.link_by_name[name]
+
+
+def _veth_peer(ifname: str, index: int, nsfd: int, mac: str | None) -> list:
+    """IFLA_INFO_DATA of a veth whose peer gets a pinned ifindex (pyroute2's peer= drops it)."""
+    attrs = [("IFLA_IFNAME", ifname), ("IFLA_NET_NS_FD", nsfd), ("IFLA_GSO_MAX_SEGS", 1)]
+    if mac:
+        attrs.append(("IFLA_ADDRESS", mac))
+    return [("VETH_INFO_PEER", {"index": index, "attrs": attrs})]
+
+

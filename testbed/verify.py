@@ -1,0 +1,124 @@
+"""Reachability probes on a running fabric: one UDP datagram per EV and per ECMP pair.
+
+Sockets are opened inside each host's namespace from the orchestrator
+process (no agent needed). Datagrams use a zero UDP checksum
+(``UDP_NO_CHECK6_TX``/``_RX``, as RoCEv2 does: the destination address is
+rewritten in flight by every uSID hop), and carry (source, destination,
+EV id) so every arrival is attributed exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from testbed.fabric import Fabric
+from testbed.topology import EV
+
+UDP_NO_CHECK6_TX = 101
+UDP_NO_CHECK6_RX = 102
+PROBE_PORT = 4790
+
+
+@dataclass
+class Reachability:
+    """Outcome of a probe round. Keys are (src, dst, ev_id); ev_id -1 means ECMP."""
+
+    sent: set[tuple[str, str, int]] = field(default_factory=set)
+    received: set[tuple[str, str, int]] = field(default_factory=set)
+    evs: dict[tuple[str, str, int], EV] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def lost(self) -> set[tuple[str, str, int]]:
+        return self.sent - self.received
+
+    @property
+    def unexpected(self) -> set[tuple[str, str, int]]:
+        return self.received - self.sent
+
+    def lost_evs(self) -> set[tuple[str, str, int]]:
+        return {k for k in self.lost if k[2] >= 0}
+
+    def summary(self) -> dict[str, int]:
+        ev_sent = sum(1 for k in self.sent if k[2] >= 0)
+        ev_ok = sum(1 for k in self.received if k[2] >= 0 and k in self.sent)
+        ecmp_sent = len(self.sent) - ev_sent
+        return {"evs_probed": ev_sent, "evs_ok": ev_ok, "ecmp_pairs_probed": ecmp_sent,
+                "ecmp_pairs_ok": len(self.received & self.sent) - ev_ok}
+
+
+def _udp_socket(fabric: Fabric, host: str, *, bind_port: int | None) -> socket.socket:
+    with fabric.inside(host):
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_TX, 1)
+    sock.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_RX, 1)
+    sock.setblocking(False)
+    if bind_port is not None:
+        sock.bind(("::", bind_port))
+    return sock
+
+
+def probe(fabric: Fabric, pairs: Iterable[tuple[str, str]] | None = None, *,
+          ecmp: bool = True, srv6: bool = True, timeout_s: float = 2.0) -> Reachability:
+    """Send one datagram per EV (SRv6) and one per NIC pair (ECMP) for each host pair.
+
+    ``pairs`` defaults to every ordered pair of distinct hosts. Waits until
+    everything sent has arrived or ``timeout_s`` passes.
+    """
+    topo = fabric.topo
+    hosts = [h.name for h in topo.hosts]
+    pairs = list(pairs) if pairs is not None else [(a, b) for a in hosts for b in hosts if a != b]
+    involved = sorted({h for p in pairs for h in p})
+    rx = {h: _udp_socket(fabric, h, bind_port=PROBE_PORT) for h in involved}
+    tx = {h: _udp_socket(fabric, h, bind_port=None) for h in involved}
+    result = Reachability()
+    t0 = time.perf_counter()
+    try:
+        for src, dst in pairs:
+            if srv6:
+                for ev in topo.evs(src, dst):
+                    key = (src, dst, ev.ev_id)
+                    result.evs[key] = ev
+                    _send(tx[src], key, str(ev.address))
+                    result.sent.add(key)
+            if ecmp:
+                for s_nic in topo.nics[src]:
+                    for d_nic in topo.nics[dst]:
+                        if s_nic.plane == d_nic.plane:
+                            key = (src, dst, -1 - s_nic.plane)
+                            _send(tx[src], key, str(d_nic.address))
+                            result.sent.add(key)
+        _collect(rx, result, timeout_s)
+    finally:
+        for sock in [*rx.values(), *tx.values()]:
+            sock.close()
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _send(sock: socket.socket, key: tuple[str, str, int], address: str) -> None:
+    sock.sendto(json.dumps(key).encode(), (address, PROBE_PORT))
+
+
+def _collect(rx: dict[str, socket.socket], result: Reachability, timeout_s: float) -> None:
+    poller = select.poll()
+    by_fd = {s.fileno(): (h, s) for h, s in rx.items()}
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout_s
+    while result.sent - result.received and time.monotonic() < deadline:
+        for fd, _ in poller.poll(50):
+            host, sock = by_fd[fd]
+            while True:
+                try:
+                    data, _ = sock.recvfrom(2048)
+                except BlockingIOError:
+                    break
+                src, dst, ev_id = json.loads(data)
+                if dst == host:
+                    result.received.add((src, dst, ev_id))
