@@ -1,0 +1,72 @@
+"""``testbed validate``: ok lines, problems on stderr, exit 2, --format json, and no side effects."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from testbed import cli
+from testbed.commands import validate
+from testbed.kernel import KernelFeatures
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parent / "data"
+FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo"}), seg6_next_csid=True, nftables=True)
+
+
+@pytest.fixture(autouse=True)
+def fake_kernel(monkeypatch):
+    monkeypatch.setattr(validate, "features", lambda: FEATURES)
+
+
+def test_shipped_topologies_and_fixture_scenario_ok(capsys):
+    files = sorted(str(p) for p in (ROOT / "topologies").glob("*.yaml")) + [str(DATA / "scenario-ok.yaml")]
+    assert cli.main(["validate", *files]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert "fat-tree-k4.yaml (topology fat-tree-k4: 36 nodes, 48 links, 16 hosts)" in out
+    assert "fat-tree-k8: 208 nodes, 384 links, 128 hosts" in out
+    assert ("scenario core-link-failure-test: 36 nodes, 48 links, 16 hosts (topology fat-tree-k4); "
+            "transports mrc, rc, tcp; timeline 6 events") in out
+    assert out.count("ok: ") == len(files)
+
+
+def test_bad_file_exit_2_problems_on_stderr_and_nothing_else(tmp_path, capsys, monkeypatch):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: fat-tree\nk: 3\nlink_classes: {host: {rate: 10 Mbps}, fabric: {rate: 1Gbit}}\n")
+    monkeypatch.chdir(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    assert cli.main(["validate", "bad.yaml", str(ROOT / "topologies/tiny.yaml")]) == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        "bad.yaml:2: k: fat-tree k must be even and >= 2, got 3",
+        "bad.yaml:3: link_classes.host.rate: '10 Mbps' is not a rate (examples: 10Mbit, 1Gbit)",
+        "invalid: bad.yaml (2 problems)"]
+    assert "ok: " in out and "tiny" in out and "bad.yaml" not in out
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_scenario_detected_by_content(tmp_path, capsys):
+    scenario = tmp_path / "looks-like-a-topology.yaml"
+    scenario.write_text("transports: [mrc]\n")
+    assert cli.main(["validate", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert f"{scenario}:1: missing required key 'topology'" in err
+
+
+def test_json_format(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: explicit\n")
+    assert cli.main(["validate", "--format", "json", str(bad), str(ROOT / "topologies/fat-tree-k4.yaml")]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and doc["kernel"]["qdiscs"] == ["htb", "pfifo", "tbf"]
+    first, second = doc["files"]
+    assert first["ok"] is False and {"file": str(bad), "line": 1, "key_path": "",
+                                     "message": "missing required key 'link_classes'"} in first["problems"]
+    assert second["ok"] is True and second["summary"]["links"] == 48
+
+
+def test_missing_file(tmp_path, capsys):
+    assert cli.main(["validate", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml: cannot read: No such file or directory" in capsys.readouterr().err

@@ -1,0 +1,202 @@
+"""Scenario files: resolution (links, selectors, hosts, sizes) and a table of bad files."""
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from testbed.kernel import KernelFeatures
+from testbed.spec import SpecError, load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parent / "data"
+FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo"}), seg6_next_csid=True, nftables=True)
+K4 = ROOT / "topologies" / "fat-tree-k4.yaml"
+
+HEAD = f"""
+    topology: {K4}
+    transports: [mrc, rc]
+    seed: 7
+    timeout: 60s
+    workload:
+      collective: all_reduce
+      hosts: all
+      min_bytes: 1KiB
+      max_bytes: 4KiB
+      factor: 2
+      iterations: 2
+      warmup: 0
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def problems(path: Path, features: KernelFeatures = FEATURES) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        load_scenario(path, features=features)
+    return [str(p) for p in info.value.problems]
+
+
+def test_fixture_resolves_every_action():
+    s = load_scenario(DATA / "scenario-ok.yaml", features=FEATURES)
+    assert (s.name, s.seed, s.timeout_s, s.reconverge_after_s) == ("core-link-failure-test", 1, 120.0, 2.0)
+    assert s.transports == ("mrc", "rc", "tcp") and s.topology.name == "fat-tree-k4"
+    assert len(s.workload.hosts) == 16 and s.workload.sizes_bytes == (2**20, 2**21, 2**22)
+    assert (s.workload.evs, s.workload.mtu, s.workload.measured_iterations) == (8, 1500, 15)
+    down, up, flap, loss, rate, blackhole = s.timeline
+    assert (down.action, down.link, down.at_s) == ("link_down", "a0_0-c0_0", 2.5)
+    assert (up.link, up.at_iteration, up.after_s, up.at_s) == ("a0_0-c0_0", 4, 0.05, None)  # reversed name
+    assert flap.selector == "random aggregation-core" and (flap.period_s, flap.count) == (0.5, 4)
+    assert {s.topology.nodes[n].role.value for n in (flap.link.split("-"))} == {"aggregation", "core"}
+    assert (loss.loss_pct, loss.duration_s) == (1.0, 5.0)
+    assert (rate.rate_bps, rate.duration_s) == (5_000_000, 2.0)
+    assert (blackhole.link, blackhole.duration_s) == ("a0_0-c0_0", 1.0)
+    json.dumps(s.to_dict())
+
+
+def test_selector_is_deterministic_per_seed(tmp_path):
+    text = HEAD + """
+    timeline:
+      - {at: 1s, link_down: random aggregation-core}
+      - {at: 2s, link_down: random edge-aggregation}
+      - {at: 3s, link_down: random host-edge}
+    """
+    first = load_scenario(write(tmp_path, text), features=FEATURES)
+    again = load_scenario(write(tmp_path, text), features=FEATURES)
+    assert [e.link for e in first.timeline] == [e.link for e in again.timeline]
+    seeds = {tuple(e.link for e in load_scenario(write(tmp_path, text.replace("seed: 7", f"seed: {n}")),
+                                                 features=FEATURES).timeline) for n in range(8)}
+    assert len(seeds) > 1
+
+
+def test_topology_relative_to_scenario_dir_then_cwd(tmp_path, monkeypatch):
+    (tmp_path / "topos").mkdir()
+    (tmp_path / "topos" / "t.yaml").write_text(K4.read_text())
+    path = write(tmp_path, HEAD.replace(str(K4), "topos/t.yaml"))
+    assert load_scenario(path, features=FEATURES).topology.name == "fat-tree-k4"
+    monkeypatch.chdir(ROOT)
+    other = tmp_path / "sub"
+    other.mkdir()
+    (other / "s.yaml").write_text(textwrap.dedent(HEAD.replace(str(K4), "topologies/tiny.yaml")))
+    assert load_scenario(other / "s.yaml", features=FEATURES).topology.name == "tiny"
+
+
+def test_explicit_hosts_list(tmp_path):
+    path = write(tmp_path, HEAD.replace("hosts: all", "hosts: [h0_0_0, h1_0_0, h2_0_0]"))
+    assert load_scenario(path, features=FEATURES).workload.hosts == ("h0_0_0", "h1_0_0", "h2_0_0")
+
+
+BAD = [
+    ("unknown keys", HEAD + """
+    colour: blue
+    """, ["14: colour: unknown key (allowed: topology, transports, seed, timeout, workload, name, description, "
+          "reconverge_after, timeline)"]),
+    ("transports", HEAD.replace("[mrc, rc]", "[mrc, roce, mrc]"),
+     ["2: transports[1]: 'roce' is not one of mrc, rc, tcp", "2: transports[2]: duplicate transport 'mrc'"]),
+    ("no transports", HEAD.replace("[mrc, rc]", "[]"), ["2: transports: must name at least one of mrc, rc, tcp"]),
+    ("units", HEAD.replace("60s", "60").replace("1KiB", "1 KiB"),
+     ["4: timeout: 60 is not a duration (examples: 50us, 10ms, 2.5s, 1m)",
+      "8: workload.min_bytes: '1 KiB' is not a size (examples: 4096, 64KiB, 1MiB, 1MB)"]),
+    ("workload ranges", HEAD.replace("factor: 2", "factor: 1").replace("max_bytes: 4KiB", "max_bytes: 512")
+     .replace("hosts: all", "hosts: [h0_0_0]").replace("warmup: 0", "warmup: -1\n      mtu: 9999999\n      gpus: 8"),
+     ["7: workload.hosts: an all-reduce needs >= 2 hosts, got 1",
+      "9: workload.max_bytes: 512 is below min_bytes (1KiB)", "10: workload.factor: must be >= 2, got 1",
+      "12: workload.warmup: must be >= 0, got -1",
+      "14: workload.gpus: unknown key (allowed: collective, hosts, min_bytes, max_bytes, factor, iterations, "
+      "warmup, evs, mtu)"]),
+    ("unknown host", HEAD.replace("hosts: all", "hosts: [h0_0_0, h0_0_9, h0_0_0]"),
+     ["7: workload.hosts[1]: unknown host 'h0_0_9' (did you mean 'h0_0_1'?)",
+      "7: workload.hosts[2]: duplicate host 'h0_0_0'"]),
+    ("missing keys", """
+    topology: nowhere.yaml
+    workload: {collective: reduce}
+    """, ["1: missing required key 'transports'", "1: missing required key 'seed'",
+          "1: missing required key 'timeout'",
+          "1: topology: topology file 'nowhere.yaml' not found (looked in {dir} and the current directory)",
+          "2: workload: missing required key 'hosts'", "2: workload: missing required key 'min_bytes'",
+          "2: workload: missing required key 'max_bytes'", "2: workload: missing required key 'factor'",
+          "2: workload: missing required key 'iterations'", "2: workload: missing required key 'warmup'"]),
+    ("unknown link", HEAD + """
+    timeline:
+      - at: 1s
+        link_down: a0_0-c9_9
+      - at: 2s
+        flap: {link: random spine-core, period: 1s, count: 2}
+      - at: 2s
+        blackhole: {link: random leaf-spine}
+    """, ["16: timeline[0].link_down: unknown link 'a0_0-c9_9' in topology 'fat-tree-k4' "
+          "(did you mean 'a0_0-c0_1'?)",
+          "18: timeline[1].flap.link: no spine-core link in topology 'fat-tree-k4'",
+          "20: timeline[2].blackhole.link: no leaf-spine link in topology 'fat-tree-k4'"]),
+    ("bad selector", HEAD + """
+    timeline:
+      - {at: 1s, link_up: random pod-core}
+    """, ["15: timeline[0].link_up: selector 'random pod-core' is not 'random <role>-<role>' "
+          "(roles: host, edge, aggregation, core, leaf, spine)"]),
+    ("triggers and actions", HEAD + """
+    timeline:
+      - {link_down: a0_0-c0_0}
+      - {at: 1s, at_iteration: 2, link_down: a0_0-c0_0}
+      - {at: 1s, after: 5ms, link_down: a0_0-c0_0}
+      - {at: 1s}
+      - {at: 1s, link_down: a0_0-c0_0, link_up: a0_0-c0_0}
+      - {at: 90s, link_down: a0_0-c0_0}
+      - {at_iteration: 6, link_down: a0_0-c0_0}
+      - {at: 1s, crash: a0_0}
+    """, ["15: timeline[0]: needs exactly one trigger: 'at' or 'at_iteration'",
+          "16: timeline[1]: needs exactly one trigger: 'at' or 'at_iteration'",
+          "17: timeline[2].after: 'after' goes with 'at_iteration', not 'at'",
+          "18: timeline[3]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole), got none",
+          "19: timeline[4]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole), "
+          "got link_down, link_up",
+          "20: timeline[5].at: 90s is not before the timeout (60s)",
+          "21: timeline[6].at_iteration: iteration 6 never happens: the workload measures 6 iterations (0..5)",
+          "22: timeline[7].crash: unknown key (allowed: at, at_iteration, after, link_down, link_up, flap, loss, "
+          "rate, blackhole)",
+          "22: timeline[7]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole), got none"]),
+    ("action params", HEAD + """
+    timeline:
+      - at: 1s
+        flap: {link: a0_0-c0_0, period: 0s, count: 0}
+      - at: 1s
+        loss: {link: a0_0-c0_0, percent: 120%}
+      - at: 1s
+        rate: {link: a0_0-c0_0, rate: 5 Mbps, duration: soon, burst: 1}
+      - at: 1s
+        loss: {percent: 1%}
+    """, ["16: timeline[0].flap.period: must be > 0", "16: timeline[0].flap.count: must be >= 1, got 0",
+          "18: timeline[1].loss.percent: '120%' is not a percentage between 0 and 100",
+          "20: timeline[2].rate.burst: unknown key (allowed: link, rate, duration)",
+          "20: timeline[2].rate.rate: '5 Mbps' is not a rate (examples: 10Mbit, 1Gbit)",
+          "20: timeline[2].rate.duration: 'soon' is not a duration (examples: 50us, 10ms, 2.5s, 1m)",
+          "22: timeline[3].loss: missing required key 'link'"]),
+]
+
+
+@pytest.mark.parametrize("text,expected", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_scenario_files(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    assert problems(path) == [f"{path}:{e}".replace("{dir}", str(tmp_path)) for e in expected]
+
+
+def test_loss_needs_nftables_or_netem(tmp_path):
+    path = write(tmp_path, HEAD + """
+    timeline:
+      - {at: 1s, loss: {link: a0_0-c0_0, percent: 1%}}
+    """)
+    bare = KernelFeatures(frozenset({"htb"}))
+    assert problems(path, bare) == [f"{path}:15: timeline[0].loss: loss needs nftables (numgen) or sch_netem, "
+                                    "which this kernel lacks"]
+
+
+def test_topology_problems_reported_with_their_own_file(tmp_path):
+    topo = tmp_path / "bad-topo.yaml"
+    topo.write_text("kind: fat-tree\nk: 3\nlink_classes: {host: {rate: 1Gbit}, fabric: {rate: 1Gbit}}\n")
+    path = write(tmp_path, HEAD.replace(str(K4), "bad-topo.yaml").replace("seed: 7", "seed: x"))
+    assert problems(path) == [f"{path}:3: seed: expected an integer, got 'x'",
+                              f"{topo}:2: k: fat-tree k must be even and >= 2, got 3"]
