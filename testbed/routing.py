@@ -175,9 +175,10 @@ def _ecmp_routes(topo: Topology, node: str, ecmp: dict) -> list[Route]:
         return []
     common = max(by_hops, key=lambda h: (len(by_hops[h]), h))
     plane = topo.nodes[node].plane or 0
-    routes = [Route(plane_prefix(plane), nexthops=common, ecmp=True)] if len(by_hops[common]) > 1 else []
+    covered = len(by_hops[common]) > 1
+    routes = [Route(plane_prefix(plane), nexthops=common, ecmp=True)] if covered else []
     for hops, prefixes in by_hops.items():
-        if hops != common or not routes:
+        if hops != common or not covered:
             routes += [Route(p, nexthops=hops, ecmp=True) for p in prefixes]
     return routes
 

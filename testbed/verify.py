@@ -64,11 +64,15 @@ def _udp_socket(fabric: Fabric, host: str, *, bind_port: int | None) -> socket.s
 
 
 def probe(fabric: Fabric, pairs: Iterable[tuple[str, str]] | None = None, *,
-          ecmp: bool = True, srv6: bool = True, timeout_s: float = 2.0) -> Reachability:
+          ecmp: bool = True, srv6: bool = True, timeout_s: float = 2.0,
+          quiet_s: float = 0.15) -> Reachability:
     """Send one datagram per EV (SRv6) and one per NIC pair (ECMP) for each host pair.
 
-    ``pairs`` defaults to every ordered pair of distinct hosts. Waits until
-    everything sent has arrived or ``timeout_s`` passes.
+    ``pairs`` defaults to every ordered pair of distinct hosts. Pairs go in
+    rounds in which every host sends to at most one host and receives from at
+    most one (no incast on the shaped links' short queues). A round ends when
+    all its datagrams arrived, or after ``quiet_s`` without an arrival, or
+    after ``timeout_s``.
     """
     topo = fabric.topo
     hosts = [h.name for h in topo.hosts]
@@ -79,21 +83,22 @@ def probe(fabric: Fabric, pairs: Iterable[tuple[str, str]] | None = None, *,
     result = Reachability()
     t0 = time.perf_counter()
     try:
-        for src, dst in pairs:
-            if srv6:
-                for ev in topo.evs(src, dst):
-                    key = (src, dst, ev.ev_id)
-                    result.evs[key] = ev
-                    _send(tx[src], key, str(ev.address))
-                    result.sent.add(key)
-            if ecmp:
-                for s_nic in topo.nics[src]:
-                    for d_nic in topo.nics[dst]:
-                        if s_nic.plane == d_nic.plane:
-                            key = (src, dst, -1 - s_nic.plane)
-                            _send(tx[src], key, str(d_nic.address))
-                            result.sent.add(key)
-        _collect(rx, result, timeout_s)
+        for round_pairs in _rounds(pairs):
+            for src, dst in round_pairs:
+                if srv6:
+                    for ev in topo.evs(src, dst):
+                        key = (src, dst, ev.ev_id)
+                        result.evs[key] = ev
+                        _send(tx[src], key, str(ev.address))
+                        result.sent.add(key)
+                if ecmp:
+                    for s_nic in topo.nics[src]:
+                        for d_nic in topo.nics[dst]:
+                            if s_nic.plane == d_nic.plane:
+                                key = (src, dst, -1 - s_nic.plane)
+                                _send(tx[src], key, str(d_nic.address))
+                                result.sent.add(key)
+            _collect(rx, result, timeout_s, quiet_s)
     finally:
         for sock in [*rx.values(), *tx.values()]:
             sock.close()
@@ -101,18 +106,39 @@ def probe(fabric: Fabric, pairs: Iterable[tuple[str, str]] | None = None, *,
     return result
 
 
+def _rounds(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """Split pairs into rounds where no host sends twice or receives twice."""
+    rounds: list[tuple[set, set, list]] = []
+    for src, dst in pairs:
+        for senders, receivers, items in rounds:
+            if src not in senders and dst not in receivers:
+                break
+        else:
+            senders, receivers, items = set(), set(), []
+            rounds.append((senders, receivers, items))
+        senders.add(src)
+        receivers.add(dst)
+        items.append((src, dst))
+    return [items for _, _, items in rounds]
+
+
 def _send(sock: socket.socket, key: tuple[str, str, int], address: str) -> None:
     sock.sendto(json.dumps(key).encode(), (address, PROBE_PORT))
 
 
-def _collect(rx: dict[str, socket.socket], result: Reachability, timeout_s: float) -> None:
+def _collect(rx: dict[str, socket.socket], result: Reachability, timeout_s: float, quiet_s: float) -> None:
     poller = select.poll()
     by_fd = {s.fileno(): (h, s) for h, s in rx.items()}
     for fd in by_fd:
         poller.register(fd, select.POLLIN)
     deadline = time.monotonic() + timeout_s
-    while result.sent - result.received and time.monotonic() < deadline:
-        for fd, _ in poller.poll(50):
+    last = time.monotonic()
+    while len(result.received) < len(result.sent):
+        now = time.monotonic()
+        if now > deadline or now - last > quiet_s:
+            break
+        for fd, _ in poller.poll(20):
+            last = time.monotonic()
             host, sock = by_fd[fd]
             while True:
                 try:

@@ -1,0 +1,121 @@
+"""``testbed up TOPO``: build a fabric, verify it, open the Mininet CLI, tear down.
+
+Prints a summary (nodes per role, links, EVs per host pair, seconds per build
+phase, reachability over every EV and ECMP pair). ``--no-cli`` waits for
+Ctrl-C instead of opening the Mininet CLI; ``--once`` tears down right after
+the verification (exit 1 if anything was unreachable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections import Counter
+
+from rich.console import Console
+from rich.table import Table
+
+from ..fabric import Fabric
+from ..kernel import features
+from ..spec import SpecError, load_topology
+from ..topology import Topology
+from ..verify import Reachability, probe
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("up", help="build a topology, verify it, open the Mininet CLI, tear down",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("topology", metavar="TOPO", help="topology YAML file")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--no-cli", action="store_true", help="wait for Ctrl-C instead of the Mininet CLI")
+    mode.add_argument("--once", action="store_true", help="build, verify and tear down at once")
+    p.add_argument("--no-verify", action="store_true", help="skip the reachability probes")
+    p.set_defaults(func=run)
+
+
+def summary_table(topo: Topology) -> Table:
+    """Nodes per role, links per class, EVs per host pair (count -> pairs)."""
+    table = Table(title=f"fabric {topo.name}", show_header=True)
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for role, n in sorted(Counter(node.role.value for node in topo.nodes.values()).items()):
+        table.add_row(f"nodes: {role}", str(n))
+    for cls, n in sorted(Counter(link.cls for link in topo.links).items()):
+        rate = {l.params.rate_bps for l in topo.links if l.cls == cls}
+        table.add_row(f"links: {cls} ({', '.join(f'{r / 1e6:g} Mbit/s' for r in sorted(rate))})", str(n))
+    hosts = [h.name for h in topo.hosts]
+    per_pair = Counter(len(topo.evs(a, b)) for a in hosts for b in hosts if a != b)
+    for evs, pairs in sorted(per_pair.items()):
+        table.add_row(f"host pairs with {evs} EV(s)", str(pairs))
+    return table
+
+
+def timing_table(timings: dict[str, float]) -> Table:
+    table = Table(title="build phases")
+    table.add_column("phase")
+    table.add_column("seconds", justify="right")
+    for phase, secs in timings.items():
+        table.add_row(phase, f"{secs:.3f}")
+    table.add_row("total", f"{sum(v for k, v in timings.items() if k != 'teardown'):.3f}", style="bold")
+    return table
+
+
+def reachability_line(r: Reachability) -> str:
+    s = r.summary()
+    ok = not r.lost
+    mark = "[green]verified[/]" if ok else "[red]UNREACHABLE[/]"
+    return (f"{mark}: {s['evs_ok']}/{s['evs_probed']} EVs (SRv6 uSID), "
+            f"{s['ecmp_pairs_ok']}/{s['ecmp_pairs_probed']} host pairs (ECMP) in {r.seconds:.2f}s")
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    try:
+        topo = load_topology(args.topology, features=features())
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    console.print(summary_table(topo))
+    status = 0
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    fabric = Fabric(topo, have_netem=features().netem)
+    try:
+        with console.status(f"building {topo.name}"):
+            fabric.start()
+        console.print(timing_table(fabric.timings))
+        if not args.no_verify:
+            result = probe(fabric)
+            console.print(reachability_line(result))
+            for src, dst, ev_id in sorted(result.lost)[:10]:
+                console.print(f"  lost: {src} -> {dst} " + (f"EV {ev_id}" if ev_id >= 0 else "ECMP"))
+            status = 1 if result.lost else 0
+        if args.once:
+            return status
+        if args.no_cli:
+            console.print("fabric is up; Ctrl-C tears it down")
+            signal.pause()
+        else:
+            _mininet_cli(fabric)
+    except KeyboardInterrupt:
+        console.print("interrupted")
+    finally:
+        seconds = fabric.stop()
+        console.print(f"torn down in {seconds:.3f}s")
+    return status
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _mininet_cli(fabric: Fabric) -> None:
+    """Open Mininet's CLI on our nodes (hosts and routers; no controller, no OVS)."""
+    from mininet.cli import CLI
+    from mininet.net import Mininet
+
+    net = Mininet(build=False, controller=None, autoSetMacs=False)
+    for name, node in fabric.nodes.items():
+        (net.hosts if fabric.topo.nodes[name].role.value == "host" else net.switches).append(node)
+        net.nameToNode[name] = node
+    CLI(net)
