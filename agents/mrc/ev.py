@@ -1,0 +1,263 @@
+"""Entropy values (EVs): the per-path state machine and the set a QP sprays over.
+
+State names and values follow OCP MRC 1.0 ``mrc_ctl.h`` (``enum
+mrc_ctl_ev_state``: GOOD = 1<<0, ASSUMED_BAD = 1<<1, DENIED = 1<<2,
+UNKNOWN = 1<<31) plus the NIC-internal SKIP. All transitions live in one
+table, :data:`TRANSITIONS` (h11 style); an event a state does not accept
+raises :class:`EVStateError` naming both.
+
+Behaviour (MRC.md, after the MRC paper and spec):
+
+* loss on an EV without a congestion signal -> ASSUMED_BAD at once, unless
+  that would leave fewer than ``ev_min_active`` usable EVs (the floor holds:
+  the EV stays usable and ``floor_held`` is counted);
+* ASSUMED_BAD (and UNKNOWN) -> GOOD after ``probe_successes`` consecutive
+  successful background EV probes;
+* a congestion signal (ECN echo, trim NACK) -> SKIP; SKIP -> GOOD once its
+  short skip timeout expires;
+* DENIED and GOOD set only by the controller (:meth:`EVSet.set_state`);
+  the operator's DENIED is honoured even below the floor.
+
+Every change of state is reported as a frozen :class:`EVEvent`.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import random
+from dataclasses import dataclass
+from typing import Iterable
+
+log = logging.getLogger(__name__)
+
+
+class EVState(enum.IntEnum):
+    GOOD = 1 << 0
+    ASSUMED_BAD = 1 << 1
+    DENIED = 1 << 2
+    SKIP = 1 << 8  # NIC-internal, never reported by mrc_ctl
+    UNKNOWN = 1 << 31
+
+
+class EVCause(enum.Enum):
+    """The inputs of the EV state machine (the ``cause`` of an EVEvent)."""
+
+    LOSS = "loss"                    # a packet on the EV was lost (no trim)
+    CONGESTION = "congestion"        # ECN echo or trim NACK on the EV
+    SKIP_EXPIRED = "skip_expired"
+    PROBES_OK = "probes_ok"          # k consecutive probe successes
+    CONTROLLER_GOOD = "controller_good"
+    CONTROLLER_DENY = "controller_deny"
+
+
+class EVStateError(RuntimeError):
+    """An event the EV's current state does not accept (a bug, not a peer fault)."""
+
+    def __init__(self, state: EVState, cause: EVCause):
+        super().__init__(f"EV state {state.name} does not accept event {cause.value}")
+        self.state = state
+        self.cause = cause
+
+
+G, B, D, S, U = EVState.GOOD, EVState.ASSUMED_BAD, EVState.DENIED, EVState.SKIP, EVState.UNKNOWN
+C = EVCause
+TRANSITIONS: dict[tuple[EVState, EVCause], EVState] = {
+    (G, C.LOSS): B, (G, C.CONGESTION): S, (G, C.PROBES_OK): G,
+    (G, C.CONTROLLER_GOOD): G, (G, C.CONTROLLER_DENY): D,
+    (S, C.LOSS): B, (S, C.CONGESTION): S, (S, C.SKIP_EXPIRED): G, (S, C.PROBES_OK): S,
+    (S, C.CONTROLLER_GOOD): G, (S, C.CONTROLLER_DENY): D,
+    (B, C.LOSS): B, (B, C.CONGESTION): B, (B, C.PROBES_OK): G,
+    (B, C.CONTROLLER_GOOD): G, (B, C.CONTROLLER_DENY): D,
+    (U, C.LOSS): B, (U, C.CONGESTION): U, (U, C.PROBES_OK): G,
+    (U, C.CONTROLLER_GOOD): G, (U, C.CONTROLLER_DENY): D,
+    (D, C.LOSS): D, (D, C.CONGESTION): D, (D, C.PROBES_OK): D,
+    (D, C.CONTROLLER_GOOD): G, (D, C.CONTROLLER_DENY): D,
+}
+"""(state, cause) -> next state. Missing pairs are illegal (e.g. GOOD + SKIP_EXPIRED)."""
+
+USABLE = frozenset({EVState.GOOD, EVState.SKIP})
+"""States counted as active for the ``ev_min_active`` floor."""
+
+
+def next_state(state: EVState, cause: EVCause) -> EVState:
+    """Look up the transition table; raises EVStateError for an illegal event."""
+    try:
+        return TRANSITIONS[(state, cause)]
+    except KeyError:
+        raise EVStateError(state, cause) from None
+
+
+@dataclass(frozen=True, slots=True)
+class EVEvent:
+    """One EV state change: ``time`` in seconds (the QP's clock)."""
+
+    time: float
+    qpn: int
+    ev: int
+    old: EVState
+    new: EVState
+    cause: EVCause
+
+
+class EVInfo:
+    """Per-EV state and counters (mutable; read through :meth:`EVSet.stats`)."""
+
+    __slots__ = ("ev", "state", "skip_until", "probe_ok", "probe_due", "probe_outstanding",
+                 "packets_sent", "bytes_sent", "packets_acked", "packets_lost",
+                 "retransmits", "seq", "acked_seq", "rtt_last_s", "rtt_min_s",
+                 "rtt_samples", "probes_sent", "probes_ok_total")
+
+    def __init__(self, ev: int, state: EVState):
+        self.ev = ev
+        self.state = state
+        self.skip_until = 0.0
+        self.probe_ok = 0            # consecutive probe successes
+        self.probe_due = 0.0         # absolute time of the next probe
+        self.probe_outstanding: tuple[int, float] | None = None  # (probe_id, deadline)
+        self.packets_sent = 0
+        self.bytes_sent = 0
+        self.packets_acked = 0
+        self.packets_lost = 0
+        self.retransmits = 0
+        self.seq = 0                 # per-EV transmission counter
+        self.acked_seq = -1          # highest acknowledged per-EV transmission counter
+        self.rtt_last_s: float | None = None
+        self.rtt_min_s: float | None = None
+        self.rtt_samples = 0
+        self.probes_sent = 0
+        self.probes_ok_total = 0
+
+
+class EVSet:
+    """The EVs of one QP (one EV profile): states, spray order, probe bookkeeping.
+
+    ``evs``: EV ids (u32, distinct). ``ev_min_active``: floor of usable EVs
+    (mrc_ctl.h ``ev_min_active``, <= len(evs)). ``rng``: a seeded
+    ``random.Random`` used for the randomised rotation. ``skip_timeout_s``:
+    how long a SKIP lasts. ``sink``: a list-like that receives every EVEvent
+    (default: the ``events`` list). Raises ValueError on a bad configuration.
+    """
+
+    def __init__(self, evs: Iterable[int], *, qpn: int, rng: random.Random,
+                 ev_min_active: int = 1, skip_timeout_s: float = 0.001,
+                 initial_state: EVState = EVState.GOOD, sink: list | None = None):
+        ev_list = list(evs)
+        if not ev_list:
+            raise ValueError("an EV set needs at least one EV")
+        if len(set(ev_list)) != len(ev_list):
+            raise ValueError(f"duplicate EVs in {ev_list}")
+        if not 0 <= ev_min_active <= len(ev_list):
+            raise ValueError(f"ev_min_active={ev_min_active} not in [0, {len(ev_list)}]")
+        self.qpn = qpn
+        self.rng = rng
+        self.ev_min_active = ev_min_active
+        self.skip_timeout_s = skip_timeout_s
+        self.info: dict[int, EVInfo] = {ev: EVInfo(ev, initial_state) for ev in ev_list}
+        self.order = ev_list
+        self._rotation: list[int] = []
+        self._pos = 0
+        self.events = sink if sink is not None else []  # EVEvents appended here
+        self.floor_held = 0
+
+    # ---- state machine -------------------------------------------------
+    def usable_count(self) -> int:
+        return sum(1 for i in self.info.values() if i.state in USABLE)
+
+    def apply(self, ev: int, cause: EVCause, now: float) -> EVState:
+        """Feed one event to EV ``ev``; returns its new state. KeyError for an unknown EV."""
+        info = self.info[ev]
+        old = info.state
+        new = next_state(old, cause)
+        if new == EVState.ASSUMED_BAD and old in USABLE and \
+                self.usable_count() - 1 < self.ev_min_active:
+            self.floor_held += 1
+            log.debug("qpn %d ev %d: loss kept usable by ev_min_active floor", self.qpn, ev)
+            return old
+        if new is not old:
+            info.state = new
+            if new == EVState.SKIP:
+                info.skip_until = now + self.skip_timeout_s
+            if new in (EVState.ASSUMED_BAD, EVState.UNKNOWN):
+                info.probe_ok = 0
+                info.probe_due = now
+            self.events.append(EVEvent(now, self.qpn, ev, old, new, cause))
+            log.info("qpn %d ev %d: %s -> %s (%s)", self.qpn, ev, old.name, new.name, cause.value)
+        elif new == EVState.SKIP:
+            info.skip_until = now + self.skip_timeout_s
+        return new
+
+    def set_state(self, ev: int, state: EVState, now: float) -> None:
+        """Controller call (mrc_ctl MODIFY_EV_STATE): GOOD or DENIED only; ValueError otherwise."""
+        if state == EVState.GOOD:
+            self.apply(ev, EVCause.CONTROLLER_GOOD, now)
+        elif state == EVState.DENIED:
+            self.apply(ev, EVCause.CONTROLLER_DENY, now)
+        else:
+            raise ValueError(f"the controller may set GOOD or DENIED, not {state.name}")
+
+    def expire_skips(self, now: float) -> None:
+        for info in self.info.values():
+            if info.state == EVState.SKIP and info.skip_until <= now:
+                self.apply(info.ev, EVCause.SKIP_EXPIRED, now)
+
+    # ---- spraying ------------------------------------------------------
+    def pick(self, now: float, exclude: int | None = None) -> int | None:
+        """Next GOOD EV in a seeded randomised rotation, avoiding ``exclude`` if another exists.
+
+        Returns None when no EV is usable. A SKIP EV is skipped; if nothing
+        is GOOD a SKIP EV is used rather than nothing.
+        """
+        info = self.info
+        n = len(self.order)
+        for _ in range(2 * n + 1):
+            if self._pos >= len(self._rotation):
+                self._rotation = self.order[:]
+                self.rng.shuffle(self._rotation)
+                self._pos = 0
+            ev = self._rotation[self._pos]
+            self._pos += 1
+            st = info[ev].state
+            if st is EVState.GOOD and ev != exclude:
+                return ev
+            if st is EVState.SKIP and info[ev].skip_until <= now:
+                self.apply(ev, EVCause.SKIP_EXPIRED, now)
+                if ev != exclude:
+                    return ev
+        for state in (EVState.GOOD, EVState.SKIP):
+            for ev in self.order:
+                if info[ev].state is state:
+                    return ev
+        return None
+
+    # ---- probes --------------------------------------------------------
+    def probe_targets(self) -> list[EVInfo]:
+        """EVs that need background probes (ASSUMED_BAD, UNKNOWN)."""
+        return [i for i in self.info.values()
+                if i.state in (EVState.ASSUMED_BAD, EVState.UNKNOWN)]
+
+    def probe_result(self, ev: int, ok: bool, now: float, successes_needed: int) -> None:
+        """Record one probe outcome; ``successes_needed`` consecutive successes restore the EV."""
+        info = self.info[ev]
+        info.probe_outstanding = None
+        if not ok:
+            info.probe_ok = 0
+            return
+        info.probe_ok += 1
+        info.probes_ok_total += 1
+        if info.probe_ok >= successes_needed and \
+                info.state in (EVState.ASSUMED_BAD, EVState.UNKNOWN):
+            self.apply(ev, EVCause.PROBES_OK, now)
+
+    def stats(self) -> dict[int, dict]:
+        """Per-EV snapshot: {ev: {state, packets_sent, packets_lost, ...}}."""
+        out = {}
+        for ev, i in self.info.items():
+            out[ev] = {
+                "state": i.state.name, "packets_sent": i.packets_sent,
+                "bytes_sent": i.bytes_sent, "packets_acked": i.packets_acked,
+                "packets_lost": i.packets_lost, "retransmits": i.retransmits,
+                "rtt_last_s": i.rtt_last_s, "rtt_min_s": i.rtt_min_s,
+                "rtt_samples": i.rtt_samples, "probes_sent": i.probes_sent,
+                "probes_ok": i.probes_ok_total,
+            }
+        return out

@@ -1,0 +1,299 @@
+"""The MRC queue pair, sans-I/O (aioquic style): no sockets, no clock, no global RNG.
+
+A QP holds both halves, like a verbs RC QP: the requester (posted writes go
+out, see :mod:`agents.mrc.requester`) and the responder (the peer's writes
+land in the registered memory region, see :mod:`agents.mrc.responder`).
+
+Driving it::
+
+    qp.receive_datagram(data, now)        # every datagram for this QPN
+    qp.handle_timer(now)                  # when now >= qp.get_timer()
+    for data, ev in qp.datagrams_to_send(now): send data on EV ev
+    while (event := qp.next_event()) is not None: ...
+
+``now`` is seconds (float) on any monotonic clock; ``get_timer()`` returns an
+absolute deadline on that clock, or None. Events: :class:`WorkCompletion`,
+:class:`agents.mrc.ev.EVEvent`, :class:`QPError`.
+
+States (mrc.h): RST -> INIT -> RTR -> RTS, any -> ERR, ERR/any -> RST via
+:meth:`QP.modify_qp`; the attributes each step takes follow the table in
+mrc.h's ``enum mrc_qp_attr_mask`` comment (INIT: EV profile; RTR: responder
+``mpr_dest``/``max_wimm_dest`` and the peer's QPN; RTS: ``mpr``,
+``max_wimm``, ``timeout``, retry counts). Timeout mapping: see
+:class:`agents.mrc.types.QPConfig`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+from collections import deque
+from typing import Iterable
+
+from . import cc as cc_mod
+from . import packet as pk
+from .ev import EVSet, EVState
+from .requester import RequesterMixin
+from .responder import ResponderMixin
+from .types import (QPAttr, QPConfig, QPError, QPState, QPStateError, Transport)
+
+log = logging.getLogger(__name__)
+
+S = QPState
+TRANSITIONS: dict[tuple[QPState, QPState], frozenset[str]] = {
+    (S.RST, S.INIT): frozenset({"evs", "ev_min_active"}),
+    (S.INIT, S.RTR): frozenset({"dest_qpn", "mpr_dest", "max_wimm_dest"}),
+    (S.RTR, S.RTS): frozenset({"mpr", "max_wimm", "timeout", "retry_linear_cnt",
+                               "retry_exp_cnt"}),
+    (S.RTS, S.RTS): frozenset({"mpr", "max_wimm", "timeout", "retry_linear_cnt",
+                               "retry_exp_cnt"}),
+}
+"""(from, to) -> attributes that step may set. Any state may go to ERR or RST."""
+REQUIRED = {(S.RST, S.INIT): {"evs"}, (S.INIT, S.RTR): {"dest_qpn"}}
+_ATTR_FIELDS = {f.name for f in dataclasses.fields(QPAttr)}
+
+
+class QP(RequesterMixin, ResponderMixin):
+    """One MRC (or RC baseline) queue pair.
+
+    ``qpn``: this QP's number (u32). ``rng``: a seeded ``random.Random``
+    (EV rotation). ``memory``: the registered memory region the peer writes
+    into (a writable buffer: bytearray, numpy uint8 array, mmap), or None for
+    a send-only QP. ``config``: emulation parameters (:class:`QPConfig`).
+    Raises ValueError for a bad config.
+    """
+
+    def __init__(self, qpn: int, *, rng: random.Random, memory=None,
+                 config: QPConfig | None = None):
+        if not 0 <= qpn <= 0xFFFFFFFF:
+            raise ValueError(f"qpn {qpn} is not a u32")
+        if not isinstance(rng, random.Random):
+            raise ValueError("rng must be a seeded random.Random")
+        self.qpn = qpn
+        self.rng = rng
+        self.config = config or QPConfig()
+        self.config.validate()
+        self.transport = Transport(self.config.transport)
+        self.state = QPState.RST
+        self.attr = QPAttr()
+        self.dest_qpn = 0
+        self.evs: EVSet | None = None
+        self._events: deque = deque()
+        self.bad_packets = 0
+        self.cc = cc_mod.create(self.config.cc, mss_bytes=self.config.payload_bytes,
+                                **self.config.cc_params)
+        self._init_requester()
+        self._init_responder(memory)
+
+    # ---- state machine ---------------------------------------------------
+    @property
+    def rto_s(self) -> float:
+        """Retransmission timeout in seconds: max(time_scale * 1.024e-6 * 2**timeout, min_rto_s).
+
+        OCP MRC 1.0, mrc.h: local ACK timeout = 1.024 us * 2**timeout.
+        """
+        return max(self.config.time_scale * 1.024e-6 * (1 << self.attr.timeout),
+                   self.config.min_rto_s)
+
+    def modify_qp(self, state: QPState, now: float = 0.0, **attrs) -> None:
+        """Move to ``state`` setting ``attrs`` (like mrc_modify_qp).
+
+        INIT takes ``evs`` (EV ids) and ``ev_min_active``; RTR takes
+        ``dest_qpn``, ``mpr_dest``, ``max_wimm_dest``; RTS takes ``mpr``,
+        ``max_wimm``, ``timeout``, ``retry_linear_cnt``, ``retry_exp_cnt``.
+        The requester must not be given an ``mpr`` above the peer's
+        ``mpr_dest``. Raises QPStateError for an illegal transition, ValueError
+        for an attribute the step does not take or out of range.
+        """
+        state = QPState(state)
+        if state is QPState.ERR:
+            self._enter_error(now, "moved to ERR by the application")
+            return
+        if state is QPState.RST:
+            self._reset()
+            return
+        key = (self.state, state)
+        allowed = TRANSITIONS.get(key)
+        if allowed is None:
+            raise QPStateError(f"QP {self.qpn}: no transition {self.state.name} -> {state.name}")
+        unknown = set(attrs) - allowed
+        if unknown:
+            raise ValueError(f"{self.state.name} -> {state.name} does not take {sorted(unknown)}")
+        missing = REQUIRED.get(key, set()) - set(attrs)
+        if missing:
+            raise ValueError(f"{self.state.name} -> {state.name} needs {sorted(missing)}")
+        if state is QPState.INIT:
+            evs = list(attrs["evs"])
+            if self.transport is Transport.RC:
+                evs = evs[:1]
+            floor = attrs.get("ev_min_active", self.config.ev_min_active)
+            self.evs = EVSet(evs, qpn=self.qpn, rng=self.rng,
+                             ev_min_active=min(floor, len(evs)),
+                             skip_timeout_s=self.config.skip_timeout_s, sink=self._events)
+        elif state is QPState.RTR:
+            self.dest_qpn = int(attrs["dest_qpn"])
+            if not 0 <= self.dest_qpn <= 0xFFFFFFFF:
+                raise ValueError("dest_qpn is not a u32")
+        new_attr = dataclasses.replace(self.attr, **{k: v for k, v in attrs.items()
+                                                     if k in _ATTR_FIELDS})
+        new_attr.validate()
+        self.attr = new_attr
+        self.state = state
+
+    def _reset(self) -> None:
+        memory = self._mem
+        self.state = QPState.RST
+        self.attr = QPAttr()
+        self.evs = None
+        self._events.clear()
+        self._init_requester()
+        self._init_responder(memory)
+
+    def _enter_error(self, now: float, reason: str) -> None:
+        if self.state is QPState.ERR:
+            return
+        log.warning("qpn %d -> ERR: %s", self.qpn, reason)
+        self.state = QPState.ERR
+        self._events.append(QPError(now, self.qpn, reason))
+        self._flush_writes(now)
+        self._ctrl_out.clear()
+        self._ack_deadline = None
+
+    # ---- API ---------------------------------------------------------------
+    def post_write(self, *, wr_id: int, local, remote_offset: int, imm: int | None = None) -> None:
+        """Post an RDMA WRITE (``imm`` None) or WRITE_WITH_IMM of ``local`` to ``remote_offset``.
+
+        ``local``: bytes-like (bytes, bytearray, memoryview, numpy uint8); it
+        is referenced, not copied, until the write completes. ``imm``: u32.
+        Raises QPStateError unless the QP is in RTS, ValueError for bad args.
+        """
+        if self.state is not QPState.RTS:
+            raise QPStateError(f"QP {self.qpn}: post_write needs RTS, state is {self.state.name}")
+        if remote_offset < 0:
+            raise ValueError("remote_offset must be >= 0")
+        if imm is not None and not 0 <= imm <= 0xFFFFFFFF:
+            raise ValueError("imm must be a u32")
+        data = memoryview(local).cast("B") if not isinstance(local, memoryview) or \
+            local.format != "B" or local.ndim != 1 else local
+        self._post(wr_id, data, remote_offset, imm)
+
+    def receive_datagram(self, data: bytes, now: float, *, ecn: bool = False) -> None:
+        """Process one datagram addressed to this QP.
+
+        ``ecn``: the IP header carried CE (if the I/O layer can see it).
+        Malformed datagrams (ProtocolError) are counted in ``bad_packets``
+        and dropped: a corrupt packet from the fabric must not crash a job.
+        """
+        state = self.state
+        if state in (QPState.RST, QPState.INIT, QPState.ERR):
+            return
+        try:
+            ptype = data[1] if len(data) > 1 else 0
+            if ptype == pk.PacketType.DATA:
+                self._on_data(data, now, ecn)
+            elif ptype == pk.PacketType.SACK:
+                if state is QPState.RTS:
+                    self._on_sack(pk.unpack_sack(data), now)
+            else:
+                pkt = pk.parse(data)
+                if pkt.dest_qpn != self.qpn:
+                    self.bad_packets += 1
+                elif isinstance(pkt, pk.ProbePacket):
+                    if pkt.response:
+                        self._on_probe_rsp(pkt, now)
+                    else:
+                        self._on_probe_req(pkt)
+                elif isinstance(pkt, pk.NackPacket) and state is QPState.RTS:
+                    self._on_nack(pkt, now)
+        except pk.ProtocolError as exc:
+            self.bad_packets += 1
+            log.debug("qpn %d: dropped bad datagram: %s", self.qpn, exc)
+
+    def handle_timer(self, now: float) -> None:
+        """Run every timer due at ``now``: retransmission, delayed SACK, probes, SKIP expiry."""
+        if self.state in (QPState.RST, QPState.INIT, QPState.ERR):
+            return
+        self._responder_timers(now)
+        if self.state is QPState.RTS:
+            self._requester_timers(now)
+            if self.state is QPState.RTS:
+                self._probe_timers(now)
+                self.evs.expire_skips(now)
+
+    def get_timer(self) -> float | None:
+        """Earliest absolute deadline (seconds) at which handle_timer must run, or None."""
+        if self.state in (QPState.RST, QPState.INIT, QPState.ERR):
+            return None
+        times = [self._ack_deadline]
+        if self.state is QPState.RTS:
+            times.append(self._requester_deadline())
+            times.append(self._probe_deadline())
+            for info in self.evs.info.values():
+                if info.state is EVState.SKIP:
+                    times.append(info.skip_until)
+        times = [t for t in times if t is not None]
+        return min(times) if times else None
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, int]]:
+        """Datagrams to put on the wire now, as (bytes, EV id) pairs."""
+        out = self._ctrl_out
+        self._ctrl_out = []
+        if self.state is QPState.RTS:
+            self._send_probes(now, out)
+            self._send_data(now, out)
+        return out
+
+    def next_event(self):
+        """Pop the next event (WorkCompletion, EVEvent, QPError) or None."""
+        return self._events.popleft() if self._events else None
+
+    def set_ev_state(self, ev: int, state: EVState, now: float) -> None:
+        """Controller call (mrc_ctl MODIFY_EV_STATE): set EV ``ev`` to GOOD or DENIED."""
+        if self.evs is None:
+            raise QPStateError("the QP has no EV profile before INIT")
+        self.evs.set_state(ev, state, now)
+
+    @property
+    def idle(self) -> bool:
+        """True when no write is pending and nothing is in flight."""
+        return not self._wrs
+
+    def stats(self) -> dict:
+        """A JSON-ready snapshot of counters (see agents.mrc module docstring)."""
+        return {
+            "qpn": self.qpn, "state": self.state.name, "transport": self.transport.value,
+            "rto_s": self.rto_s,
+            "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
+            "retransmissions": self.rtx_packets, "timeouts": self.timeouts,
+            "lost_packets": self.lost_packets, "acked_bytes": self.acked_bytes,
+            "inflight_bytes": self._inflight_bytes, "cwnd_bytes": self.cc.cwnd_bytes,
+            "srtt_s": self.srtt_s, "snd_una": self._snd_una, "next_psn": self._next_psn,
+            "rx_packets": self.rx_packets, "rx_bytes": self.rx_bytes,
+            "rx_duplicates": self.rx_duplicates, "rx_ooo": self.rx_ooo,
+            "rx_cum_psn": self._rcv_cum, "rx_out_of_window": self.rx_out_of_window,
+            "rx_access_errors": self.rx_access_errors, "bad_packets": self.bad_packets,
+            "ev_floor_held": self.evs.floor_held if self.evs else 0,
+            "evs": self.evs.stats() if self.evs else {},
+        }
+
+
+def connect_pair(a: QP, b: QP, evs: Iterable[int], *, attr: QPAttr | None = None,
+                 ev_min_active: int | None = None, now: float = 0.0) -> None:
+    """Bring two fresh QPs to RTS connected to each other, both using EV ids ``evs``.
+
+    ``attr``: the mrc.h attributes for both sides (default QPAttr()); each
+    requester's ``mpr`` is capped at the peer's ``mpr_dest``.
+    """
+    attr = attr or QPAttr()
+    evs = list(evs)
+    for qp, peer in ((a, b), (b, a)):
+        init = {"evs": evs}
+        if ev_min_active is not None:
+            init["ev_min_active"] = ev_min_active
+        qp.modify_qp(QPState.INIT, now, **init)
+        qp.modify_qp(QPState.RTR, now, dest_qpn=peer.qpn, mpr_dest=attr.mpr_dest,
+                     max_wimm_dest=attr.max_wimm_dest)
+    for qp in (a, b):
+        qp.modify_qp(QPState.RTS, now, mpr=min(attr.mpr, attr.mpr_dest),
+                     max_wimm=attr.max_wimm, timeout=attr.timeout,
+                     retry_linear_cnt=attr.retry_linear_cnt, retry_exp_cnt=attr.retry_exp_cnt)

@@ -1,0 +1,164 @@
+"""Responder half of a QP: place payloads by offset, track PSNs, coalesce SACKs.
+
+Mixed into :class:`agents.mrc.qp.QP`. The PSN bitmap is kept as 64-PSN
+chunks (Python ints) above the cumulative PSN, the same granularity as the
+SACK's 64-bit bitmap. A SACK is sent every ``sack_every`` new data packets,
+at once for a retransmission, a duplicate or an ACK request, and otherwise
+after at most ``ack_delay_s``. One SACK is sent per 64-PSN chunk touched
+since the last one, so no received PSN goes unreported.
+
+Reverse EV: a SACK or NACK leaves on the EV of the packet that triggered it
+(the path that packet just proved to work); a probe response on the
+request's ``rsp_ev``. The EVs seen recently are kept in ``reverse_evs``
+(EV -> last arrival time) for the stats.
+
+RC mode: only the next expected PSN is accepted; anything later is dropped
+and answered with one SEQ_ERR NACK per episode (RoCE go-back-N).
+"""
+from __future__ import annotations
+
+import heapq
+import zlib
+import logging
+
+from . import packet as pk
+from .types import Transport, WCOpcode, WCStatus, WorkCompletion
+
+log = logging.getLogger(__name__)
+
+
+class ResponderMixin:
+    """Responder state and logic (see module docstring)."""
+
+    def _init_responder(self, memory) -> None:
+        self._mem = memoryview(memory).cast("B") if memory is not None else None
+        if self._mem is not None and self._mem.readonly:
+            raise ValueError("the registered memory region must be writable")
+        self._rcv_cum = 0
+        self._chunks: dict[int, int] = {}
+        self._dirty: dict[int, tuple[int, int]] = {}   # chunk -> (ev, ts_ns) of latest arrival
+        self._sack_pending = 0
+        self._ack_deadline: float | None = None
+        self._imm_heap: list[tuple[int, int]] = []    # (psn, imm) awaiting in-order delivery
+        self._seq_err_sent = False
+        self._ecn_seen = False
+        self._ctrl_out: list[tuple[bytes, int]] = []
+        self.reverse_evs: dict[int, float] = {}
+        self.rx_packets = 0
+        self.rx_bytes = 0
+        self.rx_duplicates = 0
+        self.rx_ooo = 0
+        self.rx_access_errors = 0
+        self.rx_out_of_window = 0
+
+    @property
+    def rx_cum_psn(self) -> int:
+        """Every PSN below this one has been received (responder view)."""
+        return self._rcv_cum
+
+    def _on_data(self, data: bytes, now: float, ecn: bool) -> None:
+        (opcode, flags, qpn, psn, ev, off, length, ts, imm, start,
+         end) = pk.unpack_data(data)
+        if qpn != self.qpn:
+            self.bad_packets += 1
+            return
+        self.reverse_evs[ev] = now
+        cum = self._rcv_cum
+        if flags & pk.FLAG_TRIMMED:
+            self._nack(psn, ev, ts, pk.NackReason.TRIMMED)
+            return
+        ch = psn >> 6
+        chunks = self._chunks
+        if psn < cum or (chunks.get(ch, 0) >> (psn & 63)) & 1:
+            self.rx_duplicates += 1
+            self._dirty[max(ch, cum >> 6)] = (ev, ts)
+            self._flush_sacks()
+            return
+        if psn >= cum + self.attr.mpr_dest * 128:
+            self.rx_out_of_window += 1
+            self._nack(psn, ev, ts, pk.NackReason.PSN_OOR_WINDOW)
+            return
+        if self.transport is Transport.RC and psn != cum:
+            if not self._seq_err_sent:
+                self._seq_err_sent = True
+                self._nack(cum, ev, ts, pk.NackReason.SEQ_ERR)
+            return
+        mem = self._mem
+        if mem is None or off + length > len(mem):
+            self.rx_access_errors += 1
+            log.warning("qpn %d: write [%d, %d) outside the memory region", self.qpn, off,
+                        off + length)
+            return
+        if not flags & pk.FLAG_TRIMMED:
+            mem[off:off + length] = data[start:end]
+        self.rx_packets += 1
+        self.rx_bytes += length
+        if ecn:
+            self._ecn_seen = True
+        chunks[ch] = chunks.get(ch, 0) | (1 << (psn & 63))
+        if imm is not None:
+            heapq.heappush(self._imm_heap, (psn, imm))
+        if psn == cum:
+            self._seq_err_sent = False
+            self._advance_cum(now)
+        else:
+            self.rx_ooo += 1
+        self._dirty[ch] = (ev, ts)
+        self._sack_pending += 1
+        if flags & (pk.FLAG_RTX | pk.FLAG_ACK_REQ) or self._sack_pending >= self.config.sack_every:
+            self._flush_sacks()
+        elif self._ack_deadline is None:
+            self._ack_deadline = now + self.config.ack_delay_s
+
+    def _advance_cum(self, now: float) -> None:
+        c = self._rcv_cum
+        chunks = self._chunks
+        while True:
+            ch = c >> 6
+            bits = chunks.get(ch, 0) >> (c & 63)
+            if not bits & 1:
+                break
+            ones = (bits ^ (bits + 1)).bit_length() - 1
+            c += ones
+            if c & 63:
+                break
+            del chunks[ch]
+        self._rcv_cum = c
+        heap = self._imm_heap
+        while heap and heap[0][0] < c:
+            psn, imm = heapq.heappop(heap)
+            self._events.append(WorkCompletion(now, self.qpn, WCOpcode.RECV_RDMA_WITH_IMM,
+                                               WCStatus.SUCCESS, None, 0, imm, psn))
+
+    def _nack(self, psn: int, ev: int, ts: int, reason: pk.NackReason) -> None:
+        self._ctrl_out.append((pk.encode(pk.NackPacket(self.dest_qpn, psn, ev, ts, reason)), ev))
+
+    def _flush_sacks(self) -> None:
+        """Queue one SACK per dirty 64-PSN chunk (chunks below cum fold into one)."""
+        if not self._dirty:
+            return
+        cum = self._rcv_cum
+        cum_ch = cum >> 6
+        flags = pk.FLAG_ECN_ECHO if self._ecn_seen else 0
+        mode = pk.SackMode.SKIP_ONCE if self._ecn_seen else pk.SackMode.NONE
+        per_chunk: dict[int, tuple[int, int]] = {}
+        for ch, evts in sorted(self._dirty.items()):
+            per_chunk[max(ch, cum_ch)] = evts
+        chunks = self._chunks
+        for ch, (ev, ts) in per_chunk.items():
+            pkt = pk.SACK_HDR.pack(pk.VERSION, 2, mode, flags, self.dest_qpn, cum, ch << 6,
+                                   chunks.get(ch, 0), ev, ts, self.rx_ooo, self.rx_bytes)
+            self._ctrl_out.append((pkt + pk.CRC.pack(zlib.crc32(pkt)), ev))
+        self._dirty.clear()
+        self._sack_pending = 0
+        self._ack_deadline = None
+        self._ecn_seen = False
+
+    def _on_probe_req(self, pkt: pk.ProbePacket) -> None:
+        rsp = pk.ProbePacket(self.dest_qpn, pkt.probe_id, pkt.req_ev, pkt.rsp_ev,
+                             pkt.timestamp_ns, response=True)
+        self._ctrl_out.append((pk.encode(rsp), pkt.rsp_ev))
+
+    def _responder_timers(self, now: float) -> None:
+        if self._ack_deadline is not None and self._ack_deadline <= now:
+            self._flush_sacks()

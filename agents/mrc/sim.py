@@ -1,0 +1,187 @@
+"""A deterministic multipath network on a fake clock, joining two sans-I/O QPs.
+
+Each :class:`PathSpec` is one bidirectional path (one EV): per direction a
+FIFO link of ``rate_bps`` (serialisation) plus a one-way ``delay_s``, with
+random ``loss``, ``duplicate`` and ``reorder`` (a reordered packet gets
+``reorder_delay_s`` extra delay) probabilities, an optional drop-tail queue
+limit ``queue_bytes``, and ``down`` intervals [(t_down, t_up), ...] during
+which every packet sent or arriving is dropped (t_up may be ``inf``).
+All randomness comes from one ``random.Random(seed)``: a run replays exactly.
+
+The loop is event-driven: the fake clock jumps to the next of path
+deliveries and QP timers; after each step both QPs are drained
+(``datagrams_to_send``) into their paths. EV ``ev_ids[i]`` rides path ``i``.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from .qp import QP
+
+
+@dataclass(frozen=True)
+class PathSpec:
+    """One path: ``rate_bps`` per direction, one-way ``delay_s``, probabilities in [0, 1]."""
+
+    rate_bps: float = 1e9
+    delay_s: float = 0.001
+    loss: float = 0.0
+    duplicate: float = 0.0
+    reorder: float = 0.0
+    reorder_delay_s: float = 0.0
+    queue_bytes: int | None = None
+    down: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self):
+        if self.rate_bps <= 0 or self.delay_s < 0:
+            raise ValueError("rate_bps must be > 0 and delay_s >= 0")
+        for p in (self.loss, self.duplicate, self.reorder):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"probability {p} outside [0, 1]")
+
+    def is_down(self, t: float) -> bool:
+        return any(a <= t < b for a, b in self.down)
+
+
+@dataclass
+class LinkCounters:
+    sent: int = 0
+    delivered: int = 0
+    dropped_loss: int = 0
+    dropped_down: int = 0
+    dropped_queue: int = 0
+    duplicated: int = 0
+    reordered: int = 0
+
+
+class _Link:
+    __slots__ = ("spec", "busy_until", "counters")
+
+    def __init__(self, spec: PathSpec):
+        self.spec = spec
+        self.busy_until = 0.0
+        self.counters = LinkCounters()
+
+
+@dataclass
+class MultipathNetwork:
+    """Join QP ``a`` and QP ``b`` over ``paths``; ``ev_ids[i]`` is the EV of path i.
+
+    ``seed`` seeds the network's own RNG (loss, reordering, duplication).
+    ``now`` is the fake clock in seconds.
+    """
+
+    a: QP
+    b: QP
+    paths: Sequence[PathSpec]
+    ev_ids: Sequence[int] | None = None
+    seed: int = 0
+    now: float = 0.0
+    _heap: list = field(default_factory=list, repr=False)
+
+    def __post_init__(self):
+        self.rng = random.Random(self.seed)
+        self.ev_ids = list(self.ev_ids) if self.ev_ids is not None else list(range(len(self.paths)))
+        if len(self.ev_ids) != len(self.paths):
+            raise ValueError("need one EV id per path")
+        self._path_of = {ev: i for i, ev in enumerate(self.ev_ids)}
+        # links[(src, path)] for src in (0: a->b, 1: b->a)
+        self.links = {(d, i): _Link(p) for d in (0, 1) for i, p in enumerate(self.paths)}
+        self._seq = 0
+        self.steps = 0
+
+    def _enqueue(self, direction: int, data: bytes, ev: int) -> None:
+        i = self._path_of.get(ev)
+        if i is None:
+            raise ValueError(f"EV {ev} has no path")
+        link = self.links[(direction, i)]
+        spec, c, now = link.spec, link.counters, self.now
+        c.sent += 1
+        if spec.is_down(now):
+            c.dropped_down += 1
+            return
+        start = max(now, link.busy_until)
+        if spec.queue_bytes is not None and (start - now) * spec.rate_bps / 8 > spec.queue_bytes:
+            c.dropped_queue += 1
+            return
+        link.busy_until = start + len(data) * 8 / spec.rate_bps
+        rng = self.rng
+        if spec.loss and rng.random() < spec.loss:
+            c.dropped_loss += 1
+            return
+        arrive = link.busy_until + spec.delay_s
+        if spec.reorder and rng.random() < spec.reorder:
+            arrive += spec.reorder_delay_s
+            c.reordered += 1
+        copies = 2 if spec.duplicate and rng.random() < spec.duplicate else 1
+        if copies == 2:
+            c.duplicated += 1
+        for k in range(copies):
+            self._seq += 1
+            heapq.heappush(self._heap, (arrive + k * 1e-7, self._seq, direction, i, data))
+
+    def _drain(self) -> None:
+        for direction, qp in ((0, self.a), (1, self.b)):
+            for data, ev in qp.datagrams_to_send(self.now):
+                self._enqueue(direction, data, ev)
+
+    def step(self) -> bool:
+        """Advance to the next event and process it; False when nothing is pending."""
+        candidates = [t for t in (self.a.get_timer(), self.b.get_timer()) if t is not None]
+        if self._heap:
+            candidates.append(self._heap[0][0])
+        if not candidates:
+            return False
+        t = max(min(candidates), self.now)
+        self.now = t
+        heap = self._heap
+        while heap and heap[0][0] <= t:
+            _, _, direction, i, data = heapq.heappop(heap)
+            link = self.links[(direction, i)]
+            if link.spec.is_down(t):
+                link.counters.dropped_down += 1
+                continue
+            link.counters.delivered += 1
+            (self.b if direction == 0 else self.a).receive_datagram(data, t)
+        for qp in (self.a, self.b):
+            deadline = qp.get_timer()
+            if deadline is not None and deadline <= t:
+                qp.handle_timer(t)
+        self._drain()
+        self.steps += 1
+        return True
+
+    def run(self, *, until: float = math.inf, stop: Callable[[], bool] | None = None,
+            observer: Callable[[float], None] | None = None, max_steps: int = 10_000_000) -> float:
+        """Run until fake time ``until``, ``stop()`` is true, or nothing is pending.
+
+        ``observer(now)`` is called after every step. Returns the fake time
+        reached. Raises RuntimeError if ``max_steps`` is exceeded (a livelock).
+        """
+        self._drain()
+        for _ in range(max_steps):
+            if stop is not None and stop():
+                return self.now
+            nxt = self._next_time()
+            if nxt is None or nxt > until:
+                self.now = min(until, self.now) if nxt is None else until
+                return self.now
+            self.step()
+            if observer is not None:
+                observer(self.now)
+        raise RuntimeError(f"simulation exceeded {max_steps} steps")
+
+    def _next_time(self) -> float | None:
+        candidates = [t for t in (self.a.get_timer(), self.b.get_timer()) if t is not None]
+        if self._heap:
+            candidates.append(self._heap[0][0])
+        return min(candidates) if candidates else None
+
+    def counters(self) -> dict:
+        """Per-link counters: {"a->b path 0": {...}, ...}."""
+        return {f"{'a->b' if d == 0 else 'b->a'} path {i}": vars(l.counters)
+                for (d, i), l in self.links.items()}

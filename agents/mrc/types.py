@@ -1,0 +1,149 @@
+"""Shared QP types: states, attributes (mrc.h), emulation config, completions and errors."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .packet import DEFAULT_PAYLOAD_BYTES
+
+RETRY_EXP_INFINITE = 25
+"""OCP MRC 1.0, mrc.h: ``retry.exp_cnt`` 25 = infinite."""
+
+
+class QPState(enum.Enum):
+    RST = "RST"
+    INIT = "INIT"
+    RTR = "RTR"
+    RTS = "RTS"
+    ERR = "ERR"
+
+
+class QPStateError(RuntimeError):
+    """A call the QP's current state does not allow (misuse, not a peer fault)."""
+
+
+class Transport(enum.Enum):
+    MRC = "mrc"   # multipath, selective retransmit
+    RC = "rc"     # RoCEv2-like RC baseline: one EV, go-back-N
+
+
+class WCStatus(enum.Enum):
+    """Completion status, as ``enum ibv_wc_status``."""
+
+    SUCCESS = "SUCCESS"
+    RETRY_EXC_ERR = "RETRY_EXC_ERR"
+    WR_FLUSH_ERR = "WR_FLUSH_ERR"
+
+
+class WCOpcode(enum.Enum):
+    RDMA_WRITE = "RDMA_WRITE"                  # requester side
+    RECV_RDMA_WITH_IMM = "RECV_RDMA_WITH_IMM"  # responder side
+
+
+@dataclass(frozen=True, slots=True)
+class WorkCompletion:
+    """One completion (like ``struct ibv_wc``); ``time`` in seconds.
+
+    Requester: ``wr_id`` of the posted write, ``byte_len`` its size.
+    Responder (WRITE_WITH_IMM only): ``wr_id`` is None, ``imm`` the immediate,
+    ``psn`` the PSN of the message's last packet.
+    """
+
+    time: float
+    qpn: int
+    opcode: WCOpcode
+    status: WCStatus
+    wr_id: int | None = None
+    byte_len: int = 0
+    imm: int | None = None
+    psn: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QPError:
+    """The QP entered ERR (the "job crash"): ``reason`` says why."""
+
+    time: float
+    qpn: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class QPAttr:
+    """QP attributes of OCP MRC 1.0 ``struct mrc_qp_attr`` (mrc.h).
+
+    ``mpr``/``mpr_dest``: requester/responder PSN window in units of 128
+    PSNs. ``max_wimm``/``max_wimm_dest``: outstanding WRITE_WITH_IMM limits.
+    ``timeout``: local ACK timeout exponent, 1.024 us * 2**timeout, 0..24.
+    ``retry_linear_cnt`` (0..7) fixed-interval retries, then
+    ``retry_exp_cnt`` (0..25, 25 = infinite) exponential back-off retries.
+    """
+
+    mpr: int = 8
+    mpr_dest: int = 8
+    max_wimm: int = 128
+    max_wimm_dest: int = 128
+    timeout: int = 8
+    retry_linear_cnt: int = 7
+    retry_exp_cnt: int = 7
+
+    def validate(self) -> None:
+        """Raise ValueError for a value outside mrc.h's ranges."""
+        checks = [("mpr", self.mpr, 1, 255), ("mpr_dest", self.mpr_dest, 1, 255),
+                  ("max_wimm", self.max_wimm, 1, 65535),
+                  ("max_wimm_dest", self.max_wimm_dest, 1, 65535),
+                  ("timeout", self.timeout, 0, 24),
+                  ("retry_linear_cnt", self.retry_linear_cnt, 0, 7),
+                  ("retry_exp_cnt", self.retry_exp_cnt, 0, RETRY_EXP_INFINITE)]
+        for name, value, lo, hi in checks:
+            if not isinstance(value, int) or not lo <= value <= hi:
+                raise ValueError(f"{name}={value!r} outside [{lo}, {hi}] (mrc.h)")
+
+
+@dataclass(frozen=True)
+class QPConfig:
+    """Emulation parameters that mrc.h leaves to the NIC.
+
+    Timeout mapping: ``rto_s = max(time_scale * 1.024e-6 * 2**timeout,
+    min_rto_s)``. The OCP value (timeout 8 = 262 us) is far below what a
+    Python agent can time: its event loop wakes with ~0.1-1 ms granularity
+    and the scheduler on a shared 2-core host adds milliseconds of jitter,
+    while an emulated fabric RTT is itself ~0.1-1 ms. ``time_scale`` stretches
+    the whole retry ladder (linear then exponential) uniformly; ``min_rto_s``
+    is a floor so that a small exponent cannot cause spurious timeouts. In
+    the deterministic simulator the fake clock is exact, so tests may use
+    ``time_scale=1`` and ``min_rto_s=0``.
+
+    Other fields: ``payload_bytes`` per data packet (default fits a 1500-byte
+    MTU), ``sack_every`` (coalesce one SACK per N data packets),
+    ``ack_delay_s`` (max SACK delay), ``reorder_threshold`` (a packet is lost
+    when this many later packets on the same EV were acked), probe
+    parameters (``probe_interval_s``, ``probe_timeout_s`` — mrc_ctl example
+    2 ms — and ``probe_successes`` k), ``ev_min_active``, ``skip_timeout_s``,
+    congestion control name and parameters, ``max_burst`` datagrams per
+    ``datagrams_to_send`` call.
+    """
+
+    transport: Transport = Transport.MRC
+    payload_bytes: int = DEFAULT_PAYLOAD_BYTES
+    time_scale: float = 1.0
+    min_rto_s: float = 0.010
+    sack_every: int = 8
+    ack_delay_s: float = 0.0005
+    reorder_threshold: int = 3
+    probe_interval_s: float = 0.005
+    probe_timeout_s: float = 0.002
+    probe_successes: int = 3
+    ev_min_active: int = 1
+    skip_timeout_s: float = 0.001
+    cc: str = "fixed"
+    cc_params: dict = field(default_factory=dict)
+    max_burst: int = 256
+
+    def validate(self) -> None:
+        if self.payload_bytes <= 0 or self.sack_every < 1 or self.reorder_threshold < 1:
+            raise ValueError("payload_bytes, sack_every and reorder_threshold must be >= 1")
+        if self.time_scale <= 0 or self.min_rto_s < 0 or self.ack_delay_s < 0:
+            raise ValueError("time_scale must be > 0; min_rto_s and ack_delay_s >= 0")
+        if self.probe_successes < 1 or self.probe_interval_s <= 0 or self.max_burst < 1:
+            raise ValueError("probe_successes, probe_interval_s and max_burst must be positive")
