@@ -28,6 +28,7 @@ import pty
 import select
 import signal
 import time
+from pathlib import Path
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
@@ -169,7 +170,7 @@ class Fabric:
         return self.timings["teardown"]
 
     def _start_nodes(self) -> None:
-        self.ledger = Ledger.create(self.topo.name, self.ledger_dir)
+        self.ledger = Ledger.create(self.topo.name, Path(self.ledger_dir))
         for node in self.topo.nodes.values():
             cls = FabricHost if node.role is Role.HOST else Router
             self.nodes[node.name] = cls(node.name)

@@ -1,0 +1,50 @@
+"""Root tier: real namespaces. Every test checks that nothing it created survives it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from testbed.fabric import Fabric
+from testbed.spec import load_topology
+from testbed.topology import LinkParams, fat_tree
+from tests.conftest import net_namespaces, root_interfaces
+
+
+def wait_for(predicate, timeout_s: float = 5.0, interval_s: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request):
+    """Fail a test that leaves a network namespace or a root-namespace interface behind."""
+    ns_before, if_before = net_namespaces(), root_interfaces()
+    yield
+    if request.node.get_closest_marker("allow_shared_fabric"):
+        return
+    assert wait_for(lambda: net_namespaces() <= ns_before), \
+        f"namespaces left behind: {len(net_namespaces() - ns_before)}"
+    assert root_interfaces() <= if_before, f"interfaces left behind: {root_interfaces() - if_before}"
+
+
+@pytest.fixture(scope="module")
+def k4():
+    """A fat-tree k=4 at 20 Mbit/s, shared by a module's tests; torn down even if they fail."""
+    topo = load_topology("topologies/fat-tree-k4.yaml")
+    fabric = Fabric(topo)
+    fabric.start()
+    try:
+        yield fabric
+    finally:
+        fabric.stop()
+
+
+def small_fat_tree(rate_bps: int = 100_000_000) -> Fabric:
+    lp = LinkParams(rate_bps, 100)
+    return Fabric(fat_tree(4, host_link=lp, fabric_link=lp))
