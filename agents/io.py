@@ -1,0 +1,298 @@
+"""The I/O adapter: the only code with sockets. UDP over IPv6 for sans-I/O MRC QPs.
+
+* :class:`EventLoop` — a plain ``selectors`` loop with file-descriptor
+  readers and timers (``add_reader``, ``call_at``/``call_later``). Chosen by
+  measurement: on this machine a plain non-blocking socket loop moves about
+  200k datagrams/s per core, asyncio's datagram receive path about 40k
+  (``python -m agents.mrc.bench`` reports the plain figure in the same run).
+  Callers register their own descriptors too (e.g. the agent's Unix socket
+  to its orchestrator) and their own timers.
+* :class:`Endpoint` — one UDP/IPv6 socket (RoCEv2's port 4791 by default)
+  shared by any number of QPs: incoming datagrams are demultiplexed by the
+  destination QPN (bytes 4..8 of every MRC packet); each QP gets an
+  EV -> :class:`Route` map for sending.
+
+Zero UDP checksum, as RoCEv2 does (the SRv6 uSID destination address is
+rewritten in flight, which would break the pseudo-header checksum; MRC's own
+CRC-32 covers the payload): ``UDP_NO_CHECK6_TX`` (101) and
+``UDP_NO_CHECK6_RX`` (102) at level ``SOL_UDP`` (linux/udp.h).
+
+Route modes (``enum mrc_ctl_ev_fmt_mode``):
+
+* SRv6: ``Route(addr=<uSID address>, port=4791)`` per EV — the destination
+  address carries the path;
+* UDP/ECMP: ``Route(addr=<peer>, port=4791, src_port=<EV port>)`` — the UDP
+  source port carries the entropy; the endpoint binds one extra socket per
+  source port.
+"""
+from __future__ import annotations
+
+import errno
+import heapq
+import logging
+import selectors
+import socket
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+log = logging.getLogger(__name__)
+
+UDP_NO_CHECK6_TX = 101
+UDP_NO_CHECK6_RX = 102
+ROCEV2_PORT = 4791
+RECV_BATCH = 256
+SOCKET_BUFFER_BYTES = 4 << 20
+
+
+class TimerHandle:
+    """A scheduled callback; ``cancel()`` stops it from running."""
+
+    __slots__ = ("when", "callback", "cancelled")
+
+    def __init__(self, when: float, callback: Callable[[], None]):
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class EventLoop:
+    """A single-threaded ``selectors`` loop: fd readers plus timers on ``clock`` (seconds)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.time = clock
+        self._sel = selectors.DefaultSelector()
+        self._timers: list[tuple[float, int, TimerHandle]] = []
+        self._seq = 0
+        self._stopped = False
+
+    def add_reader(self, fileobj, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` whenever ``fileobj`` (socket or fd) is readable."""
+        self._sel.register(fileobj, selectors.EVENT_READ, callback)
+
+    def remove_reader(self, fileobj) -> None:
+        self._sel.unregister(fileobj)
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback()`` once at absolute time ``when`` (the loop's clock)."""
+        handle = TimerHandle(when, callback)
+        self._seq += 1
+        heapq.heappush(self._timers, (when, self._seq, handle))
+        return handle
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> TimerHandle:
+        return self.call_at(self.time() + delay_s, callback)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def run_once(self, max_wait_s: float | None = None) -> None:
+        """Wait for I/O or the next timer (at most ``max_wait_s``), then run what is due."""
+        timers = self._timers
+        while timers and timers[0][2].cancelled:
+            heapq.heappop(timers)
+        wait = max_wait_s
+        if timers:
+            until_timer = max(timers[0][0] - self.time(), 0.0)
+            wait = until_timer if wait is None else min(wait, until_timer)
+        for key, _ in self._sel.select(wait):
+            key.data()
+        now = self.time()
+        while timers and timers[0][0] <= now:
+            _, _, handle = heapq.heappop(timers)
+            if not handle.cancelled:
+                handle.callback()
+
+    def run(self, *, until: Callable[[], bool] | None = None,
+            timeout_s: float | None = None) -> bool:
+        """Run until ``stop()``, ``until()`` is true, or ``timeout_s`` passes.
+
+        Returns True if stopped by ``until``/``stop``, False on timeout.
+        """
+        self._stopped = False
+        deadline = None if timeout_s is None else self.time() + timeout_s
+        while not self._stopped:
+            if until is not None and until():
+                return True
+            if deadline is not None:
+                left = deadline - self.time()
+                if left <= 0:
+                    return False
+                self.run_once(min(left, 0.05))
+            else:
+                self.run_once(0.05)
+        return True
+
+    def close(self) -> None:
+        self._sel.close()
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a datagram on one EV goes: IPv6 ``addr``, UDP ``port``, optional ``src_port``."""
+
+    addr: str
+    port: int = ROCEV2_PORT
+    src_port: int | None = None
+
+
+def _udp6_socket(bind_addr: str, port: int, zero_checksum: bool) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        for opt, size in ((socket.SO_RCVBUF, SOCKET_BUFFER_BYTES),
+                          (socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)):
+            sock.setsockopt(socket.SOL_SOCKET, opt, size)
+        if zero_checksum:
+            sock.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_TX, 1)
+            sock.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_RX, 1)
+        sock.bind((bind_addr, port))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class Endpoint:
+    """UDP/IPv6 sockets for a set of QPs, driven by an :class:`EventLoop`.
+
+    ``bind_addr``/``port``: the receive socket (port 0 picks a free one; see
+    ``self.port``). ``zero_checksum``: set UDP_NO_CHECK6_TX/RX. Raises
+    OSError if a socket cannot be bound.
+    """
+
+    def __init__(self, loop: EventLoop, *, bind_addr: str = "::", port: int = ROCEV2_PORT,
+                 zero_checksum: bool = True):
+        self.loop = loop
+        self.bind_addr = bind_addr
+        self.zero_checksum = zero_checksum
+        self.sock = _udp6_socket(bind_addr, port, zero_checksum)
+        self.port = self.sock.getsockname()[1]
+        self._src_socks: dict[int, socket.socket] = {}
+        self._qps: dict[int, object] = {}
+        self._routes: dict[int, dict[int, tuple[socket.socket, tuple]]] = {}
+        self._timers: dict[int, TimerHandle] = {}
+        self.rx_datagrams = 0
+        self.tx_datagrams = 0
+        self.rx_unknown_qpn = 0
+        self.tx_errors = 0
+        self.tx_no_route = 0
+        loop.add_reader(self.sock, lambda: self._on_readable(self.sock))
+
+    def attach(self, qp, routes: Mapping[int, Route]) -> None:
+        """Serve ``qp`` (datagrams to its QPN) and send its EV ``ev`` along ``routes[ev]``."""
+        table = {}
+        for ev, route in routes.items():
+            sock = self.sock if route.src_port is None else self._src_sock(route.src_port)
+            table[ev] = (sock, (route.addr, route.port, 0, 0))
+        self._qps[qp.qpn] = qp
+        self._routes[qp.qpn] = table
+        self.kick(qp)
+
+    def detach(self, qp) -> None:
+        self._qps.pop(qp.qpn, None)
+        self._routes.pop(qp.qpn, None)
+        handle = self._timers.pop(qp.qpn, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _src_sock(self, src_port: int) -> socket.socket:
+        sock = self._src_socks.get(src_port)
+        if sock is None:
+            sock = _udp6_socket(self.bind_addr, src_port, self.zero_checksum)
+            self._src_socks[src_port] = sock
+            self.loop.add_reader(sock, lambda s=sock: self._on_readable(s))
+        return sock
+
+    def kick(self, qp=None) -> None:
+        """Send what ``qp`` (default: every QP) has to send now and re-arm its timer.
+
+        Call after ``post_write`` or a controller call.
+        """
+        now = self.loop.time()
+        for q in ([qp] if qp is not None else list(self._qps.values())):
+            self._flush(q, now)
+
+    def _on_readable(self, sock: socket.socket) -> None:
+        recv = sock.recv
+        qps = self._qps
+        now = self.loop.time()
+        dirty = {}
+        n = 0
+        while n < RECV_BATCH:
+            try:
+                data = recv(65535)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:   # e.g. ICMP port unreachable reported on the socket
+                log.debug("recv on %s: %s", sock.getsockname(), exc)
+                break
+            n += 1
+            qp = qps.get(int.from_bytes(data[4:8], "big")) if len(data) >= 8 else None
+            if qp is None:
+                self.rx_unknown_qpn += 1
+                continue
+            qp.receive_datagram(data, now)
+            dirty[qp.qpn] = qp
+        self.rx_datagrams += n
+        for qp in dirty.values():
+            self._flush(qp, now)
+
+    def _flush(self, qp, now: float) -> None:
+        table = self._routes.get(qp.qpn)
+        if table is None:
+            return
+        burst = qp.config.max_burst
+        while True:
+            out = qp.datagrams_to_send(now)
+            for data, ev in out:
+                route = table.get(ev)
+                if route is None:
+                    self.tx_no_route += 1
+                    continue
+                try:
+                    route[0].sendto(data, route[1])
+                except (BlockingIOError, InterruptedError):
+                    self.tx_errors += 1          # a full socket buffer is a drop, like a NIC
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOBUFS, errno.ENETUNREACH, errno.EHOSTUNREACH,
+                                         errno.ECONNREFUSED):
+                        raise
+                    self.tx_errors += 1
+            self.tx_datagrams += len(out)
+            if len(out) < burst:
+                break
+        self._arm(qp)
+
+    def _arm(self, qp) -> None:
+        deadline = qp.get_timer()
+        handle = self._timers.get(qp.qpn)
+        if handle is not None:
+            if deadline is not None and handle.when == deadline and not handle.cancelled:
+                return
+            handle.cancel()
+            del self._timers[qp.qpn]
+        if deadline is not None:
+            self._timers[qp.qpn] = self.loop.call_at(deadline, lambda: self._on_timer(qp))
+
+    def _on_timer(self, qp) -> None:
+        self._timers.pop(qp.qpn, None)
+        now = self.loop.time()
+        qp.handle_timer(now)
+        self._flush(qp, now)
+
+    def close(self) -> None:
+        """Close every socket this endpoint opened."""
+        for handle in self._timers.values():
+            handle.cancel()
+        for sock in [self.sock, *self._src_socks.values()]:
+            try:
+                self.loop.remove_reader(sock)
+            except (KeyError, ValueError):
+                pass
+            sock.close()
+        self._src_socks.clear()

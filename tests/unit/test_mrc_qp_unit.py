@@ -1,0 +1,189 @@
+"""QP behaviour driven by hand: states, MPR window, SACK coalescing, probes, duplicates."""
+import random
+
+import pytest
+
+from agents.mrc import packet as pk
+from agents.mrc.ev import EVCause, EVState
+from agents.mrc.qp import QP, connect_pair
+from agents.mrc.types import QPAttr, QPConfig, QPState, QPStateError
+
+
+def cfg(**kw):
+    return QPConfig(min_rto_s=0.0, **kw)
+
+
+def pair(size=1 << 20, attr=QPAttr(mpr=1, mpr_dest=1), **kw):
+    a = QP(1, rng=random.Random(1), config=cfg(**kw))
+    b = QP(2, rng=random.Random(2), memory=bytearray(size), config=cfg(**kw))
+    connect_pair(a, b, [0, 1, 2, 3], attr=attr)
+    return a, b
+
+
+def deliver(src, dst, now, keep=lambda data, ev: True):
+    out = src.datagrams_to_send(now)
+    for data, ev in out:
+        if keep(data, ev):
+            dst.receive_datagram(data, now)
+    return out
+
+
+def test_state_machine_follows_mrc_h():
+    qp = QP(7, rng=random.Random(0))
+    assert qp.state is QPState.RST
+    with pytest.raises(QPStateError, match="RST -> RTR"):
+        qp.modify_qp(QPState.RTR, dest_qpn=1)
+    with pytest.raises(QPStateError):
+        qp.post_write(wr_id=1, local=b"x", remote_offset=0)
+    with pytest.raises(ValueError, match="needs"):
+        qp.modify_qp(QPState.INIT)
+    with pytest.raises(ValueError, match="does not take"):
+        qp.modify_qp(QPState.INIT, evs=[1], timeout=3)
+    qp.modify_qp(QPState.INIT, evs=[1, 2])
+    qp.modify_qp(QPState.RTR, dest_qpn=9, mpr_dest=4)
+    with pytest.raises(ValueError, match="timeout"):
+        qp.modify_qp(QPState.RTS, timeout=25)
+    with pytest.raises(ValueError, match="retry_exp_cnt"):
+        qp.modify_qp(QPState.RTS, retry_exp_cnt=26)
+    qp.modify_qp(QPState.RTS, timeout=8, retry_linear_cnt=7, retry_exp_cnt=25)
+    assert qp.state is QPState.RTS
+    qp.modify_qp(QPState.ERR)
+    assert qp.state is QPState.ERR
+    qp.modify_qp(QPState.RST)
+    assert qp.state is QPState.RST and qp.evs is None
+
+
+def test_rto_maps_mrc_timeout_with_scale_and_floor():
+    qp = QP(1, rng=random.Random(0), config=QPConfig(time_scale=10.0, min_rto_s=0.001))
+    qp.modify_qp(QPState.INIT, evs=[0])
+    qp.modify_qp(QPState.RTR, dest_qpn=2)
+    qp.modify_qp(QPState.RTS, timeout=8)
+    assert qp.rto_s == pytest.approx(10 * 1.024e-6 * 256)
+    qp.modify_qp(QPState.RTS, timeout=0)
+    assert qp.rto_s == 0.001
+
+
+def test_requester_never_sends_past_the_mpr_window():
+    a, b = pair()                                   # mpr 1 = 128 PSNs
+    a.post_write(wr_id=1, local=bytes(300 * 1000), remote_offset=0)
+    sent = [pk.parse(d) for d, _ in a.datagrams_to_send(0.0)]
+    sent += [pk.parse(d) for d, _ in a.datagrams_to_send(0.0)]
+    assert max(p.psn for p in sent) == 127 and len(sent) == 128
+    # a SACK with cumulative PSN 64 opens exactly 64 more PSNs.
+    sack = pk.SackPacket(1, 64, 64, 0, sent[-1].ev, sent[-1].timestamp_ns)
+    a.receive_datagram(pk.encode(sack), 0.001)
+    more = [pk.parse(d) for d, _ in a.datagrams_to_send(0.001)]
+    assert [p.psn for p in more] == list(range(128, 192))
+
+
+def test_responder_nacks_beyond_its_bitmap_edge():
+    a, b = pair()
+    pkt = pk.DataPacket(2, 128, 3, pk.Opcode.WRITE_ONLY, 0, 4, 5, 0, None, b"abcd")
+    b.receive_datagram(pk.encode(pkt), 0.0)
+    (nack_bytes, ev), = b.datagrams_to_send(0.0)
+    nack = pk.parse(nack_bytes)
+    assert nack.reason is pk.NackReason.PSN_OOR_WINDOW and nack.psn == 128 and ev == 3
+    assert bytes(b._mem[:4]) == bytes(4)
+
+
+def test_sack_coalescing_every_n_and_at_once_on_ack_request():
+    a, b = pair(sack_every=4)
+    a.post_write(wr_id=1, local=bytes(10 * a.config.payload_bytes), remote_offset=0)
+    for data, _ in a.datagrams_to_send(0.0):
+        b.receive_datagram(data, 0.0)
+    sacks = [pk.parse(d) for d, _ in b.datagrams_to_send(0.0)]
+    # 10 packets: SACKs after 4 and 8, and one at once for the last (ACK_REQ) packet.
+    assert [s.cum_psn for s in sacks] == [4, 8, 10]
+    assert b.get_timer() is None
+
+
+def test_delayed_sack_timer_flushes_a_partial_batch():
+    a, b = pair(sack_every=8, ack_delay_s=0.002)
+    a.post_write(wr_id=1, local=bytes(5 * a.config.payload_bytes), remote_offset=0)
+    out = a.datagrams_to_send(0.0)
+    for data, _ in out[:3]:                          # the ACK_REQ packet is held back
+        b.receive_datagram(data, 0.0)
+    assert b.datagrams_to_send(0.0) == [] and b.get_timer() == pytest.approx(0.002)
+    b.handle_timer(0.002)
+    (sack,) = [pk.parse(d) for d, _ in b.datagrams_to_send(0.002)]
+    assert sack.cum_psn == 3
+
+
+def test_out_of_order_placement_and_duplicates_ignored():
+    a, b = pair()
+    src = random.Random(3).randbytes(6 * a.config.payload_bytes)
+    a.post_write(wr_id=1, local=src, remote_offset=0)
+    out = a.datagrams_to_send(0.0)
+    for data, _ in reversed(out):
+        b.receive_datagram(data, 0.0)
+    b.receive_datagram(out[2][0], 0.0)
+    assert b._mem[:len(src)].tobytes() == src
+    assert b.rx_duplicates == 1 and b.rx_cum_psn == 6 and b.rx_ooo == 5
+
+
+def test_sack_bitmap_acknowledges_out_of_order_psns():
+    a, b = pair(sack_every=1)
+    a.post_write(wr_id=1, local=bytes(4 * a.config.payload_bytes), remote_offset=0)
+    out = a.datagrams_to_send(0.0)
+    b.receive_datagram(out[2][0], 0.0)                # only PSN 2 arrives
+    for data, _ in b.datagrams_to_send(0.0):
+        a.receive_datagram(data, 0.001)
+    assert 2 not in a._outstanding and {0, 1, 3} <= set(a._outstanding)
+
+
+def test_loss_on_an_ev_retires_it_and_retransmits_elsewhere():
+    a, b = pair(sack_every=1, reorder_threshold=1)
+    a.post_write(wr_id=1, local=bytes(16 * a.config.payload_bytes), remote_offset=0)
+    out = a.datagrams_to_send(0.0)
+    first = pk.parse(out[0][0])
+    lost_ev = out[0][1]
+    for data, ev in out[1:]:
+        b.receive_datagram(data, 0.0)
+    for data, _ in b.datagrams_to_send(0.0):
+        a.receive_datagram(data, 0.001)
+    assert a.evs.info[lost_ev].state is EVState.ASSUMED_BAD
+    rtx = [pk.parse(d) for d, ev in a.datagrams_to_send(0.001) if d[1] == pk.PacketType.DATA]
+    assert [p.psn for p in rtx] == [first.psn]
+    assert rtx[0].ev != lost_ev and rtx[0].flags & pk.FLAG_RTX
+
+
+def test_probes_restore_an_assumed_bad_ev():
+    a, b = pair(probe_interval_s=0.01, probe_timeout_s=0.005, probe_successes=2)
+    a.evs.apply(2, EVCause.LOSS, 0.0)
+    assert a.evs.info[2].state is EVState.ASSUMED_BAD
+    now = 0.0
+    for _ in range(2):
+        probes = [(d, ev) for d, ev in a.datagrams_to_send(now)]
+        assert [ev for _, ev in probes] == [2]
+        req = pk.parse(probes[0][0])
+        assert isinstance(req, pk.ProbePacket) and not req.response
+        b.receive_datagram(probes[0][0], now + 0.001)
+        for data, ev in b.datagrams_to_send(now + 0.001):
+            assert ev == 2
+            a.receive_datagram(data, now + 0.002)
+        now = a.get_timer()
+        a.handle_timer(now)
+    assert a.evs.info[2].state is EVState.GOOD
+    assert a.stats()["evs"][2]["probes_ok"] == 2
+
+
+def test_probe_timeout_resets_the_success_run():
+    a, b = pair(probe_interval_s=0.01, probe_timeout_s=0.005, probe_successes=1)
+    a.evs.apply(1, EVCause.LOSS, 0.0)
+    assert len(a.datagrams_to_send(0.0)) == 1       # probe lost: never delivered
+    a.handle_timer(0.005)
+    assert a.evs.info[1].probe_outstanding is None and a.evs.info[1].state is EVState.ASSUMED_BAD
+
+
+def test_bad_datagrams_are_counted_not_raised():
+    a, b = pair()
+    for junk in (b"", b"\x01", b"\x01\x01" + bytes(60), b"\xff" * 100):
+        b.receive_datagram(junk, 0.0)
+    assert b.bad_packets == 4
+
+
+def test_controller_deny_stops_spraying_on_that_ev():
+    a, b = pair()
+    a.set_ev_state(3, EVState.DENIED, 0.0)
+    a.post_write(wr_id=1, local=bytes(40 * a.config.payload_bytes), remote_offset=0)
+    assert 3 not in {ev for _, ev in a.datagrams_to_send(0.0)}
