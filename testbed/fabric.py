@@ -23,12 +23,14 @@ and re-raises.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import pty
 import select
 import signal
 import time
 from pathlib import Path
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
@@ -128,14 +130,20 @@ class Fabric:
     def start(self) -> "Fabric":
         """Build everything; on any error tear down what was built and re-raise."""
         tc_plans = {l.name: shaping.plan(l.params, have_netem=self.have_netem) for l in self.topo.links}
-        try:
-            self._phase("nodes", self._start_nodes)
-            self._phase("sysctls", self._set_sysctls)
-            self._phase("links", self._create_links)
-            self._phase("config", lambda: self._configure(tc_plans))
-        except BaseException:
-            self.stop()
-            raise
+        # The per-node batches are pure (no fds, no lookups): a forked worker encodes
+        # them on the second core while this process forks the node shells.
+        self._installed_ecmp = self.topo.ecmp_next_hops()
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
+            batches = pool.submit(_config_batches, self.topo, tc_plans, self._installed_ecmp)
+            try:
+                self._phase("nodes", self._start_nodes)
+                self._phase("sysctls", self._set_sysctls)
+                self._phase("links", self._create_links)
+                self._phase("config", lambda: self._send_config(batches.result()))
+            except BaseException:
+                batches.cancel()
+                self.stop()
+                raise
         return self
 
     def _phase(self, name: str, fn) -> None:
@@ -200,22 +208,8 @@ class Fabric:
                            desc=f"{sw.name}: sr0 (seg6local device)")
         batch.send()
 
-    def _configure(self, tc_plans: dict[str, shaping.TcPlan]) -> None:
-        ecmp = self._installed_ecmp = self.topo.ecmp_next_hops()
-        for name, node in self.topo.nodes.items():
-            batch = Batch(name)
-            batch.link_set(index=1, up=True, desc=f"{name}: lo up")
-            if node.role.is_switch:
-                for ifindex in (routing.SR_IFINDEX, routing.SR_PEER_IFINDEX):
-                    batch.link_set(index=ifindex, up=True, desc=f"{name}: sr up")
-            for link in self.topo.links_of[name]:
-                ifindex = routing.port_ifindex(self.topo, name, link)
-                shaping.compile_into(batch, ifindex, tc_plans[link.name])
-                batch.link_set(index=ifindex, up=True, desc=f"{link.port_of(name).ifname} up")
-            for addr, plen, ifindex in routing.node_addresses(self.topo, name):
-                batch.addr_add(index=ifindex, address=str(addr), prefixlen=plen)
-            routing.compile_neighbours(batch, routing.node_neighbours(self.topo, name))
-            routing.compile_routes(batch, routing.node_routes(self.topo, name, ecmp=ecmp))
+    def _send_config(self, batches: dict[str, Batch]) -> None:
+        for name, batch in batches.items():
             batch.send(self._nsfd[name])
 
     # -- access ------------------------------------------------------------------
@@ -315,3 +309,22 @@ def _veth_peer(ifname: str, index: int, nsfd: int, mac: str | None) -> list:
     return [("VETH_INFO_PEER", {"index": index, "attrs": attrs})]
 
 
+def _config_batches(topo: Topology, tc_plans: dict[str, shaping.TcPlan], ecmp: dict) -> dict[str, Batch]:
+    """Every node's batch: lo/sr/ports up, tc, addresses, neighbours, routes (pure)."""
+    out = {}
+    for name, node in topo.nodes.items():
+        batch = Batch(name)
+        batch.link_set(index=1, up=True, desc=f"{name}: lo up")
+        if node.role.is_switch:
+            for ifindex in (routing.SR_IFINDEX, routing.SR_PEER_IFINDEX):
+                batch.link_set(index=ifindex, up=True, desc=f"{name}: sr up")
+        for link in topo.links_of[name]:
+            ifindex = routing.port_ifindex(topo, name, link)
+            shaping.compile_into(batch, ifindex, tc_plans[link.name])
+            batch.link_set(index=ifindex, up=True, desc=f"{link.port_of(name).ifname} up")
+        for addr, plen, ifindex in routing.node_addresses(topo, name):
+            batch.addr_add(index=ifindex, address=str(addr), prefixlen=plen)
+        routing.compile_neighbours(batch, routing.node_neighbours(topo, name))
+        routing.compile_routes(batch, routing.node_routes(topo, name, ecmp=ecmp))
+        out[name] = batch
+    return out
