@@ -129,7 +129,7 @@ def test_failed_bringup_tears_down_what_it_built(monkeypatch):
     def broken(*args, **kwargs):
         raise NetlinkBatchError("test", [("injected", 22)])
 
-    monkeypatch.setattr(Fabric, "_configure", broken)
+    monkeypatch.setattr(Fabric, "_send_config", broken)
     with pytest.raises(NetlinkBatchError):
         fabric.start()
     assert wait_for(lambda: net_namespaces() <= before)
