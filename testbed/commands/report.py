@@ -1,0 +1,47 @@
+"""``testbed report RUN_DIR``: render a run's tables and plots again from its files.
+
+Prints the side-by-side comparison, the nccl-tests-style per-size tables and the
+fidelity table, and rewrites the PNG plots in RUN_DIR. ``summary.json`` and the CSV
+files are computed from the raw records when missing (or with ``--recompute``).
+``--format json`` prints summary.json on stdout instead of tables.
+Exit status 0 ok, 2 if RUN_DIR is not a run directory or its records are malformed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+
+from ..metrics import MetricsError
+from ..report import load_summary, render
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="render a run directory's tables and plots again",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("run_dir", metavar="RUN_DIR", help="runs/<scenario>-<timestamp>/")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text tables and PNGs (default), or summary.json on stdout")
+    p.add_argument("--recompute", action="store_true",
+                   help="recompute summary.json and the CSV files from the raw JSONL records")
+    p.add_argument("--rank", type=int, default=None,
+                   help="rank whose EVs the EV timeline plot shows (default: most EV transitions)")
+    p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write PNG plots")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.format == "json":
+            json.dump(load_summary(args.run_dir, recompute=args.recompute), sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            render(args.run_dir, Console(), recompute=args.recompute, rank=args.rank, plots=args.plots)
+    except MetricsError as exc:  # RunDirError included
+        Console(stderr=True, highlight=False).print(f"[red]testbed report[/]: {escape(str(exc))}", soft_wrap=True)
+        return 2
+    return 0

@@ -1,0 +1,312 @@
+"""Run reports: the files of a run directory, rich tables and PNG plots.
+
+:func:`write_outputs` turns the raw records (see :mod:`testbed.metrics`) into, in the
+run directory (one row per bin; ``t_s`` = bin start, seconds from the transport's run start):
+
+- ``flows.csv``: ``transport,rank,peer,dir,t_s,bytes,rate_bps,retransmits,rtt_s,cwnd_bytes``;
+  per flow and 10 ms bin: bytes counted in the bin (rx: goodput; tx: sent), its rate in
+  bits/s, retransmissions in the bin (packets), last RTT (s) and cwnd (bytes) sampled in
+  the bin (empty if none).
+- ``goodput.csv``: ``transport,t_s,goodput_bps,smoothed_bps``; aggregate goodput per 10 ms
+  bin (bits/s) and its 50 ms rolling median (the series recovery time is measured on).
+- ``links.csv``: ``transport,link,end,t_s,tx_bytes,throughput_bps,drops,rate_bps``; per link
+  end and 100 ms bin, from kernel counters; ``rate_bps`` is the configured rate.
+- ``summary.json``: :func:`testbed.metrics.analyze_run` (per transport, side by side in
+  ``comparison``, metric definitions in ``definitions``).
+
+:func:`render` re-renders tables and plots from those files only (``goodput.png``,
+``ev-timeline-<transport>.png``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from . import metrics  # noqa: E402
+from .metrics import load_jsonl, rolling_median  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+STATE_COLOURS = {"GOOD": "tab:green", "ASSUMED_BAD": "tab:red", "DENIED": "black",
+                 "UNKNOWN": "tab:gray", "SKIP": "tab:cyan"}
+
+
+# -- files ---------------------------------------------------------------------------
+def _cell(x) -> str | int:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    if isinstance(x, (float, np.floating)):
+        return f"{float(x):.9g}"
+    return x
+
+
+def _write_csv(path: Path, header: list[str], rows) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for row in rows:
+            w.writerow([_cell(x) for x in row])
+
+
+def _flow_rows(a: metrics.TransportAnalysis):
+    edges = a.edges
+    for (rank, peer, direction), fs in sorted(a.flows.items(), key=lambda kv: str(kv[0])):
+        b = metrics.binned_increments(fs.t_s, fs.bytes, edges)
+        rtx = metrics.binned_increments(fs.t_s, fs.retransmits, edges)
+        rtt = metrics.last_in_bin(fs.t_s, fs.rtt_s, edges)
+        cwnd = metrics.last_in_bin(fs.t_s, fs.cwnd_bytes, edges)
+        rate = b * 8 / np.diff(edges)
+        for i, t in enumerate(edges[:-1]):
+            yield a.name, rank, peer, direction, round(float(t), 6), b[i], rate[i], rtx[i], rtt[i], cwnd[i]
+
+
+def _link_rows(a: metrics.TransportAnalysis):
+    for (link, end), s in sorted(a.links.items()):
+        for i, t in enumerate(a.link_edges[:-1]):
+            yield (a.name, link, end, round(float(t), 6), s["tx_bytes"][i], s["throughput_bps"][i],
+                   s["drops"][i], s["rate_bps"][i])
+
+
+def write_outputs(run_dir: Path) -> dict:
+    """Analyse a run and write flows.csv, goodput.csv, links.csv, summary.json into ``run_dir``.
+    Returns the summary dict. Raises metrics.RunDirError / metrics.MetricsError."""
+    run_dir = Path(run_dir)
+    summary, analyses = metrics.analyze_run(run_dir)
+    _write_csv(run_dir / "flows.csv", ["transport", "rank", "peer", "dir", "t_s", "bytes", "rate_bps",
+                                       "retransmits", "rtt_s", "cwnd_bytes"],
+               (r for a in analyses for r in _flow_rows(a)))
+    _write_csv(run_dir / "goodput.csv", ["transport", "t_s", "goodput_bps", "smoothed_bps"],
+               ((a.name, round(float(t), 6), g, s) for a in analyses
+                for t, g, s in zip(a.edges[:-1], a.goodput_bps, rolling_median(a.goodput_bps))))
+    _write_csv(run_dir / "links.csv", ["transport", "link", "end", "t_s", "tx_bytes", "throughput_bps", "drops",
+                                       "rate_bps"], (r for a in analyses for r in _link_rows(a)))
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    log.info("wrote %s/{flows,goodput,links}.csv and summary.json", run_dir)
+    return summary
+
+
+def _json_default(x):
+    if isinstance(x, (np.floating, np.integer, np.bool_)):
+        return x.item()
+    if isinstance(x, set):
+        return sorted(x)
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def load_summary(run_dir: Path, *, recompute: bool = False) -> dict:
+    """summary.json of a run, computed (and all outputs written) when missing or ``recompute``."""
+    run_dir = Path(run_dir)
+    metrics.load_manifest(run_dir)  # raises RunDirError for a non-run directory
+    path = run_dir / "summary.json"
+    if recompute or not path.is_file() or not (run_dir / "goodput.csv").is_file():
+        return write_outputs(run_dir)
+    return json.loads(path.read_text())
+
+
+# -- tables --------------------------------------------------------------------------
+def fmt_s(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 1e3:.1f} ms" if abs(x) < 1 else f"{x:.3f} s"
+
+
+def fmt_num(x, spec: str = ".1f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def comparison_table(summary: dict) -> Table:
+    """Transports side by side (one column each), one metric per row."""
+    rows = summary["comparison"]
+    rate = summary.get("host_link_rate_bps")
+    t = Table(title=f"{summary['scenario']}: transports side by side"
+              + (f" (host link {rate / 1e6:g} Mbit/s)" if rate else ""))
+    t.add_column("metric")
+    for r in rows:
+        t.add_column(r["transport"], justify="right")
+    full = summary["transports"]
+
+    def line(label, f):
+        t.add_row(label, *(f(r, full[r["transport"]]) for r in rows))
+
+    line("size (bytes)", lambda r, s: fmt_num(r["size_bytes"], "d"))
+    line("busbw (Mbit/s)", lambda r, s: fmt_num(r["busbw_mbit_per_s"]))
+    line("busbw / host link", lambda r, s: fmt_num(s.get("busbw_fraction_of_host_link"), ".0%"))
+    line("iteration p50", lambda r, s: fmt_s(r["iteration_p50_s"]))
+    line("iteration p99", lambda r, s: fmt_s(r["iteration_p99_s"]))
+    line("#wrong", lambda r, s: str(r["wrong"]))
+    line("QP errors", lambda r, s: str(r["qp_errors"]))
+    line("time to detect", lambda r, s: fmt_s(r["detect_s"]) if s["has_evs"] else "n/a (no EVs)")
+    line("recovery", lambda r, s: fmt_s(r["recovery_s"]) if s["per_fault"] else "no fault")
+    line("longest stall", lambda r, s: fmt_s(r["longest_stall_s"]))
+    line("retransmits (pkts)", lambda r, s: fmt_num(r["retransmits"], ".0f"))
+    line("retransmitted bytes", lambda r, s: fmt_num(r["retransmitted_bytes"], ".0f"))
+    line("completed", lambda r, s: ("yes" if r["complete"] else "[red]no[/]: " + r["completion"]))
+    line("valid", lambda r, s: "yes" if r["valid"] else "[red]no[/]: " + "; ".join(s["invalid_reasons"]))
+    return t
+
+
+def size_table_view(transport: dict) -> Table:
+    """nccl-tests-style per-size table of one transport summary."""
+    t = Table(title=f"{transport['transport']}: all-reduce, n={transport['world_size']}")
+    for col in ("size (B)", "count", "type", "redop", "iters", "time (ms)", "algbw (MB/s)", "algbw (Mbit/s)",
+                "busbw (MB/s)", "busbw (Mbit/s)", "#wrong"):
+        t.add_column(col, justify="right")
+    for r in transport["sizes"]:
+        t.add_row(str(r["size_bytes"]), str(r["count"]), r["type"], r["redop"], str(r["iterations"]),
+                  fmt_num(r["time_s"] * 1e3 if r["time_s"] is not None else None, ".2f"),
+                  fmt_num(r["algbw_bytes_per_s"] / 1e6 if r["algbw_bytes_per_s"] is not None else None, ".2f"),
+                  fmt_num(r["algbw_mbit_per_s"], ".1f"),
+                  fmt_num(r["busbw_bytes_per_s"] / 1e6 if r["busbw_bytes_per_s"] is not None else None, ".2f"),
+                  fmt_num(r["busbw_mbit_per_s"], ".1f"), str(r["wrong"]))
+    return t
+
+
+def fidelity_table(summary: dict) -> Table:
+    """CPU use and achieved vs configured rate of the busiest link ends, per transport."""
+    t = Table(title="fidelity")
+    for col in ("transport", "CPU mean", "CPU p95", "link end", "achieved (Mbit/s)", "configured (Mbit/s)",
+                "achieved/configured", "drops"):
+        t.add_column(col, justify="right")
+    for name, s in summary["transports"].items():
+        cpu = s["fidelity"]["cpu_busy"]
+        links = s["fidelity"]["busiest_links"] or [None]
+        for i, ln in enumerate(links):
+            head = ((name, fmt_num(cpu["mean"], ".0%"), fmt_num(cpu["p95"], ".0%")) if cpu else (name, "-", "-")) \
+                if i == 0 else ("", "", "")
+            tail = (f"{ln['link']}:{ln['end']}", fmt_num(ln["achieved_bps"] / 1e6),
+                    fmt_num(ln["rate_bps"] / 1e6 if ln["rate_bps"] else None),
+                    fmt_num(ln["achieved_fraction"], ".0%"), fmt_num(ln["drops"], ".0f")) if ln else ("-",) * 5
+            t.add_row(*head, *tail)
+    return t
+
+
+# -- plots ---------------------------------------------------------------------------
+def _read_goodput(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
+    cols: dict[str, dict[str, list]] = {}
+    with open(run_dir / "goodput.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            c = cols.setdefault(row["transport"], {"t_s": [], "goodput_bps": [], "smoothed_bps": []})
+            for k in c:
+                c[k].append(float(row[k] or "nan"))
+    return {name: {k: np.array(v) for k, v in c.items()} for name, c in cols.items()}
+
+
+def _fault_lines(ax, faults: list[dict], label: bool) -> None:
+    for f in faults:
+        colour = "tab:red" if f["phase"] == "apply" else "tab:blue"
+        ax.axvline(f["t_s"], color=colour, linestyle="--", linewidth=1)
+        if label:
+            ax.annotate(f"{f['action']} {f['phase']}\n{f['link']}", (f["t_s"], 1.0),
+                        xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="top", ha="right")
+
+
+def plot_goodput(run_dir: Path, summary: dict) -> Path:
+    """goodput.png: aggregate goodput (Mbit/s) over time, one panel per transport, fault markers."""
+    series = _read_goodput(run_dir)
+    names = list(summary["transports"])
+    fig, axes = plt.subplots(len(names), 1, sharex=True, squeeze=False, figsize=(10, 2.6 * len(names) + 0.6))
+    for ax, name in zip(axes[:, 0], names):
+        s, tr = series.get(name), summary["transports"][name]
+        if s is not None:
+            ax.plot(s["t_s"], s["goodput_bps"] / 1e6, linewidth=0.6, alpha=0.5, label="10 ms bins")
+            ax.plot(s["t_s"], s["smoothed_bps"] / 1e6, linewidth=1.4, label="50 ms rolling median")
+        if tr["baseline_goodput_bps"]:
+            ax.axhline(metrics.RECOVERY_FRACTION * tr["baseline_goodput_bps"] / 1e6, color="gray",
+                       linestyle=":", linewidth=1, label="90% of pre-fault median")
+        _fault_lines(ax, tr["faults"], label=True)
+        ax.set_ylabel("goodput (Mbit/s)")
+        ax.set_title(name, loc="left", fontsize=10)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[-1, 0].set_xlabel("time since run start (s)")
+    fig.suptitle(f"{summary['scenario']}: aggregate goodput")
+    fig.tight_layout()
+    path = Path(run_dir) / "goodput.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _ev_segments(transitions: list[dict], t_end: float) -> list[tuple[float, float, str]]:
+    """(start, duration, state) segments of one EV from its sorted transitions."""
+    state = transitions[0]["old"] if transitions and transitions[0]["old"] else "GOOD"
+    t, out = 0.0, []
+    for e in transitions:
+        out.append((t, max(0.0, e["t_s"] - t), state))
+        t, state = e["t_s"], e["new"]
+    out.append((t, max(0.0, t_end - t), state))
+    return out
+
+
+def plot_ev_timeline(run_dir: Path, summary: dict, transport: str, rank: int | None = None) -> Path | None:
+    """ev-timeline-<transport>.png: one row per EV of ``rank`` (default: the rank with the most
+    EV transitions), coloured by state, with fault markers. None for a transport without EVs."""
+    s = summary["transports"][transport]
+    if not s["has_evs"]:
+        return None
+    t0 = s["t0_wall_s"]
+    trans = metrics.ev_transitions(load_jsonl(Path(run_dir) / transport / "events.jsonl"), t0)
+    if rank is None:
+        counts: dict = {}
+        for e in trans:
+            counts[e["rank"]] = counts.get(e["rank"], 0) + 1
+        rank = max(sorted(counts), key=lambda r: counts[r]) if counts else 0
+    evs = {ev["ev_id"] for f in s["flows"] if f["rank"] == rank for ev in f["evs"]}
+    evs |= {e["ev_id"] for e in trans if e["rank"] == rank}
+    evs = sorted(evs, key=lambda v: (str(type(v)), v))
+    t_end = max([s["workload_window_s"][1]] + [e["t_s"] for e in trans])
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.22 * max(1, len(evs))))
+    for y, ev in enumerate(evs):
+        mine = [e for e in trans if e["rank"] == rank and e["ev_id"] == ev]
+        for start, dur, state in _ev_segments(mine, t_end):
+            ax.broken_barh([(start, dur)], (y - 0.4, 0.8), color=STATE_COLOURS.get(state, "tab:purple"))
+    _fault_lines(ax, s["faults"], label=False)
+    ax.set_yticks(range(len(evs)), [str(ev) for ev in evs], fontsize=6)
+    ax.set_ylabel("EV")
+    ax.set_xlabel("time since run start (s)")
+    ax.set_xlim(0, t_end)
+    handles = [matplotlib.patches.Patch(color=c, label=st) for st, c in STATE_COLOURS.items()]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), title="state",
+              title_fontsize=7)
+    ax.set_title(f"{summary['scenario']} / {transport}: EV states of rank {rank}")
+    fig.tight_layout()
+    path = Path(run_dir) / f"ev-timeline-{transport}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(run_dir: Path, summary: dict, rank: int | None = None) -> list[Path]:
+    """All PNGs of a run; returns their paths."""
+    paths = [plot_goodput(run_dir, summary)]
+    paths += [p for name in summary["transports"] if (p := plot_ev_timeline(run_dir, summary, name, rank))]
+    return paths
+
+
+def render(run_dir: Path, console: Console, *, recompute: bool = False, rank: int | None = None,
+           plots: bool = True) -> dict:
+    """Print the side-by-side, per-size and fidelity tables of a run and (re)write its PNGs,
+    from the run directory's files only. Returns the summary. Raises metrics.RunDirError."""
+    summary = load_summary(run_dir, recompute=recompute)
+    console.print(comparison_table(summary))
+    for s in summary["transports"].values():
+        console.print(size_table_view(s))
+    console.print(fidelity_table(summary))
+    for s in summary["transports"].values():
+        for w in s["warnings"]:
+            console.print(f"[yellow]warning[/] {s['transport']}: {w}")
+    if plots:
+        for p in write_plots(Path(run_dir), summary, rank):
+            console.print(f"plot: {p}")
+    return summary

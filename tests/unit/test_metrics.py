@@ -1,0 +1,190 @@
+"""Metrics on synthetic records with known answers: goodput, stall, recovery, detection,
+nccl-tests bandwidths, completion and the CPU-saturation validity rule."""
+
+import json
+
+import numpy as np
+import pytest
+
+from testbed import metrics
+
+T0 = 1000.0           # wall-clock run start, s
+BIN = metrics.BIN_S
+RATE_BYTES = 1e7      # one rx flow at full rate: 10 MB/s = 80 Mbit/s
+SIZE = 1 << 20
+FAULT_T, STALL_END, RECOVER_T, END_T = 1.0, 1.2, 1.5, 3.0
+
+
+def rx_rate(t: float) -> float:
+    """Bytes/s of each rx flow: full, stalled 200 ms after the fault, half, full from 1.5 s."""
+    if t < FAULT_T or t >= RECOVER_T:
+        return RATE_BYTES
+    return 0.0 if t < STALL_END else RATE_BYTES / 2
+
+
+def make_run(tmp_path, *, cpu_busy=0.5, transports=("mrc", "tcp"), world_size=2):
+    """Write a synthetic run directory; returns its path. mrc has EVs, tcp has none and rank 1 fails."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"scenario": {"name": "synthetic"}, "transports": list(transports),
+                                                   "world_size": world_size, "host_link_rate_bps": 100e6}))
+    for name in transports:
+        d = run / name
+        d.mkdir()
+        ev = [{"t": T0, "kind": "run", "phase": "start"},
+              {"t": T0 + FAULT_T, "kind": "fault", "action": "link_down", "link": "a0_0-c0_0", "phase": "apply"},
+              {"t": T0 + 2.0, "kind": "fault", "action": "link_down", "link": "a0_0-c0_0", "phase": "revert"}]
+        if name == "mrc":
+            ev += [{"t": T0 + FAULT_T + 0.01, "kind": "ev_state", "rank": 0, "ev_id": 2, "old": "GOOD", "new": "SKIP",
+                    "cause": "pacing"},
+                   {"t": T0 + FAULT_T + 0.05, "kind": "ev_state", "rank": 0, "ev_id": 3, "old": "GOOD",
+                    "new": "ASSUMED_BAD", "cause": "loss"},
+                   {"t": T0 + 1.6, "kind": "ev_state", "rank": 0, "ev_id": 3, "old": "ASSUMED_BAD", "new": "GOOD",
+                    "cause": "probe"}]
+        for k in range(15):
+            for rank in range(world_size):
+                sec = 0.3 if (k == 5 and rank == 1) else 0.2
+                ev.append({"t": T0 + 0.2 * (k + 1), "kind": "iteration", "rank": rank, "size": SIZE, "iter": k,
+                           "warmup": k == 0, "t_start": T0 + 0.2 * k, "t_end": T0 + 0.2 * (k + 1), "seconds": sec,
+                           "wrong": 2 if (k == 3 and rank == 1) else 0})
+        for rank in range(world_size):
+            failed = name == "tcp" and rank == 1
+            ev.append({"t": T0 + END_T, "kind": "agent", "rank": rank, "status": "failed" if failed else "done",
+                       "reason": "peer reset" if failed else None})
+        ev.append({"t": T0 + END_T + 0.01, "kind": "run", "phase": "end", "status": "ok"})
+        (d / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ev))
+        samples, total = [], 0.0
+        for i in range(int(END_T / BIN) + 1):
+            t = i * BIN
+            if i:
+                total += rx_rate(t - BIN) * BIN
+            for rank in range(world_size):
+                evs = [{"ev_id": e, "state": "GOOD", "sent": 10 * i, "lost": 1 if e == 3 and t > 1.05 else 0}
+                       for e in range(4)] if name == "mrc" else []
+                samples.append({"t": T0 + t, "rank": rank, "flows": [
+                    {"peer": (rank - 1) % world_size, "dir": "rx", "bytes": total, "retransmits": 0,
+                     "rtt_s": None, "cwnd_bytes": None, "evs": []},
+                    {"peer": (rank + 1) % world_size, "dir": "tx", "bytes": total,
+                     "retransmits": min(i, 7 if rank == 0 else 3), "rtt_s": 0.001 + 0.0001 * rank,
+                     "cwnd_bytes": 65536, "evs": evs}]})
+        (d / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+        links = [{"t": T0 + 0.1 * j, "link": "a0_0-c0_0", "end": end, "tx_bytes": 50e6 / 8 * 0.1 * j,
+                  "tx_packets": j * 10, "drops": min(j, 5), "rate_bps": 100e6}
+                 for j in range(31) for end in ("a", "b")]
+        (d / "links.jsonl").write_text("".join(json.dumps(x) + "\n" for x in links))
+        cpu = [{"t": T0 + 0.1 * j, "busy_fraction": cpu_busy} for j in range(31)]
+        (d / "cpu.jsonl").write_text("".join(json.dumps(x) + "\n" for x in cpu))
+    return run
+
+
+@pytest.fixture
+def summary(tmp_path):
+    return metrics.analyze_run(make_run(tmp_path))[0]
+
+
+def test_binned_increments_interpolates_and_clips_resets():
+    edges = np.array([0.0, 0.5, 1.0, 1.5])
+    inc = metrics.binned_increments(np.array([0.0, 1.0, 1.5]), np.array([0.0, 100.0, 50.0]), edges)
+    assert inc.tolist() == [50.0, 50.0, 0.0]
+    assert metrics.binned_increments(np.array([]), np.array([]), edges).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_goodput_stall_recovery_and_detection(summary):
+    mrc = summary["transports"]["mrc"]
+    assert mrc["baseline_goodput_bps"] == pytest.approx(2 * RATE_BYTES * 8)
+    assert mrc["longest_stall_s"] == pytest.approx(STALL_END - FAULT_T, abs=BIN)
+    assert mrc["longest_stall_at_s"] == pytest.approx(FAULT_T, abs=BIN)
+    assert mrc["recovery_s"] == pytest.approx(RECOVER_T - FAULT_T, abs=BIN)
+    assert mrc["detect_s"] == pytest.approx(0.05, abs=BIN)  # the SKIP at +10 ms is not a detection
+    assert [f["action"] for f in mrc["per_fault"]] == ["link_down"]
+    assert mrc["workload_window_s"] == pytest.approx([0.0, END_T])
+
+
+def test_transport_without_evs_has_no_detection(summary):
+    tcp = summary["transports"]["tcp"]
+    assert tcp["has_evs"] is False and tcp["detect_s"] is None
+    assert tcp["recovery_s"] == pytest.approx(RECOVER_T - FAULT_T, abs=BIN)
+
+
+def test_busbw_formula():
+    bw = metrics.bandwidths(1_000_000, 0.5, 4)
+    assert bw["algbw_bytes_per_s"] == pytest.approx(2e6)
+    assert bw["busbw_bytes_per_s"] == pytest.approx(2e6 * 2 * 3 / 4)
+    assert bw["busbw_mbit_per_s"] == pytest.approx(24.0)
+    assert metrics.bus_factor(1) == 0.0
+    with pytest.raises(ValueError):
+        metrics.bus_factor(0)
+
+
+def test_size_table_nccl_style(summary):
+    (row,) = summary["transports"]["mrc"]["sizes"]
+    mean = (13 * 0.2 + 0.3) / 14  # slowest rank per iteration; warm-up excluded
+    assert (row["size_bytes"], row["count"], row["iterations"], row["warmup"], row["wrong"]) == (SIZE, SIZE // 4, 14, 1, 2)
+    assert row["time_s"] == pytest.approx(mean)
+    assert row["algbw_bytes_per_s"] == pytest.approx(SIZE / mean)
+    assert row["busbw_bytes_per_s"] == pytest.approx(SIZE / mean * 2 * 1 / 2)
+    assert row["iteration_s"]["max"] == pytest.approx(0.3) and row["iteration_s"]["p50"] == pytest.approx(0.2)
+    mrc = summary["transports"]["mrc"]
+    assert mrc["busbw_fraction_of_host_link"] == pytest.approx(SIZE / mean * 8 / 100e6)
+
+
+def test_retransmits_evs_links_and_completion(summary):
+    mrc, tcp = summary["transports"]["mrc"], summary["transports"]["tcp"]
+    assert mrc["retransmits"] == 10 and mrc["retransmitted_bytes"] is None
+    tx0 = next(f for f in mrc["flows"] if f["rank"] == 0 and f["dir"] == "tx")
+    assert {e["ev_id"]: e["lost"] for e in tx0["evs"]} == {0: 0, 1: 0, 2: 0, 3: 1}
+    assert tx0["rtt_s"]["p50"] == pytest.approx(0.001)
+    (a, b) = mrc["fidelity"]["busiest_links"][:2]
+    assert a["achieved_bps"] == pytest.approx(50e6, rel=0.01) and a["achieved_fraction"] == pytest.approx(0.5, rel=0.01)
+    assert a["drops"] == 5 and mrc["fidelity"]["link_drops"] == 10
+    assert mrc["completion"]["complete"] is True
+    assert tcp["completion"] == {"complete": False, "reason": "rank 1 failed: peer reset", "ranks_done": 1,
+                                 "ranks_failed": 1, "run_status": "ok"}
+    assert [r["transport"] for r in summary["comparison"]] == ["mrc", "tcp"]
+
+
+def test_cpu_saturation_marks_run_invalid(tmp_path, summary):
+    assert summary["transports"]["mrc"]["valid"] is True
+    assert summary["transports"]["mrc"]["fidelity"]["cpu_busy"]["p95"] == pytest.approx(0.5)
+    (tmp_path / "saturated").mkdir()
+    bad = metrics.analyze_run(make_run(tmp_path / "saturated", cpu_busy=0.96))[0]
+    for s in bad["transports"].values():
+        assert s["valid"] is False and "CPU saturated" in s["invalid_reasons"][0]
+        assert "0.95" in s["invalid_reasons"][0]
+
+
+def test_recovery_edge_cases():
+    edges = metrics.bin_edges(0.0, 3.0)
+    flat = np.full(len(edges) - 1, 8e6)
+    assert metrics.recovery_time(edges, flat, 1.0, 8e6, 3.0) == 0.0  # no dip
+    dead = flat.copy()
+    dead[100:] = 0.0
+    assert metrics.recovery_time(edges, dead, 1.0, 8e6, 3.0) is None  # never back
+    spike = flat.copy()
+    spike[120] = 0.0  # one empty bin is smoothed away
+    assert metrics.recovery_time(edges, spike, 1.0, 8e6, 3.0) == 0.0
+    assert metrics.recovery_time(edges, flat, 1.0, 0.0, 3.0) is None
+
+
+def test_longest_stall_only_inside_window():
+    edges = metrics.bin_edges(0.0, 1.0)
+    g = np.ones(len(edges) - 1)
+    g[:30] = 0.0   # before the workload starts
+    g[50:55] = 0.0
+    dur, at = metrics.longest_stall(edges, g, (0.4, 1.0))
+    assert dur == pytest.approx(0.05) and at == pytest.approx(0.5)
+
+
+def test_load_jsonl_tolerates_truncated_tail_only(tmp_path):
+    p = tmp_path / "e.jsonl"
+    p.write_text('{"t": 1}\n{"t": 2}\n{"t": ')
+    assert metrics.load_jsonl(p) == [{"t": 1}, {"t": 2}]
+    p.write_text('{"t": 1}\nnope\n{"t": 2}\n')
+    with pytest.raises(metrics.MetricsError, match=r"e.jsonl:2: not JSON"):
+        metrics.load_jsonl(p)
+    assert metrics.load_jsonl(tmp_path / "missing.jsonl") == []
+
+
+def test_not_a_run_dir(tmp_path):
+    with pytest.raises(metrics.RunDirError, match="not a run directory"):
+        metrics.load_manifest(tmp_path)

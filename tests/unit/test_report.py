@@ -1,0 +1,71 @@
+"""Reports: tables render, files and PNGs are written, re-rendering needs only the files,
+and ``testbed report`` exits 2 on a directory that is not a run."""
+
+import csv
+import io
+import json
+
+from rich.console import Console
+
+from testbed import cli, report
+from .test_metrics import make_run
+
+
+def render_text(run, **kw) -> tuple[str, dict]:
+    buf = io.StringIO()
+    summary = report.render(run, Console(file=buf, width=220, color_system=None), **kw)
+    return buf.getvalue(), summary
+
+
+def test_render_writes_files_and_plots(tmp_path):
+    run = make_run(tmp_path)
+    text, summary = render_text(run)
+    for name in ("summary.json", "flows.csv", "goodput.csv", "links.csv"):
+        assert (run / name).stat().st_size > 100, name
+    assert (run / "goodput.png").stat().st_size > 20_000
+    assert (run / "ev-timeline-mrc.png").stat().st_size > 10_000
+    assert not (run / "ev-timeline-tcp.png").exists()  # no EVs
+    assert "transports side by side" in text and "n/a (no EVs)" in text
+    assert "rank 1 failed: peer reset" in text and "1048576" in text and "a0_0-c0_0:a" in text
+    assert json.loads((run / "summary.json").read_text())["comparison"] == summary["comparison"]
+
+
+def test_csv_formats(tmp_path):
+    run = make_run(tmp_path)
+    report.write_outputs(run)
+    with open(run / "flows.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["transport", "rank", "peer", "dir", "t_s", "bytes", "rate_bps", "retransmits",
+                             "rtt_s", "cwnd_bytes"]
+    rx = [r for r in rows if r["transport"] == "mrc" and r["rank"] == "0" and r["dir"] == "rx"]
+    assert float(rx[10]["rate_bps"]) == 80e6 and float(rx[110]["rate_bps"]) == 0.0
+    with open(run / "links.csv") as f:
+        assert next(csv.reader(f)) == ["transport", "link", "end", "t_s", "tx_bytes", "throughput_bps", "drops",
+                                       "rate_bps"]
+    with open(run / "goodput.csv") as f:
+        assert next(csv.reader(f)) == ["transport", "t_s", "goodput_bps", "smoothed_bps"]
+
+
+def test_rerender_from_output_files_only(tmp_path):
+    run = make_run(tmp_path)
+    report.write_outputs(run)
+    for t in ("mrc", "tcp"):
+        (run / t / "samples.jsonl").unlink()
+        (run / t / "links.jsonl").unlink()
+    text, summary = render_text(run, rank=0)
+    assert summary["transports"]["mrc"]["recovery_s"] is not None
+    assert "transports side by side" in text
+    assert (run / "goodput.png").exists()
+
+
+def test_cli_report_json_and_not_a_run_dir(tmp_path, capsys):
+    run = make_run(tmp_path)
+    assert cli.main(["report", str(run), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenario"] == "synthetic" and set(out["transports"]) == {"mrc", "tcp"}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["report", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert "not a run directory" in err
+    assert cli.main(["report", str(tmp_path / "missing")]) == 2
