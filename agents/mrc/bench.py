@@ -60,10 +60,10 @@ def plain_udp(packets: int = 200_000, burst: int = 64) -> dict:
     return {"packets": received, "cpu_s": cpu, "wall_s": wall, "pps_per_core": received / cpu}
 
 
-def mrc(size_bytes: int = 64 << 20, seed: int = 1) -> dict:
+def mrc(size_bytes: int = 64 << 20, seed: int = 1, sack_every: int = 8) -> dict:
     """MRC data path: one RDMA WRITE of ``size_bytes`` between two QPs over ::1 via agents.io."""
     cfg = QPConfig(min_rto_s=0.05, cc="fixed", cc_params={"window_bytes": 512 * 1024},
-                   probe_interval_s=0.05, probe_timeout_s=0.05)
+                   probe_interval_s=0.05, probe_timeout_s=0.05, sack_every=sack_every)
     loop = EventLoop()
     ea = Endpoint(loop, bind_addr="::1", port=0)
     eb = Endpoint(loop, bind_addr="::1", port=0)
@@ -99,20 +99,21 @@ def mrc(size_bytes: int = 64 << 20, seed: int = 1) -> dict:
         loop.close()
 
 
-def run(size_bytes: int = 64 << 20, plain_packets: int = 200_000) -> dict:
+def run(size_bytes: int = 64 << 20, plain_packets: int = 200_000, sack_every: int = 8) -> dict:
     """Run both measurements; returns {"plain": {...}, "mrc": {...}, "ratio": mrc/plain}."""
     plain = plain_udp(plain_packets)
-    m = mrc(size_bytes)
+    m = mrc(size_bytes, sack_every=sack_every)
     return {"plain": plain, "mrc": m, "ratio": m["pps_per_core"] / plain["pps_per_core"],
-            "target_ratio": 0.5, "datagram_bytes": DATAGRAM_BYTES}
+            "target_ratio": 0.5, "datagram_bytes": DATAGRAM_BYTES, "sack_every": sack_every}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=64, help="size of the MRC write in MiB")
     parser.add_argument("--plain-packets", type=int, default=200_000)
+    parser.add_argument("--sack-every", type=int, default=8, help="SACK coalescing (packets)")
     args = parser.parse_args(argv)
-    res = run(args.mib << 20, args.plain_packets)
+    res = run(args.mib << 20, args.plain_packets, args.sack_every)
     print(f"{'path':<8}{'packets':>10}{'cpu_s':>9}{'pkts/s/core':>14}")
     for name in ("plain", "mrc"):
         r = res[name]

@@ -290,7 +290,8 @@ def unpack_data(data: bytes) -> tuple:
         raise ProtocolError(f"length field {length} != payload bytes {end - start}")
     if off + length > 0xFFFFFFFFFFFFFFFF:
         raise ProtocolError("remote offset + length overflows 64 bits")
-    check_crc(data)
+    if zlib.crc32(memoryview(data)[:end]) != int.from_bytes(data[end:], "big"):
+        raise ProtocolError("CRC mismatch")
     return (opcode, flags, qpn, psn, ev, off, length, ts, imm, start, end)
 
 

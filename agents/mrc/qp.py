@@ -76,12 +76,15 @@ class QP(RequesterMixin, ResponderMixin):
         self.transport = Transport(self.config.transport)
         self.state = QPState.RST
         self.attr = QPAttr()
+        self._update_rto()
         self.dest_qpn = 0
         self.evs: EVSet | None = None
         self._events: deque = deque()
         self.bad_packets = 0
         self.cc = cc_mod.create(self.config.cc, mss_bytes=self.config.payload_bytes,
                                 **self.config.cc_params)
+        self._cc_sent = None if type(self.cc).on_packet_sent is \
+            cc_mod.CongestionControl.on_packet_sent else self.cc.on_packet_sent
         self._init_requester()
         self._init_responder(memory)
 
@@ -92,8 +95,11 @@ class QP(RequesterMixin, ResponderMixin):
 
         OCP MRC 1.0, mrc.h: local ACK timeout = 1.024 us * 2**timeout.
         """
-        return max(self.config.time_scale * 1.024e-6 * (1 << self.attr.timeout),
-                   self.config.min_rto_s)
+        return self._rto_s
+
+    def _update_rto(self) -> None:
+        self._rto_s = max(self.config.time_scale * 1.024e-6 * (1 << self.attr.timeout),
+                          self.config.min_rto_s)
 
     def modify_qp(self, state: QPState, now: float = 0.0, **attrs) -> None:
         """Move to ``state`` setting ``attrs`` (like mrc_modify_qp).
@@ -138,12 +144,14 @@ class QP(RequesterMixin, ResponderMixin):
                                                      if k in _ATTR_FIELDS})
         new_attr.validate()
         self.attr = new_attr
+        self._update_rto()
         self.state = state
 
     def _reset(self) -> None:
         memory = self._mem
         self.state = QPState.RST
         self.attr = QPAttr()
+        self._update_rto()
         self.evs = None
         self._events.clear()
         self._init_requester()

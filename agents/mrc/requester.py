@@ -21,6 +21,7 @@ from .types import RETRY_EXP_INFINITE, Transport, WCOpcode, WCStatus, WorkComple
 log = logging.getLogger(__name__)
 
 _OP_FIRST, _OP_MIDDLE, _OP_LAST, _OP_LAST_IMM, _OP_ONLY, _OP_ONLY_IMM = 6, 7, 8, 9, 10, 11
+_encode = pk.encode_data_parts
 
 
 class _WR:
@@ -70,7 +71,8 @@ class RequesterMixin:
         self._snd_una = 0                       # lowest PSN not acknowledged
         self._outstanding: dict[int, _Tx] = {}
         self._rtx: list[int] = []               # heap of lost PSNs awaiting retransmit
-        self._timers: list[tuple[float, int, int]] = []  # (deadline, psn, ts_ns)
+        self._timers: list[tuple[float, int, int]] = []  # heap (deadline, psn, ts_ns)
+        self._fresh_timers: deque = deque()     # same, deadlines non-decreasing (no backoff)
         self._ev_q: dict[int, deque] = {}
         self._inflight_bytes = 0
         self._wimm_inflight = 0
@@ -110,12 +112,19 @@ class RequesterMixin:
         return self.rto_s * (1 << min(timeouts - lin + 1, 20))
 
     def _transmit(self, tx: _Tx, ev: int, now: float, out: list, rtx: bool) -> None:
+        # Hot path: locals instead of repeated attribute lookups, no per-packet helper calls.
         wr = tx.wr
         info = self.evs.info[ev]
-        ts = self._stamp(now)
+        ts = int(now * 1e9)
+        last = self._last_ts_ns
+        if ts <= last:
+            ts = last + 1
+        self._last_ts_ns = ts
+        psn = tx.psn
+        seq = info.seq
+        info.seq = seq + 1
         tx.ev = ev
-        tx.ev_seq = info.seq
-        info.seq += 1
+        tx.ev_seq = seq
         tx.ts_ns = ts
         tx.sent_at = now
         tx.lost = False
@@ -125,13 +134,15 @@ class RequesterMixin:
             tx.rtx_count += 1
             info.retransmits += 1
             self.rtx_packets += 1
-        if tx.psn == wr.last_psn:
+        if psn == wr.last_psn:
             flags |= pk.FLAG_ACK_REQ
-        imm = wr.imm if tx.opcode in (_OP_LAST_IMM, _OP_ONLY_IMM) else None
-        out.append((pk.encode_data_parts(self.dest_qpn, tx.psn, ev, tx.opcode, flags,
-                                         wr.remote_offset + tx.pos, ts, imm,
-                                         wr.data[tx.pos:tx.pos + tx.length]), ev))
+            imm = wr.imm
+        else:
+            imm = None
+        pos = tx.pos
         length = tx.length
+        out.append((_encode(self.dest_qpn, psn, ev, tx.opcode, flags, wr.remote_offset + pos,
+                            ts, imm, wr.data[pos:pos + length]), ev))
         self._inflight_bytes += length
         info.packets_sent += 1
         info.bytes_sent += length
@@ -140,9 +151,13 @@ class RequesterMixin:
         q = self._ev_q.get(ev)
         if q is None:
             q = self._ev_q[ev] = deque()
-        q.append((tx.ev_seq, tx.psn, ts))
-        heapq.heappush(self._timers, (now + self._rto_for(tx.timeouts), tx.psn, ts))
-        self.cc.on_packet_sent(now=now, size_bytes=length)
+        q.append((seq, psn, ts))
+        if tx.timeouts == 0 and not rtx:
+            self._fresh_timers.append((now + self._rto_s, psn, ts))
+        else:
+            heapq.heappush(self._timers, (now + self._rto_for(tx.timeouts), psn, ts))
+        if self._cc_sent is not None:
+            self._cc_sent(now=now, size_bytes=length)
 
     def _new_tx(self) -> _Tx | None:
         wr = self._unsent[0]
@@ -186,20 +201,23 @@ class RequesterMixin:
                 return
             heapq.heappop(rtx_heap)
             self._transmit(tx, ev, now, out, rtx=True)
+        # New data. The window test is CongestionControl.can_send, inlined for speed.
         window_end = self._snd_una + self.attr.mpr * 128
-        while self._unsent and len(out) < budget and self._next_psn < window_end:
-            if not cc.can_send(inflight_bytes=self._inflight_bytes,
-                               size_bytes=self.config.payload_bytes):
+        size = self.config.payload_bytes
+        pick = self.evs.pick
+        unsent = self._unsent
+        while unsent and len(out) < budget and self._next_psn < window_end:
+            inflight = self._inflight_bytes
+            if inflight and inflight + size > cc.cwnd_bytes:
                 return
-            ev = self.evs.pick(now)
+            ev = pick(now)
             if ev is None:
                 return
             tx = self._new_tx()
             if tx is None:
                 return
             outstanding[tx.psn] = tx
-            self._transmit(tx, ev, now, out, rtx=False)
-            window_end = self._snd_una + self.attr.mpr * 128
+            self._transmit(tx, ev, now, out, False)
 
     # ---- loss ----------------------------------------------------------
     def _declare_lost(self, tx: _Tx, now: float, cause: str) -> None:
@@ -235,6 +253,9 @@ class RequesterMixin:
                 self._declare_lost(tx, now, "ev_threshold")
 
     def _requester_timers(self, now: float) -> None:
+        fresh = self._fresh_timers
+        while fresh and fresh[0][0] <= now:
+            heapq.heappush(self._timers, fresh.popleft())
         timers = self._timers
         outstanding = self._outstanding
         exp = self.attr.retry_exp_cnt
@@ -258,14 +279,22 @@ class RequesterMixin:
     def _requester_deadline(self) -> float | None:
         timers = self._timers
         outstanding = self._outstanding
+        fresh = self._fresh_timers
+        while fresh:
+            _, psn, ts = fresh[0]
+            tx = outstanding.get(psn)
+            if tx is None or tx.ts_ns != ts or tx.lost:
+                fresh.popleft()
+                continue
+            break
         while timers:
             _, psn, ts = timers[0]
             tx = outstanding.get(psn)
             if tx is None or tx.ts_ns != ts or tx.lost:
                 heapq.heappop(timers)
                 continue
-            return timers[0][0]
-        return None
+            return min(timers[0][0], fresh[0][0]) if fresh else timers[0][0]
+        return fresh[0][0] if fresh else None
 
     # ---- acknowledgements ---------------------------------------------
     def _acked(self, tx: _Tx, touched: set) -> int:
@@ -294,6 +323,10 @@ class RequesterMixin:
                     acked += self._acked(tx, touched)
             self._snd_una = cum
         b = bitmap
+        if base < self._snd_una:       # bits below the cumulative PSN are already done
+            shift = self._snd_una - base
+            b = b >> shift if shift < 64 else 0
+            base = self._snd_una
         while b:
             low = b & -b
             b ^= low
@@ -369,6 +402,7 @@ class RequesterMixin:
         self._outstanding.clear()
         self._rtx.clear()
         self._timers.clear()
+        self._fresh_timers.clear()
         self._inflight_bytes = 0
 
     # ---- probes ----------------------------------------------------------
