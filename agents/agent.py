@@ -1,0 +1,201 @@
+"""The agent: one rank of the ring all-reduce, driven by the runner over the control socket.
+
+Phases: connect control -> build the channel (mrc/rc: :class:`QPChannel`,
+tcp: :class:`TCPChannel`) -> wait until the channel is connected -> send
+``ready`` -> wait for ``start`` -> run the :class:`agents.collectives.Workload`
+-> when every all-reduce is done and every write acknowledged, send ``done``
+-> linger (keep acknowledging the previous rank's retransmissions) until
+``stop``, EOF on the control socket, or ``linger_s``. The protocol is in
+:mod:`agents.__main__`.
+
+One single-threaded loop (:class:`agents.io.EventLoop`) serves the data
+path, the control socket and the sample timer; control output is queued
+and written without blocking, at most one sample per ``sample_interval_s``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from .collectives import IterationResult, Workload
+from .control import ControlClient, ControlError
+from .io import EventLoop
+from .jobspec import JobSpec
+
+log = logging.getLogger(__name__)
+
+EXIT_DONE = 0
+EXIT_FAILED = 1
+EXIT_BAD_JOB = 2
+EXIT_STOPPED = 3
+
+
+class AgentStopped(Exception):
+    """The runner sent ``stop`` (or closed the control socket) before the job was done."""
+
+
+class Agent:
+    """Run ``spec`` (a validated JobSpec). :meth:`run` returns the exit status.
+
+    Runtime failures (peer unreachable, QP ERR, control socket lost) are
+    reported as ``failed`` when the control socket still works, logged, and
+    give EXIT_FAILED; ``stop`` before done gives EXIT_STOPPED.
+    """
+
+    def __init__(self, spec: JobSpec):
+        self.spec = spec
+        self.loop = EventLoop()
+        self.wall_offset_s = time.time() - self.loop.time()
+        self.control: ControlClient | None = None
+        self.channel = None
+        self.workload: Workload | None = None
+        self.started = False
+        self.stop_requested = False
+        self.ev_transitions = 0
+        self._per_size_index: dict[tuple[int, bool], int] = {}
+        self._next_sample = 0.0
+
+    # ---- helpers -------------------------------------------------------------
+    def wall(self, t_loop: float) -> float:
+        """Loop (monotonic) time -> wall-clock seconds (time.time())."""
+        return t_loop + self.wall_offset_s
+
+    def send(self, msg: dict) -> None:
+        self.control.send({**msg, "rank": self.spec.rank} if "rank" not in msg else msg)
+
+    def _on_control(self) -> None:
+        self.control.on_readable()
+        while self.control.inbox:
+            msg = self.control.inbox.popleft()
+            kind = msg["type"]
+            if kind == "start":
+                self.started = True
+            elif kind == "stop":
+                self.stop_requested = True
+            else:
+                log.warning("rank %d: ignoring control message %r", self.spec.rank, kind)
+        if self.control.closed:
+            self.stop_requested = True
+
+    def _on_ev_event(self, ev, side: str) -> None:
+        self.ev_transitions += 1
+        peer = self.spec.next.host if side == "tx" else self.spec.prev.host
+        self.send({"type": "event", "t": self.wall(ev.time), "kind": "ev_state",
+                   "peer": peer, "dir": side, "qpn": ev.qpn, "ev_id": ev.ev,
+                   "old": ev.old.name, "new": ev.new.name, "cause": ev.cause.value})
+
+    def _on_iteration(self, r: IterationResult) -> None:
+        key = (r.size_bytes, r.warmup)
+        idx = self._per_size_index.get(key, 0)
+        self._per_size_index[key] = idx + 1
+        self.send({"type": "iteration", "size": r.size_bytes, "iter": idx, "seq": r.iteration,
+                   "warmup": r.warmup, "t_start": r.t_start, "t_end": r.t_end,
+                   "seconds": r.seconds, "wrong": r.wrong})
+
+    def _sample(self, now: float, force: bool = False) -> None:
+        if not force and now < self._next_sample:
+            return
+        self._next_sample = now + self.spec.sample_interval_s
+        self.send({"type": "sample", "t": self.wall(now), "flows": self.channel.flows()})
+
+    def _make_channel(self):
+        spec = self.spec
+        region = self.workload.recv_region
+        if spec.transport == "tcp":
+            from .tcp import TCPChannel
+            return TCPChannel(self.loop, spec, region, on_arrival=self._on_arrival)
+        from .mrcchannel import QPChannel
+        return QPChannel(self.loop, spec, region, on_arrival=self._on_arrival,
+                         on_ev_event=self._on_ev_event)
+
+    def _on_arrival(self, imm: int) -> None:
+        self.workload.on_arrival(imm, time.time())
+
+    def _spin(self, until, *, timeout_s: float | None = None, what: str = "") -> None:
+        """Serve loop, channel, control and samples until ``until()``; raise on stop/timeout."""
+        loop, channel, control = self.loop, self.channel, self.control
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while not until():
+            if self.stop_requested:
+                raise AgentStopped()
+            wait = 0.0005 if channel.wants_poll else 0.05
+            if self.started:
+                wait = min(wait, max(self._next_sample - loop.time(), 0.0))
+            loop.run_once(wait)
+            now = loop.time()
+            channel.service(now)
+            if self.started:
+                self._sample(now)
+            control.flush()
+            if deadline is not None and now > deadline:
+                raise TimeoutError(f"{what} not reached within {timeout_s} s")
+
+    # ---- the run -----------------------------------------------------------
+    def run(self) -> int:
+        spec = self.spec
+        try:
+            self.control = ControlClient(spec.control_socket)
+        except ControlError as exc:
+            log.error("rank %d: %s", spec.rank, exc)
+            return EXIT_FAILED
+        self.loop.add_reader(self.control.sock, self._on_control)
+        try:
+            return self._run()
+        except AgentStopped:
+            log.info("rank %d: stopped by the runner before done", spec.rank)
+            return EXIT_STOPPED
+        except ControlError as exc:
+            log.error("rank %d: %s", spec.rank, exc)
+            return EXIT_FAILED
+        except Exception as exc:  # noqa: BLE001 - every failure must reach the runner
+            reason = f"{type(exc).__name__}: {exc}"
+            log.error("rank %d: job failed: %s", spec.rank, reason)
+            self._report_failure(exc, reason)
+            return EXIT_FAILED
+        finally:
+            if self.channel is not None:
+                self.channel.close()
+            self.control.close()
+            self.loop.close()
+
+    def _report_failure(self, exc: Exception, reason: str) -> None:
+        try:
+            from .mrcchannel import QPChannelError
+            if isinstance(exc, QPChannelError):
+                self.send({"type": "event", "t": time.time(), "kind": "qp_error",
+                           "reason": str(exc)})
+            self.send({"type": "failed", "reason": reason})
+            self.control.flush_blocking(1.0)
+        except (ControlError, OSError) as cexc:
+            log.error("rank %d: could not report the failure: %s", self.spec.rank, cexc)
+
+    def _run(self) -> int:
+        spec = self.spec
+        self.workload = Workload(spec.rank, spec.world_size, list(spec.sizes), spec.iterations,
+                                 spec.warmup, spec.seed, post=lambda s: self.channel.post(s),
+                                 report=self._on_iteration)
+        self.channel = self._make_channel()
+        self._spin(lambda: self.channel.connected, timeout_s=spec.connect_timeout_s + 1,
+                   what="connection to the ring neighbours")
+        self.send({"type": "ready"})
+        self._spin(lambda: self.started, what="start")
+        log.info("rank %d: start", spec.rank)
+        self.workload.start(time.time())
+        self._spin(lambda: self.workload.done and self.channel.idle)
+        self._sample(self.loop.time(), force=True)
+        self.send({"type": "done", "summary": self.summary()})
+        self.control.flush_blocking()
+        log.info("rank %d: done", spec.rank)
+        try:
+            self._spin(lambda: False, timeout_s=spec.linger_s, what="stop")
+        except (AgentStopped, TimeoutError):
+            pass
+        except Exception as exc:  # noqa: BLE001 - the job is done; a late peer error is moot
+            log.info("rank %d: after done: %s", spec.rank, exc)
+        return EXIT_DONE
+
+    def summary(self) -> dict:
+        """The ``done`` summary: workload per size (nccl-tests fields) + transport counters."""
+        return {"transport": self.spec.transport, "host": self.spec.host,
+                **self.workload.summary(), "ev_transitions": self.ev_transitions,
+                "qp_errors": 0, "channel": self.channel.summary()}
