@@ -25,9 +25,10 @@ Metric definitions (also in :data:`DEFINITIONS`, copied into ``summary.json``):
   smoothed bin at or after ``t_f`` (within 1 s) below 90 % of the baseline;
   recovery is the start of the first bin after the dip back at >= 90 %, minus
   ``t_f``. No dip within 1 s -> 0.0. Never back before the workload ends -> None.
-- time to detect: first EV transition GOOD -> ASSUMED_BAD/DENIED/UNKNOWN (SKIP is
-  internal and ignored) at or after ``t_f``, minus ``t_f``. None for a transport
-  without EVs.
+- time to detect: first EV transition from a usable state (GOOD, or SKIP: the
+  congestion back-off, agents/mrc/ev.py) into ASSUMED_BAD/DENIED/UNKNOWN at or after
+  ``t_f``, minus ``t_f``; GOOD -> SKIP is congestion, not detection. None for a
+  transport without EVs (tcp).
 - longest stall: longest run of consecutive 10 ms bins with zero aggregate goodput
   inside the workload window (first iteration start .. last iteration end).
 - iteration time: per (size, iteration) the slowest rank's ``seconds`` (a collective
@@ -70,7 +71,8 @@ DEFINITIONS = {
     "busbw": "algbw * 2(n-1)/n for all-reduce, n = world size (nccl-tests PERFORMANCE.md); bytes/s and Mbit/s",
     "wrong": "elements differing from the expected sum, summed over ranks and all iterations (warm-up too)",
     "qp_errors": "qp_error events (retries exhausted: the job would crash); count",
-    "detect_s": "first fault apply -> first EV leaving GOOD for ASSUMED_BAD/DENIED/UNKNOWN; s; null without EVs",
+    "detect_s": "first fault apply -> first EV going from GOOD (or SKIP) to ASSUMED_BAD/DENIED/UNKNOWN; s; "
+                "null without EVs",
     "recovery_s": "fault apply -> smoothed (centred 50 ms rolling median) aggregate goodput back to >= 90% of "
                   "the pre-fault median, after first dipping below it within 1 s; 0 if no dip; s; null if "
                   "not recovered before the workload ended",
@@ -271,16 +273,17 @@ def faults(events: list[dict], t0_s: float) -> list[dict]:
 
 
 def ev_transitions(events: list[dict], t0_s: float) -> list[dict]:
-    """``ev_state`` events as ``{t_s, rank, ev_id, old, new, cause}`` sorted by time."""
-    out = [{"t_s": e["t"] - t0_s, **{k: e.get(k) for k in ("rank", "ev_id", "old", "new", "cause")}}
+    """``ev_state`` events as ``{t_s, rank, peer, dir, ev_id, old, new, cause}`` sorted by time
+    (``dir``: "tx" for the EVs of the rank's requester, "rx" for its responder's)."""
+    out = [{"t_s": e["t"] - t0_s, **{k: e.get(k) for k in ("rank", "peer", "dir", "ev_id", "old", "new", "cause")}}
            for e in events if e.get("kind") == "ev_state"]
     return sorted(out, key=lambda e: e["t_s"])
 
 
 def time_to_detect(transitions: list[dict], t_fault_s: float) -> float | None:
-    """Seconds from ``t_fault_s`` to the first GOOD -> ASSUMED_BAD/DENIED/UNKNOWN at or after it."""
+    """Seconds from ``t_fault_s`` to the first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN at or after it."""
     for e in transitions:
-        if e["t_s"] >= t_fault_s and e["old"] == "GOOD" and e["new"] in DETECTED_STATES:
+        if e["t_s"] >= t_fault_s and e["old"] in ("GOOD", "SKIP") and e["new"] in DETECTED_STATES:
             return e["t_s"] - t_fault_s
     return None
 

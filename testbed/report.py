@@ -250,8 +250,9 @@ def _ev_segments(transitions: list[dict], t_end: float) -> list[tuple[float, flo
 
 
 def plot_ev_timeline(run_dir: Path, summary: dict, transport: str, rank: int | None = None) -> Path | None:
-    """ev-timeline-<transport>.png: one row per EV of ``rank`` (default: the rank with the most
-    EV transitions), coloured by state, with fault markers. None for a transport without EVs."""
+    """ev-timeline-<transport>.png: one row per EV (``dir``, ``ev_id``) of ``rank`` (default: the
+    rank with the most EV transitions), coloured by state, with fault markers. EVs start in the
+    ``old`` state of their first transition (GOOD without one). None for a transport without EVs."""
     s = summary["transports"][transport]
     if not s["has_evs"]:
         return None
@@ -262,18 +263,18 @@ def plot_ev_timeline(run_dir: Path, summary: dict, transport: str, rank: int | N
         for e in trans:
             counts[e["rank"]] = counts.get(e["rank"], 0) + 1
         rank = max(sorted(counts), key=lambda r: counts[r]) if counts else 0
-    evs = {ev["ev_id"] for f in s["flows"] if f["rank"] == rank for ev in f["evs"]}
-    evs |= {e["ev_id"] for e in trans if e["rank"] == rank}
-    evs = sorted(evs, key=lambda v: (str(type(v)), v))
+    evs = {(f["dir"], ev["ev_id"]) for f in s["flows"] if f["rank"] == rank for ev in f["evs"]}
+    evs |= {(e["dir"] or "tx", e["ev_id"]) for e in trans if e["rank"] == rank}
+    evs = sorted(evs, key=lambda v: (v[0] != "tx", v[0], str(type(v[1])), v[1]))
     t_end = max([s["workload_window_s"][1]] + [e["t_s"] for e in trans])
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.22 * max(1, len(evs))))
-    for y, ev in enumerate(evs):
-        mine = [e for e in trans if e["rank"] == rank and e["ev_id"] == ev]
+    for y, (direction, ev) in enumerate(evs):
+        mine = [e for e in trans if e["rank"] == rank and (e["dir"] or "tx") == direction and e["ev_id"] == ev]
         for start, dur, state in _ev_segments(mine, t_end):
             ax.broken_barh([(start, dur)], (y - 0.4, 0.8), color=STATE_COLOURS.get(state, "tab:purple"))
     _fault_lines(ax, s["faults"], label=False)
-    ax.set_yticks(range(len(evs)), [str(ev) for ev in evs], fontsize=6)
-    ax.set_ylabel("EV")
+    ax.set_yticks(range(len(evs)), [f"{d} {ev}" for d, ev in evs], fontsize=6)
+    ax.set_ylabel("EV (tx: requester, rx: responder)")
     ax.set_xlabel("time since run start (s)")
     ax.set_xlim(0, t_end)
     handles = [matplotlib.patches.Patch(color=c, label=st) for st, c in STATE_COLOURS.items()]

@@ -35,12 +35,12 @@ def make_run(tmp_path, *, cpu_busy=0.5, transports=("mrc", "tcp"), world_size=2)
               {"t": T0 + FAULT_T, "kind": "fault", "action": "link_down", "link": "a0_0-c0_0", "phase": "apply"},
               {"t": T0 + 2.0, "kind": "fault", "action": "link_down", "link": "a0_0-c0_0", "phase": "revert"}]
         if name == "mrc":
-            ev += [{"t": T0 + FAULT_T + 0.01, "kind": "ev_state", "rank": 0, "ev_id": 2, "old": "GOOD", "new": "SKIP",
-                    "cause": "pacing"},
-                   {"t": T0 + FAULT_T + 0.05, "kind": "ev_state", "rank": 0, "ev_id": 3, "old": "GOOD",
-                    "new": "ASSUMED_BAD", "cause": "loss"},
-                   {"t": T0 + 1.6, "kind": "ev_state", "rank": 0, "ev_id": 3, "old": "ASSUMED_BAD", "new": "GOOD",
-                    "cause": "probe"}]
+            ev += [{"t": T0 + FAULT_T + 0.01, "kind": "ev_state", "rank": 0, "peer": "h1", "dir": "tx", "ev_id": 2,
+                    "old": "GOOD", "new": "SKIP", "cause": "congestion"},
+                   {"t": T0 + FAULT_T + 0.05, "kind": "ev_state", "rank": 0, "peer": "h1", "dir": "tx",
+                    "ev_id": 3, "old": "GOOD", "new": "ASSUMED_BAD", "cause": "loss"},
+                   {"t": T0 + 1.6, "kind": "ev_state", "rank": 0, "peer": "h1", "dir": "tx",
+                    "ev_id": 3, "old": "ASSUMED_BAD", "new": "GOOD", "cause": "probes_ok"}]
         for k in range(15):
             for rank in range(world_size):
                 sec = 0.3 if (k == 5 and rank == 1) else 0.2
@@ -98,6 +98,13 @@ def test_goodput_stall_recovery_and_detection(summary):
     assert mrc["detect_s"] == pytest.approx(0.05, abs=BIN)  # the SKIP at +10 ms is not a detection
     assert [f["action"] for f in mrc["per_fault"]] == ["link_down"]
     assert mrc["workload_window_s"] == pytest.approx([0.0, END_T])
+
+
+def test_detection_counts_skip_to_bad_but_not_congestion_or_earlier_events():
+    tr = [{"t_s": 0.5, "old": "GOOD", "new": "ASSUMED_BAD"}, {"t_s": 1.01, "old": "GOOD", "new": "SKIP"},
+          {"t_s": 1.02, "old": "ASSUMED_BAD", "new": "GOOD"}, {"t_s": 1.03, "old": "SKIP", "new": "ASSUMED_BAD"}]
+    assert metrics.time_to_detect(tr, 1.0) == pytest.approx(0.03)
+    assert metrics.time_to_detect(tr, 2.0) is None
 
 
 def test_transport_without_evs_has_no_detection(summary):
