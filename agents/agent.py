@@ -173,7 +173,7 @@ class Agent:
         spec = self.spec
         self.workload = Workload(spec.rank, spec.world_size, list(spec.sizes), spec.iterations,
                                  spec.warmup, spec.seed, post=lambda s: self.channel.post(s),
-                                 report=self._on_iteration)
+                                 report=self._on_iteration, clock=time.time)
         self.channel = self._make_channel()
         self._spin(lambda: self.channel.connected, timeout_s=spec.connect_timeout_s + 1,
                    what="connection to the ring neighbours")
@@ -184,6 +184,7 @@ class Agent:
         self._spin(lambda: self.workload.done and self.channel.idle)
         self._sample(self.loop.time(), force=True)
         self.send({"type": "done", "summary": self.summary()})
+        self.started = False                       # no samples after done
         self.control.flush_blocking()
         log.info("rank %d: done", spec.rank)
         try:

@@ -25,9 +25,9 @@ slot per step, ``slot_bytes = 4 * ceil(count / n)``; step ``s`` lands at
 by which time the ring dependency guarantees the receiver consumed it.
 
 Data and check (nccl-tests style): rank data is integer-valued float32 in
-[-8, 8] drawn from ``np.random.default_rng((seed, rank, iteration))``, so
-every summation order gives the exact sum and a result is bit-exact or
-wrong. ``#wrong`` counts elements outside ``atol + rtol*|expected|``.
+[-8, 8] drawn from ``np.random.default_rng((seed, rank, iteration))`` (a
+pattern of DATA_PERIOD elements, repeated), so every summation order gives
+the exact sum and a result is bit-exact or wrong. ``#wrong`` counts elements outside ``atol + rtol*|expected|``.
 Bandwidths (nccl-tests, PERFORMANCE.md): ``algbw = size_bytes / time_s``,
 ``busbw = algbw * 2(n-1)/n`` for all-reduce.
 """
@@ -46,6 +46,9 @@ DTYPE = np.float32
 ELEMENT_BYTES = 4
 DATA_MAX_ABS = 8
 """Rank data are integers in [-DATA_MAX_ABS, DATA_MAX_ABS]: sums exact in float32 for n < 2**20."""
+DATA_PERIOD = 65521
+"""Rank data repeat with this prime period (elements): a chunk misplaced by any offset that
+is not a multiple of it is caught, and the expected sum is cheap for any size."""
 
 
 class CollectiveError(RuntimeError):
@@ -99,18 +102,27 @@ def recv_region_bytes(count: int, world_size: int) -> int:
     return 2 * (world_size - 1) * slot_bytes(count, world_size)
 
 
-def rank_data(seed: int, rank: int, iteration: int, count: int) -> np.ndarray:
-    """Deterministic input of ``rank`` for ``iteration``: float32[count], integers in [-8, 8]."""
+def _pattern(seed: int, rank: int, iteration: int, count: int) -> np.ndarray:
     rng = np.random.default_rng((seed, rank, iteration))
-    return rng.integers(-DATA_MAX_ABS, DATA_MAX_ABS + 1, size=count, dtype=np.int8).astype(DTYPE)
+    return rng.integers(-DATA_MAX_ABS, DATA_MAX_ABS + 1, size=min(count, DATA_PERIOD),
+                        dtype=np.int8).astype(DTYPE)
+
+
+def rank_data(seed: int, rank: int, iteration: int, count: int) -> np.ndarray:
+    """Deterministic input of ``rank`` for ``iteration``: float32[count], integers in [-8, 8].
+
+    A random pattern of DATA_PERIOD elements seeded by (seed, rank, iteration),
+    repeated: checking costs O(n * DATA_PERIOD + count), not O(n * count).
+    """
+    return np.resize(_pattern(seed, rank, iteration, count), count)
 
 
 def expected_sum(seed: int, iteration: int, world_size: int, count: int) -> np.ndarray:
     """The exact all-reduce result: sum of every rank's :func:`rank_data` (float32[count])."""
-    total = np.zeros(count, dtype=DTYPE)
+    total = np.zeros(min(count, DATA_PERIOD), dtype=DTYPE)
     for rank in range(world_size):
-        total += rank_data(seed, rank, iteration, count)
-    return total
+        total += _pattern(seed, rank, iteration, count)
+    return np.resize(total, count)
 
 
 def count_wrong(result: np.ndarray, expected: np.ndarray, *, rtol: float = 0.0,
@@ -235,7 +247,9 @@ class Workload:
     feed arrivals with :meth:`on_arrival(imm, now)`; each finished
     iteration is passed to ``report(IterationResult)``. ``recv_region`` is
     the uint8 array the previous rank writes into (size
-    :meth:`recv_region_bytes`). Sizes are rounded down to whole float32
+    :meth:`recv_region_bytes`). ``clock`` (optional, seconds): read for
+    ``t_start`` after the input is generated and for ``t_end`` before the
+    check, so neither is timed (otherwise the ``now`` arguments are used). Sizes are rounded down to whole float32
     elements; ``count >= world_size`` is required (ValueError otherwise).
     Iteration numbers run on across sizes so every all-reduce has fresh data.
     """
@@ -250,6 +264,7 @@ class Workload:
     report: Callable[[IterationResult], None] = lambda r: None
     rtol: float = 0.0
     recv_region: np.ndarray | None = None
+    clock: Callable[[], float] | None = None
     results: list[IterationResult] = field(default_factory=list)
 
     def __post_init__(self):
@@ -290,7 +305,7 @@ class Workload:
         count = size // ELEMENT_BYTES
         buffer = rank_data(self.seed, self.rank, self._index, count)
         self._algo = RingAllReduce(self.rank, self.world_size, buffer, self.recv_region)
-        self._t_start = now
+        self._t_start = self.clock() if self.clock else now
         self.post(self._algo.start())
 
     def on_arrival(self, imm: int, now: float) -> None:
@@ -306,7 +321,7 @@ class Workload:
             self.post(send)
             return
         if self._algo.done:
-            self._finish(now)
+            self._finish(self.clock() if self.clock else now)
 
     def _finish(self, now: float) -> None:
         size, warm = self._plan[self._index]

@@ -41,7 +41,8 @@ def make_jobs(tmp_path: Path, transport: str, *, world_size=3, sizes=(4 << 20,),
                "sample_interval_s": 0.01, "port": udp[r], "mtu": 9000 if transport != "tcp"
                else 1500, "next": peer((r + 1) % world_size),
                "prev": peer((r - 1) % world_size), "bind_addr": "::1", "tcp_port": tcp[r],
-               "qp": {"timeout": 14, "retry_linear": 7, "retry_exp": 7}, "linger_s": 5.0}
+               "qp": {"timeout": 16, "retry_linear": 7, "retry_exp": 7, "cc": "uet-1.0-nscc",
+                      "cc_params": {"rate_bps": 1e9, "base_rtt_s": 0.001}}, "linger_s": 5.0}
         job.update(extra)
         jobs.append(job)
     return jobs
@@ -208,7 +209,7 @@ def test_job_spec_ring_consistency_and_qp_keys(tmp_path):
     job = make_jobs(tmp_path, "rc")[1]
     spec = parse_job(job)
     assert spec.world_size == 3 and spec.next.host == "h2" and spec.prev.host == "h0"
-    assert spec.qp_attr_kwargs() == {"timeout": 14, "retry_linear_cnt": 7, "retry_exp_cnt": 7}
+    assert spec.qp_attr_kwargs() == {"timeout": 16, "retry_linear_cnt": 7, "retry_exp_cnt": 7}
     job["next"]["host"] = "h0"
     job["qp"]["warp"] = 9
     job["prev"]["evs"] = []

@@ -10,7 +10,7 @@ from agents import collectives as co
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4, 8])
-@pytest.mark.parametrize("count", [8 * 9 + 5, 1001, 4099])
+@pytest.mark.parametrize("count", [8 * 9 + 5, 1001, 70_001])
 def test_ring_allreduce_bit_exact_in_memory(world_size, count):
     workloads = co.run_in_memory(world_size, [count * 4], iterations=2, warmup=1, seed=7)
     for w in workloads:
