@@ -383,24 +383,49 @@ def workload_window(tr: TransportRecords, t0_s: float, world_size: int | None = 
     return start, max(start, end)
 
 
-def completion(events: list[dict], world_size: int | None) -> dict:
-    """``{complete, reason, ranks_done, ranks_failed, run_status}`` from agent and run events:
-    complete iff every rank (0..world_size-1, or every rank seen) reported ``done`` and none failed."""
+def expected_measured_iterations(manifest: dict) -> int | None:
+    """Measured iterations the workload asks for (iterations * number of sweep sizes), from the
+    first ``workload`` mapping with min_bytes/max_bytes/factor/iterations found in the manifest
+    (top level, or under ``scenario``/``spec``); None if there is none."""
+    for where in (manifest, manifest.get("scenario"), manifest.get("spec")):
+        w = where.get("workload") if isinstance(where, dict) else None
+        if isinstance(w, dict) and {"min_bytes", "max_bytes", "factor", "iterations"} <= w.keys():
+            n, size = 0, int(w["min_bytes"])
+            while size <= int(w["max_bytes"]) and int(w["factor"]) > 1:
+                n, size = n + 1, size * int(w["factor"])
+            return int(w["iterations"]) * max(n, 1)
+    return None
+
+
+def completion(events: list[dict], world_size: int | None, expected_measured: int | None = None) -> dict:
+    """``{complete, reason, ranks_done, ranks_failed, run_status, iterations_done, iterations_expected}``
+    from agent, iteration and run events: complete iff every rank (0..world_size-1, or every rank
+    seen) reported ``done``, none failed and, when known, every measured iteration was done by all
+    ranks."""
     done = {e["rank"] for e in events if e.get("kind") == "agent" and e.get("status") == "done"}
     failed = {e["rank"]: e.get("reason") for e in events if e.get("kind") == "agent" and e.get("status") == "failed"}
     seen = {e["rank"] for e in events if e.get("kind") == "agent" and "rank" in e}
     ranks = set(range(world_size)) if world_size else seen
     status = next((e.get("status") for e in reversed(events) if e.get("kind") == "run" and e.get("phase") == "end"), None)
+    per_it: dict[tuple, set] = {}
+    for e in events:
+        if e.get("kind") == "iteration" and not e.get("warmup"):
+            per_it.setdefault((e.get("size"), e.get("iter")), set()).add(e.get("rank"))
+    its_done = sum(1 for rs in per_it.values() if ranks and ranks <= rs)
+    short = expected_measured is not None and its_done < expected_measured
+    its = f"{its_done}/{expected_measured if expected_measured is not None else '?'} measured iterations"
     if failed:
         r = min(failed)
         reason = f"rank {r} failed: {failed[r]}" + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else "")
-    elif ranks and ranks <= done:
+    elif ranks and ranks <= done and not short:
         reason = f"all {len(ranks)} ranks done"
     else:
         missing = sorted(ranks - done)
-        reason = f"ranks {missing[:8]}{'...' if len(missing) > 8 else ''} not done (run ended: {status})"
-    return {"complete": bool(ranks) and not failed and ranks <= done, "reason": reason,
-            "ranks_done": len(done), "ranks_failed": len(failed), "run_status": status}
+        reason = (f"ranks {missing[:8]}{'...' if len(missing) > 8 else ''} not done" if missing
+                  else "iterations missing") + f" (run ended: {status})"
+    return {"complete": bool(ranks) and not failed and ranks <= done and not short, "reason": f"{reason}; {its}",
+            "ranks_done": len(done), "ranks_failed": len(failed), "run_status": status,
+            "iterations_done": its_done, "iterations_expected": expected_measured}
 
 
 # -- fidelity ----------------------------------------------------------------------
@@ -475,8 +500,9 @@ def _flow_summary(key: FlowKey, fs: FlowSeries, window: tuple[float, float]) -> 
             "evs": [{"ev_id": ev, **v} for ev, v in sorted(fs.evs.items(), key=lambda kv: str(kv[0]))]}
 
 
-def analyze_transport(tr: TransportRecords, world_size: int) -> TransportAnalysis:
-    """Series and summary of one transport (keys documented in :data:`DEFINITIONS`)."""
+def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: int | None = None) -> TransportAnalysis:
+    """Series and summary of one transport (keys documented in :data:`DEFINITIONS`);
+    ``expected_measured``: see :func:`expected_measured_iterations`."""
     t0 = run_t0(tr)
     window = workload_window(tr, t0, world_size)
     flows = flow_samples(tr.samples, t0)
@@ -504,7 +530,7 @@ def analyze_transport(tr: TransportRecords, world_size: int) -> TransportAnalysi
     invalid = [f"CPU saturated: p95 busy {cpu['p95']:.2f} >= {CPU_SATURATED_P95}"] if cpu and cpu["saturated"] else []
     summary = {
         "transport": tr.name, "t0_wall_s": t0, "workload_window_s": list(window),
-        "world_size": world_size, "completion": completion(tr.events, world_size),
+        "world_size": world_size, "completion": completion(tr.events, world_size, expected_measured),
         "sizes": sizes, "size_bytes": largest["size_bytes"] if largest else None,
         "iteration_s": largest["iteration_s"] if largest else _stats([]),
         "busbw_bytes_per_s": largest["busbw_bytes_per_s"] if largest else None,
@@ -549,7 +575,7 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
     for name in manifest["transports"]:
         tr = load_transport(run_dir, name)
         ws = int(manifest.get("world_size") or len({s["rank"] for s in tr.samples}) or 1)
-        analyses.append(analyze_transport(tr, ws))
+        analyses.append(analyze_transport(tr, ws, expected_measured_iterations(manifest)))
     rate = manifest.get("host_link_rate_bps")
     for a in analyses:
         bb = a.summary["busbw_mbit_per_s"]

@@ -145,9 +145,23 @@ def test_retransmits_evs_links_and_completion(summary):
     assert a["achieved_bps"] == pytest.approx(50e6, rel=0.01) and a["achieved_fraction"] == pytest.approx(0.5, rel=0.01)
     assert a["drops"] == 5 and mrc["fidelity"]["link_drops"] == 10
     assert mrc["completion"]["complete"] is True
-    assert tcp["completion"] == {"complete": False, "reason": "rank 1 failed: peer reset", "ranks_done": 1,
-                                 "ranks_failed": 1, "run_status": "ok"}
+    assert mrc["completion"]["reason"] == "all 2 ranks done; 14/? measured iterations"
+    assert tcp["completion"] == {"complete": False, "reason": "rank 1 failed: peer reset; 14/? measured iterations",
+                                 "ranks_done": 1, "ranks_failed": 1, "run_status": "ok", "iterations_done": 14,
+                                 "iterations_expected": None}
     assert [r["transport"] for r in summary["comparison"]] == ["mrc", "tcp"]
+
+
+def test_completion_against_the_workload_in_the_manifest():
+    manifest = {"scenario": {"name": "x", "workload": {"min_bytes": 1024, "max_bytes": 4096, "factor": 2,
+                                                        "iterations": 5, "warmup": 1}}}
+    assert metrics.expected_measured_iterations(manifest) == 15
+    assert metrics.expected_measured_iterations({"scenario": "x"}) is None
+    ev = [{"kind": "iteration", "rank": r, "size": 1024, "iter": i, "warmup": False} for i in range(5) for r in (0, 1)]
+    ev += [{"kind": "agent", "rank": r, "status": "done"} for r in (0, 1)]
+    c = metrics.completion(ev, 2, 15)
+    assert c["complete"] is False and c["reason"] == "iterations missing (run ended: None); 5/15 measured iterations"
+    assert metrics.completion(ev, 2, 5)["complete"] is True
 
 
 def test_cpu_saturation_marks_run_invalid(tmp_path, summary):
