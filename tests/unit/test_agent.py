@@ -229,3 +229,62 @@ def test_unreachable_tcp_peer_fails_with_reason(tmp_path, runner_for):
     failed = run.messages[0][-1]
     assert "unreachable" in failed["reason"]
     assert "failed" in run.procs[0].stderr.read()
+
+
+def _local_unbound_ipv6() -> str | None:
+    """A local, non-loopback IPv6 address of this host (packets to it never leave the host)."""
+    try:
+        with open("/proc/net/if_inet6") as fh:
+            for line in fh:
+                hexaddr, _, _, scope, _, dev = line.split()
+                if dev != "lo" and scope == "00":
+                    return socket.inet_ntop(socket.AF_INET6, bytes.fromhex(hexaddr))
+    except OSError:
+        pass
+    return None
+
+
+def _kill_ev(job: dict, ev_id: int, address: str) -> None:
+    for side in ("next", "prev"):
+        for ev in job[side]["evs"]:
+            if ev["ev_id"] == ev_id:
+                ev["address"] = address   # local, but nobody listens there: a black hole
+
+
+def test_mrc_agents_survive_a_dead_ev_and_report_it(tmp_path, runner_for):
+    dead = _local_unbound_ipv6()
+    if dead is None:
+        pytest.skip("no non-loopback IPv6 address to black-hole an EV")
+    jobs = make_jobs(tmp_path, "mrc", sizes=(1 << 20,), iterations=2, warmup=0)
+    for job in jobs:
+        _kill_ev(job, 2, dead)
+    run = runner_for(jobs)
+    run.pump(_all(run, "ready"), timeout_s=10)
+    run.broadcast({"type": "start"})
+    run.pump(_all(run, "done"), timeout_s=30)
+    run.broadcast({"type": "stop"})
+    assert run.wait_exit(5) == [0, 0, 0]
+    for rank, msgs in run.messages.items():
+        assert all(m["wrong"] == 0 for m in msgs if m["type"] == "iteration")
+        bad = [m for m in msgs if m["type"] == "event" and m["kind"] == "ev_state"
+               and m["ev_id"] == 2 and m["new"] == "ASSUMED_BAD"]
+        assert bad and bad[0]["dir"] == "tx" and bad[0]["cause"] == "loss"
+
+
+def test_rc_pinned_to_a_dead_path_crashes_the_job(tmp_path, runner_for):
+    dead = _local_unbound_ipv6()
+    if dead is None:
+        pytest.skip("no non-loopback IPv6 address to black-hole an EV")
+    jobs = make_jobs(tmp_path, "rc", sizes=(64 << 10,), iterations=1, warmup=0)
+    for job in jobs:
+        _kill_ev(job, 0, dead)
+        job["qp"] = {"timeout": 12, "retry_linear": 1, "retry_exp": 1, "min_rto_s": 0.005}
+    run = runner_for(jobs)
+    run.pump(_all(run, "ready"), timeout_s=10)
+    run.broadcast({"type": "start"})
+    run.pump(_all(run, "failed"), timeout_s=10)
+    codes = run.wait_exit(5)
+    assert set(codes) == {1}
+    for msgs in run.messages.values():
+        assert any(m["type"] == "event" and m["kind"] == "qp_error" for m in msgs)
+        assert "ERR" in msgs[-1]["reason"]
