@@ -114,7 +114,13 @@ def _transport_table(result: dict) -> Table:
     table = Table(title="MRC data path (packets per CPU-second)")
     table.add_column("figure")
     table.add_column("value", justify="right")
+    flat = {}
     for key, value in result.items():
+        if isinstance(value, dict):
+            flat.update({f"{key} {k}": v for k, v in value.items() if k in ("pps_per_core", "goodput_bps", "bit_exact")})
+        else:
+            flat[key] = value
+    for key, value in flat.items():
         table.add_row(key, f"{value:,.0f}" if isinstance(value, (int, float)) and abs(value) >= 10
                       else (f"{value:.2f}" if isinstance(value, float) else str(value)))
     return table
