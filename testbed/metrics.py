@@ -539,6 +539,7 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
                                  if any(r["iterations"] for r in sizes) else None),
         "wrong": sum(r["wrong"] for r in sizes), "qp_errors": len(qp_errors), "qp_error_list": qp_errors,
         "has_evs": has_evs, "faults": fl, "per_fault": per_fault,
+        "reconverge_s": sorted(e["t"] - t0 for e in tr.events if e.get("kind") == "reconverge"),
         "detect_s": per_fault[0]["detect_s"] if per_fault else None,
         "recovery_s": per_fault[0]["recovery_s"] if per_fault else None,
         "baseline_goodput_bps": baseline,

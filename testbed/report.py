@@ -92,9 +92,22 @@ def write_outputs(run_dir: Path) -> dict:
                 for t, g, s in zip(a.edges[:-1], a.goodput_bps, rolling_median(a.goodput_bps))))
     _write_csv(run_dir / "links.csv", ["transport", "link", "end", "t_s", "tx_bytes", "throughput_bps", "drops",
                                        "rate_bps"], (r for a in analyses for r in _link_rows(a)))
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    summary = _finite(summary)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=_json_default)
+                                          + "\n")
     log.info("wrote %s/{flows,goodput,links}.csv and summary.json", run_dir)
     return summary
+
+
+def _finite(x):
+    """Copy of a JSON-ready structure with NaN/inf floats as None (strict JSON has no NaN)."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else None
+    return x
 
 
 def _json_default(x):
@@ -163,6 +176,8 @@ def size_table_view(transport: dict) -> Table:
     for col in ("size (B)", "count", "type", "redop", "iters", "time (ms)", "algbw (MB/s)", "algbw (Mbit/s)",
                 "busbw (MB/s)", "busbw (Mbit/s)", "#wrong"):
         t.add_column(col, justify="right")
+    if not transport["sizes"]:
+        t.caption = "no iteration finished"
     for r in transport["sizes"]:
         t.add_row(str(r["size_bytes"]), str(r["count"]), r["type"], r["redop"], str(r["iterations"]),
                   fmt_num(r["time_s"] * 1e3 if r["time_s"] is not None else None, ".2f"),
@@ -213,7 +228,9 @@ def _fault_lines(ax, faults: list[dict], label: bool) -> None:
 
 
 def plot_goodput(run_dir: Path, summary: dict) -> Path:
-    """goodput.png: aggregate goodput (Mbit/s) over time, one panel per transport, fault markers."""
+    """goodput.png: aggregate goodput (Mbit/s) over time, one panel per transport; fault markers
+    (red dashed: apply, blue dashed: revert, labelled "action phase / link"), green dash-dot:
+    emulated routing reconvergence."""
     series = _read_goodput(run_dir)
     names = list(summary["transports"])
     fig, axes = plt.subplots(len(names), 1, sharex=True, squeeze=False, figsize=(10, 2.6 * len(names) + 0.6))
@@ -226,6 +243,10 @@ def plot_goodput(run_dir: Path, summary: dict) -> Path:
             ax.axhline(metrics.RECOVERY_FRACTION * tr["baseline_goodput_bps"] / 1e6, color="gray",
                        linestyle=":", linewidth=1, label="90% of pre-fault median")
         _fault_lines(ax, tr["faults"], label=True)
+        for t in tr.get("reconverge_s", ()):
+            ax.axvline(t, color="tab:green", linestyle="-.", linewidth=1)
+            ax.annotate("reconverge", (t, 1.0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90,
+                        va="top", ha="right")
         ax.set_ylabel("goodput (Mbit/s)")
         ax.set_title(name, loc="left", fontsize=10)
         ax.legend(fontsize=7, loc="lower right")

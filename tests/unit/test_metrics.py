@@ -51,6 +51,8 @@ def make_run(tmp_path, *, cpu_busy=0.5, transports=("mrc", "tcp"), world_size=2)
             failed = name == "tcp" and rank == 1
             ev.append({"t": T0 + END_T, "kind": "agent", "rank": rank, "status": "failed" if failed else "done",
                        "reason": "peer reset" if failed else None})
+        if name == "tcp":
+            ev.append({"t": T0 + 1.3, "kind": "reconverge"})
         ev.append({"t": T0 + END_T + 0.01, "kind": "run", "phase": "end", "status": "ok"})
         (d / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ev))
         samples, total = [], 0.0
@@ -110,6 +112,7 @@ def test_detection_counts_skip_to_bad_but_not_congestion_or_earlier_events():
 def test_transport_without_evs_has_no_detection(summary):
     tcp = summary["transports"]["tcp"]
     assert tcp["has_evs"] is False and tcp["detect_s"] is None
+    assert tcp["reconverge_s"] == pytest.approx([1.3])
     assert tcp["recovery_s"] == pytest.approx(RECOVER_T - FAULT_T, abs=BIN)
 
 

@@ -69,3 +69,15 @@ def test_cli_report_json_and_not_a_run_dir(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "not a run directory" in err
     assert cli.main(["report", str(tmp_path / "missing")]) == 2
+
+
+def test_partial_run_renders(tmp_path):
+    """A run cut short (Ctrl-C before any sample; a transport never started) still reports."""
+    run = tmp_path / "run"
+    (run / "mrc").mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"scenario": "p", "transports": ["mrc", "rc"], "world_size": 4}))
+    (run / "mrc" / "events.jsonl").write_text('{"t": 5.0, "kind": "run", "phase": "start"}\n')
+    text, summary = render_text(run)
+    assert "no iteration finished" in text and "not done" in text
+    assert summary["transports"]["rc"]["completion"]["complete"] is False
+    assert (run / "goodput.png").exists()
