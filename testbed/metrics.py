@@ -32,7 +32,8 @@ Metric definitions (also in :data:`DEFINITIONS`, copied into ``summary.json``):
 - longest stall: longest run of consecutive 10 ms bins with zero aggregate goodput
   inside the workload window (first iteration start .. last iteration end).
 - iteration time: per (size, iteration) the slowest rank's ``seconds`` (a collective
-  is done when every rank is); nccl-tests averages ranks instead.
+  is done when every rank is), i.e. nccl-tests ``-a 3`` (MAX); its default ``-a 1``
+  averages ranks, which hides a rank stalled by a failure.
 - algbw = size_bytes / time_s; busbw = algbw * 2(n-1)/n for all-reduce
   (nccl-tests doc/PERFORMANCE.md); time_s is the mean over measured iterations,
   as nccl-tests reports. Given in bytes/s and Mbit/s.
@@ -64,8 +65,8 @@ DETECTED_STATES = ("ASSUMED_BAD", "DENIED", "UNKNOWN")
 
 DEFINITIONS = {
     "goodput_bps": "received payload bytes per 10 ms bin (agent rx counters) * 8 / bin width; bits/s",
-    "iteration_s": "per (size, iteration) the slowest rank's collective time; p50/p99/max over measured "
-                   "(non-warm-up) iterations of the size; s",
+    "iteration_s": "per (size, iteration) the slowest rank's collective time (nccl-tests -a 3); p50/p99/max "
+                   "over measured (non-warm-up) iterations of the largest size; s",
     "time_s": "mean iteration_s over measured iterations of one size (nccl-tests 'time'); s",
     "algbw": "size_bytes / time_s (nccl-tests PERFORMANCE.md); bytes/s and Mbit/s",
     "busbw": "algbw * 2(n-1)/n for all-reduce, n = world size (nccl-tests PERFORMANCE.md); bytes/s and Mbit/s",
