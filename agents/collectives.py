@@ -20,9 +20,11 @@ receive region, the immediate (:func:`encode_imm`: step and chunk) tells
 the receiver which chunk arrived; arrivals are delivered in order.
 
 Receive region layout (both sides derive it, nothing is negotiated): one
-slot per step, ``slot_bytes = 4 * ceil(count / n)``; step ``s`` lands at
-``s * slot_bytes``. A slot is reused only ``2(n-1) >= n`` steps later,
-by which time the ring dependency guarantees the receiver consumed it.
+slot per step; step ``s`` lands at ``s * slot_size_bytes``, the stride
+being the largest chunk of the largest size of the sweep (one layout for
+every size). A slot is reused only ``2(n-1) >= n`` steps later, by which
+time the ring dependency guarantees the receiver consumed it: a write of
+global step G is posted only after the receiver finished step G - n.
 
 Data and check (nccl-tests style): rank data is integer-valued float32 in
 [-8, 8] drawn from ``np.random.default_rng((seed, rank, iteration))`` (a
@@ -158,11 +160,16 @@ class RingAllReduce:
     """One ring all-reduce on ``buffer`` (float32[count], reduced in place) for ``rank``.
 
     ``recv_region``: the uint8 array the previous rank writes into (at least
-    :func:`recv_region_bytes`). Raises ValueError for a bad rank/world or
-    fewer elements than ranks; CollectiveError for an unexpected arrival.
+    :func:`recv_region_bytes`). ``slot_size_bytes``: the slot stride, at least
+    :func:`slot_bytes` (default); a size sweep must use one stride for every
+    size so that a fast sender's next size cannot overwrite a slot the
+    receiver has not consumed. Raises ValueError for a bad rank/world, fewer
+    elements than ranks or a too small region/stride; CollectiveError for an
+    unexpected arrival.
     """
 
-    def __init__(self, rank: int, world_size: int, buffer: np.ndarray, recv_region: np.ndarray):
+    def __init__(self, rank: int, world_size: int, buffer: np.ndarray, recv_region: np.ndarray,
+                 *, slot_size_bytes: int | None = None):
         if world_size < 2 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} of world {world_size}: need 0 <= rank < world >= 2")
         if buffer.dtype != DTYPE or buffer.ndim != 1:
@@ -170,12 +177,16 @@ class RingAllReduce:
         count = buffer.size
         if count < world_size:
             raise ValueError(f"{count} elements cannot be split over {world_size} ranks")
-        if recv_region.dtype != np.uint8 or recv_region.size < recv_region_bytes(count, world_size):
-            raise ValueError("recv_region must be uint8 of at least recv_region_bytes()")
+        stride = slot_bytes(count, world_size) if slot_size_bytes is None else slot_size_bytes
+        if stride < slot_bytes(count, world_size):
+            raise ValueError(f"slot_size_bytes {stride} < largest chunk "
+                             f"{slot_bytes(count, world_size)} bytes")
+        if recv_region.dtype != np.uint8 or recv_region.size < 2 * (world_size - 1) * stride:
+            raise ValueError("recv_region must be uint8 of at least 2(n-1) slots")
         self.rank, self.n, self.buffer = rank, world_size, buffer
         self.recv_region = recv_region
         self.bounds = chunk_bounds(count, world_size)
-        self.slot_bytes = slot_bytes(count, world_size)
+        self.slot_bytes = stride
         self.steps = 2 * (world_size - 1)
         self.step = 0          # the step whose arrival is awaited
         self.done = False
@@ -284,9 +295,13 @@ class Workload:
         self._early: list[int] = []   # arrivals before start(): the peer started first
         self.done = False
 
+    def slot_size_bytes(self) -> int:
+        """The one slot stride of the sweep: the largest chunk of the largest size."""
+        return slot_bytes(max(self.sizes_bytes) // ELEMENT_BYTES, self.world_size)
+
     def recv_region_bytes(self) -> int:
-        """Bytes of receive region the largest size needs."""
-        return recv_region_bytes(max(self.sizes_bytes) // ELEMENT_BYTES, self.world_size)
+        """Bytes of receive region the sweep needs: 2(n-1) slots."""
+        return 2 * (self.world_size - 1) * self.slot_size_bytes()
 
     def start(self, now: float) -> None:
         """Begin the first all-reduce (then replay arrivals that came before the start)."""
@@ -304,7 +319,8 @@ class Workload:
         size, _ = self._plan[self._index]
         count = size // ELEMENT_BYTES
         buffer = rank_data(self.seed, self.rank, self._index, count)
-        self._algo = RingAllReduce(self.rank, self.world_size, buffer, self.recv_region)
+        self._algo = RingAllReduce(self.rank, self.world_size, buffer, self.recv_region,
+                                   slot_size_bytes=self.slot_size_bytes())
         self._t_start = self.clock() if self.clock else now
         self.post(self._algo.start())
 
@@ -356,17 +372,29 @@ class Workload:
 
 def run_in_memory(world_size: int, sizes_bytes: Iterable[int], *, iterations: int = 1,
                   warmup: int = 0, seed: int = 0,
-                  corrupt: Callable[[int, Send], bytes] | None = None) -> list[Workload]:
+                  corrupt: Callable[[int, Send], bytes] | None = None,
+                  eager_placement: bool = False) -> list[Workload]:
     """Run ``world_size`` Workloads joined by perfect in-memory channels; return them.
 
     ``corrupt(rank, send)`` may return replacement bytes for a write (tests).
-    Writes are delivered one at a time in FIFO order, like a real ring.
+    Arrivals are delivered one at a time in FIFO order, like a real ring.
+    ``eager_placement``: the data lands in the peer's region when posted,
+    long before the peer consumes the arrival (the worst case for slot reuse).
     """
     from collections import deque
     queue: deque = deque()
     workloads: list[Workload] = []
+
+    def place(rank: int, send: Send) -> None:
+        data = corrupt(rank, send) if corrupt else send.data
+        peer = workloads[(rank + 1) % world_size]
+        peer.recv_region[send.remote_offset:send.remote_offset + len(data)] = \
+            np.frombuffer(data, dtype=np.uint8)
+
     for rank in range(world_size):
         def post(send: Send, rank=rank) -> None:
+            if eager_placement:
+                place(rank, send)
             queue.append((rank, send))
         workloads.append(Workload(rank, world_size, list(sizes_bytes), iterations, warmup,
                                   seed, post))
@@ -375,10 +403,8 @@ def run_in_memory(world_size: int, sizes_bytes: Iterable[int], *, iterations: in
     clock = 0.0
     while queue:
         rank, send = queue.popleft()
-        data = corrupt(rank, send) if corrupt else send.data
-        peer = workloads[(rank + 1) % world_size]
-        peer.recv_region[send.remote_offset:send.remote_offset + len(data)] = \
-            np.frombuffer(data, dtype=np.uint8)
+        if not eager_placement:
+            place(rank, send)
         clock += 1e-6
-        peer.on_arrival(send.imm, clock)
+        workloads[(rank + 1) % world_size].on_arrival(send.imm, clock)
     return workloads

@@ -152,3 +152,13 @@ def test_ring_allreduce_over_mrc_sim_survives_a_dying_path():
     assert [r.wrong for w in ws for r in w.results] == [0] * 16
     assert ws[0].results[0].t_end < 0.004 < end           # the path died mid-run
     assert any(r == 1 and ev.ev == 1 and ev.new is EVState.ASSUMED_BAD for r, ev in ev_events)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_slot_reuse_is_safe_across_sizes_with_eager_placement(world_size):
+    # data lands when posted; the receiver consumes arrivals later: a sender that
+    # moved on to the next size must not overwrite a slot still to be consumed
+    sizes = [4 * 64, 4 * 4096, 4 * 256, 4 * 70_001]
+    ws = co.run_in_memory(world_size, sizes, iterations=3, warmup=1, seed=2,
+                          eager_placement=True)
+    assert [r.wrong for w in ws for r in w.results] == [0] * (world_size * 16)
