@@ -18,19 +18,24 @@ Metric definitions (also in :data:`DEFINITIONS`, copied into ``summary.json``):
 - goodput: per rx flow, increments of the agent's cumulative received-byte counter
   over 10 ms bins (counter linearly interpolated at bin edges), in bits/s;
   aggregate goodput is the sum over all rx flows.
+- iteration gaps: bins lying entirely between one iteration's end (last rank) and the
+  next one's start (first rank), when no collective runs (set-up, result check). They
+  are left out of the baseline, dips, recovery and stalls.
 - recovery time: for a disruptive fault applied at ``t_f``, the baseline is the
   median raw aggregate goodput over the workload bins before the first fault; the
   aggregate is smoothed with a centred 50 ms rolling median (5 bins: it drops
-  single-bin spikes and keeps a step's position exact). The dip is the first
-  smoothed bin at or after ``t_f`` (within 1 s) below 90 % of the baseline;
-  recovery is the start of the first bin after the dip back at >= 90 %, minus
-  ``t_f``. No dip within 1 s -> 0.0. Never back before the workload ends -> None.
+  single-bin spikes and keeps a step's position exact). The dip is the first run of
+  >= 3 smoothed bins (30 ms) below 90 % of the baseline starting within 1 s after
+  ``t_f`` (shorter runs are noise); recovery is the start of the first bin after the
+  dip back at >= 90 %, minus ``t_f``. No dip -> 0.0. Never back before the workload
+  ends -> None.
 - time to detect: first EV transition from a usable state (GOOD, or SKIP: the
   congestion back-off, agents/mrc/ev.py) into ASSUMED_BAD/DENIED/UNKNOWN at or after
   ``t_f``, minus ``t_f``; GOOD -> SKIP is congestion, not detection. None for a
   transport without EVs (tcp).
 - longest stall: longest run of consecutive 10 ms bins with zero aggregate goodput
-  inside the workload window (first iteration start .. last iteration end).
+  inside the workload window (first iteration start .. last iteration end), iteration
+  gaps excluded.
 - iteration time: per (size, iteration) the slowest rank's ``seconds`` (a collective
   is done when every rank is), i.e. nccl-tests ``-a 3`` (MAX); its default ``-a 1``
   averages ranks, which hides a rank stalled by a failure.
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +63,7 @@ BIN_S = 0.010               # goodput bin width, s
 SMOOTH_BINS = 5             # rolling-median window for recovery, bins (50 ms)
 RECOVERY_FRACTION = 0.9     # "recovered" = smoothed aggregate goodput >= 90 % of baseline
 DIP_HORIZON_S = 1.0         # a fault's dip must start within this long after it, s
+MIN_DIP_BINS = 3            # a dip is at least this many consecutive smoothed bins below threshold
 LINK_BIN_S = 0.100          # link throughput bin width, s
 BUSIEST_LINKS = 5           # link ends reported in the fidelity section
 CPU_SATURATED_P95 = 0.95    # p95 busy fraction at or above which a run is invalid
@@ -75,10 +82,10 @@ DEFINITIONS = {
     "detect_s": "first fault apply -> first EV going from GOOD (or SKIP) to ASSUMED_BAD/DENIED/UNKNOWN; s; "
                 "null without EVs",
     "recovery_s": "fault apply -> smoothed (centred 50 ms rolling median) aggregate goodput back to >= 90% of "
-                  "the pre-fault median, after first dipping below it within 1 s; 0 if no dip; s; null if "
-                  "not recovered before the workload ended",
-    "longest_stall_s": "longest run of consecutive 10 ms bins with zero aggregate goodput while the workload "
-                       "runs; s",
+                  "the pre-fault median, after a dip below it of >= 30 ms starting within 1 s; 0 if no dip; s; "
+                  "null if not recovered before the workload ended; iteration gaps excluded",
+    "longest_stall_s": "longest run of consecutive 10 ms bins with zero aggregate goodput while a collective "
+                       "runs (iteration gaps excluded); s",
     "retransmits": "sum of the transports' cumulative retransmission counters over tx flows; packets "
                    "(segments for tcp)",
     "retransmitted_bytes": "sum of flows' retransmitted_bytes counters when agents report them, else null; bytes",
@@ -289,27 +296,62 @@ def time_to_detect(transitions: list[dict], t_fault_s: float) -> float | None:
     return None
 
 
+def iteration_gaps(events: list[dict], t0_s: float) -> list[tuple[float, float]]:
+    """Intervals (relative s) between one iteration's end (its last rank) and the next one's
+    start (its first rank), when no rank runs a collective (buffer set-up and checks)."""
+    its: dict[tuple, list] = {}
+    for e in events:
+        if e.get("kind") == "iteration":
+            it = its.setdefault((e.get("size"), e.get("iter"), bool(e.get("warmup"))), [math.inf, -math.inf])
+            it[0], it[1] = min(it[0], float(e["t_start"]) - t0_s), max(it[1], float(e["t_end"]) - t0_s)
+    spans = sorted(its.values())
+    return [(a[1], b[0]) for a, b in zip(spans, spans[1:]) if b[0] > a[1]]
+
+
+def active_bins(edges: np.ndarray, gaps: list[tuple[float, float]]) -> np.ndarray:
+    """Bool per bin: False for bins lying entirely inside an iteration gap; shape (nbins,)."""
+    active = np.ones(len(edges) - 1, bool)
+    for g0, g1 in gaps:
+        active &= ~((edges[:-1] >= g0 - 1e-9) & (edges[1:] <= g1 + 1e-9))
+    return active
+
+
 def recovery_time(edges: np.ndarray, goodput_bps: np.ndarray, t_fault_s: float, baseline_bps: float,
-                  t_end_s: float) -> float | None:
-    """Recovery time (see module doc) on bins ``edges`` (relative s) of aggregate goodput (bits/s).
-    Returns seconds, 0.0 if no dip within DIP_HORIZON_S, None if not back before ``t_end_s``."""
+                  t_end_s: float, active: np.ndarray | None = None) -> float | None:
+    """Seconds from ``t_fault_s`` until aggregate goodput is back (bins ``edges``, relative s;
+    ``goodput_bps`` shape (nbins,), bits/s; ``active`` masks iteration gaps, see :func:`active_bins`).
+
+    The goodput is smoothed with a centred rolling median of SMOOTH_BINS (50 ms: drops
+    single-bin spikes and keeps a step's position exact). The dip is the first run of at
+    least MIN_DIP_BINS active smoothed bins below RECOVERY_FRACTION * ``baseline_bps``
+    starting within DIP_HORIZON_S after the fault (shorter runs are sampling noise);
+    recovery is the start of the first active bin after it back at or above the threshold.
+    Returns 0.0 if there is no dip, None if the baseline is 0 or goodput is not back before
+    ``t_end_s``."""
     if baseline_bps <= 0:
         return None
-    smooth = rolling_median(goodput_bps)
+    active = np.ones(len(goodput_bps), bool) if active is None else active
+    smooth, start = rolling_median(goodput_bps), edges[:-1]
     thr = RECOVERY_FRACTION * baseline_bps
-    start = edges[:-1]
-    i0 = int(np.searchsorted(start, t_fault_s - 1e-9))
-    dips = np.nonzero((smooth[i0:] < thr) & (start[i0:] < t_fault_s + DIP_HORIZON_S))[0]
-    if len(dips) == 0:
+    below = ((smooth < thr) & active).astype(int)
+    runs = np.convolve(below, np.ones(MIN_DIP_BINS, int), "valid") == MIN_DIP_BINS
+    first = np.nonzero(runs & (start[:len(runs)] >= t_fault_s - 1e-9)
+                       & (start[:len(runs)] < t_fault_s + DIP_HORIZON_S))[0]
+    if len(first) == 0:
         return 0.0
-    back = np.nonzero((smooth[i0 + dips[0]:] >= thr) & (start[i0 + dips[0]:] < t_end_s))[0]
-    return None if len(back) == 0 else float(start[i0 + dips[0] + back[0]] - t_fault_s)
+    j = int(first[0])
+    back = np.nonzero((smooth[j:] >= thr) & active[j:] & (start[j:] < t_end_s))[0]
+    return None if len(back) == 0 else float(start[j + back[0]] - t_fault_s)
 
 
-def longest_stall(edges: np.ndarray, goodput_bps: np.ndarray, window: tuple[float, float]) -> tuple[float, float | None]:
-    """(duration_s, start_t_s) of the longest run of zero-goodput bins fully inside ``window``."""
+def longest_stall(edges: np.ndarray, goodput_bps: np.ndarray, window: tuple[float, float],
+                  active: np.ndarray | None = None) -> tuple[float, float | None]:
+    """(duration_s, start_t_s) of the longest run of zero-goodput bins fully inside ``window``
+    and ``active`` (not in an iteration gap); (0.0, None) if there is none."""
     start, end = edges[:-1], edges[1:]
     inside = (start >= window[0] - 1e-9) & (end <= window[1] + 1e-9)
+    if active is not None:
+        inside &= active
     zero = np.concatenate([[False], inside & (goodput_bps <= 0.0), [False]])
     d = np.diff(zero.astype(int))
     runs_start, runs_end = np.nonzero(d == 1)[0], np.nonzero(d == -1)[0]
@@ -514,11 +556,13 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     has_evs = bool(trans) or any(fs.evs for fs in flows.values())
     disruptive = [f for f in fl if f["disruptive"]]
     t_first = disruptive[0]["t_s"] if disruptive else window[1]
-    pre = (edges[:-1] >= window[0] - 1e-9) & (edges[1:] <= t_first + 1e-9)
+    active = active_bins(edges, iteration_gaps(tr.events, t0))
+    pre = (edges[:-1] >= window[0] - 1e-9) & (edges[1:] <= t_first + 1e-9) & active
     baseline = float(np.median(goodput[pre])) if pre.any() else 0.0
     per_fault = [{**f, "detect_s": time_to_detect(trans, f["t_s"]) if has_evs else None,
-                  "recovery_s": recovery_time(edges, goodput, f["t_s"], baseline, window[1])} for f in disruptive]
-    stall_s, stall_at = longest_stall(edges, goodput, window)
+                  "recovery_s": recovery_time(edges, goodput, f["t_s"], baseline, window[1], active)}
+                 for f in disruptive]
+    stall_s, stall_at = longest_stall(edges, goodput, window, active)
     sizes = size_table(tr.events, world_size)
     largest = sizes[-1] if sizes else None
     tx = [fs for k, fs in flows.items() if k[2] == "tx"] or list(flows.values())

@@ -190,6 +190,30 @@ def test_recovery_edge_cases():
     assert metrics.recovery_time(edges, flat, 1.0, 0.0, 3.0) is None
 
 
+def test_short_noise_dip_is_not_a_disruption():
+    edges = metrics.bin_edges(0.0, 3.0)
+    g = np.full(len(edges) - 1, 8e6)
+    g[[150, 151, 153]] = 0.0  # the 50 ms median leaves 2 bins below: noise, not a dip
+    assert (metrics.rolling_median(g) < 8e6).sum() == 2
+    assert metrics.recovery_time(edges, g, 1.0, 8e6, 3.0) == 0.0
+    g[150:160] = 0.0  # 100 ms: a dip
+    assert metrics.recovery_time(edges, g, 1.0, 8e6, 3.0) == pytest.approx(0.6, abs=BIN)
+
+
+def test_iteration_gaps_are_neither_stalls_nor_dips():
+    ev = [{"kind": "iteration", "rank": r, "size": 64, "iter": i, "warmup": False,
+           "t_start": 10.0 + i + 0.01 * r, "t_end": 10.0 + i + 0.7 + 0.01 * r} for i in range(3) for r in (0, 1)]
+    assert metrics.iteration_gaps(ev, 10.0) == [pytest.approx((0.71, 1.0)), pytest.approx((1.71, 2.0))]
+    edges = metrics.bin_edges(0.0, 2.7)
+    g = np.full(len(edges) - 1, 8e6)
+    g[72:100] = 0.0  # nothing flows between iterations
+    active = metrics.active_bins(edges, metrics.iteration_gaps(ev, 10.0))
+    assert metrics.longest_stall(edges, g, (0.0, 2.7), active) == (0.0, None)
+    assert metrics.longest_stall(edges, g, (0.0, 2.7))[0] == pytest.approx(0.28)
+    assert metrics.recovery_time(edges, g, 0.65, 8e6, 2.7, active) == 0.0
+    assert metrics.recovery_time(edges, g, 0.65, 8e6, 2.7) == pytest.approx(0.35, abs=BIN)  # unmasked: a dip
+
+
 def test_longest_stall_only_inside_window():
     edges = metrics.bin_edges(0.0, 1.0)
     g = np.ones(len(edges) - 1)
