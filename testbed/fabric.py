@@ -27,7 +27,6 @@ import multiprocessing
 import os
 import pty
 import select
-import signal
 import time
 from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
@@ -40,7 +39,7 @@ from mininet.node import Host, Node
 from testbed import routing, shaping
 from testbed.ledger import LEDGER_DIR, Ledger
 from testbed.netlink import Batch, netns, open_netns, write_sysctls
-from testbed.topology import EV, Link, Role, Topology
+from testbed.topology import EV, Role, Topology
 
 log = logging.getLogger(__name__)
 
@@ -296,9 +295,6 @@ class Fabric:
 
     def host_link_rate_bps(self) -> int:
         return min(l.params.rate_bps for l in self.topo.links if l.cls == "host")
-
-    def link_of(self, name: str) -> Link:
-        return self.topo.link_by_name[name]
 
 
 def _veth_peer(ifname: str, index: int, nsfd: int, mac: str | None) -> list:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import socket
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
