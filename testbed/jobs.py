@@ -1,0 +1,119 @@
+"""Scenario + topology -> one agent job spec per rank (pure; the format is in :mod:`agents.__main__`).
+
+Ring order is ``workload.hosts`` (rank r sends to rank r+1, as an NCCL ring does).
+Per transport:
+
+* ``mrc``: ``next.evs`` are the SRv6 uSID paths to the next rank
+  (:meth:`testbed.topology.Topology.evs`, at most ``workload.evs`` of them,
+  interleaved over planes); ``prev.evs`` are the mirror images of the paths the
+  previous rank uses towards us, under the same EV ids, so a SACK for a packet that
+  came over EV k goes back over the same switches and links.
+* ``rc``: one EV, ECMP-routed: the peer's plain address with a per-QP UDP source
+  port as entropy (RoCEv2 practice: the source port is the flow label the switches
+  hash), so routing reconvergence (``reconverge_after``) can move it.
+* ``tcp``: kernel TCP between the ECMP addresses; EVs are ignored by the agent.
+
+QP parameters (:data:`QP_DEFAULTS`) map the mrc.h attributes to emulation time:
+the fabric RTT at 20 Mbit/s is milliseconds, so ``timeout`` 16 (1.024 us * 2**16 =
+67 ms) and the retry ladder of 7 linear + 7 exponential retries give an RC QP about
+17 s before ERR (agents/mrc/types.py documents the mapping).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from .spec import Scenario
+from .topology import EV, Topology
+
+QP_DEFAULTS = {"timeout": 16, "retry_linear": 7, "retry_exp": 7, "cc": "uet-1.0-nscc"}
+"""QP attributes every job gets (mrc.h names; see the module docstring)."""
+
+BASE_RTT_S = 0.002
+"""NSCC base RTT hint, s: a few MTU serialisations at 20 Mbit/s plus forwarding."""
+
+UDP_PORT = 4791     # RoCEv2 destination port (IBTA RoCEv2 annex A17)
+TCP_PORT = 5201
+DEFAULT_MTU = 1500
+SAMPLE_INTERVAL_S = 0.01
+ECMP_SRC_PORTS = (49152, 65535)   # IANA dynamic range, where RoCEv2 source-port entropy lives
+
+
+def bind_address(topo: Topology, host: str) -> str:
+    """``::``: a host receives on its plain (ECMP) address of every NIC *and* on its NICs'
+    uSID locators, where SRv6 EVs end (the destination after the last End shift), so the
+    agent binds the wildcard address."""
+    del topo, host
+    return "::"
+
+
+def _ev_dict(ev: EV, ev_id: int | None = None) -> dict:
+    return {"ev_id": ev.ev_id if ev_id is None else ev_id, "address": str(ev.address),
+            "links": list(ev.links)}
+
+
+def mirrored_evs(topo: Topology, src: str, dst: str, limit: int | None) -> list[dict]:
+    """Paths from ``dst`` back to ``src`` mirroring ``src``'s EVs towards ``dst``, same ids.
+
+    Raises ValueError if a path has no mirror (cannot happen on a symmetric fabric)."""
+    back = {(ev.src.ifname, ev.dst.ifname, ev.switches): ev for ev in topo.evs(dst, src)}
+    out = []
+    for ev in topo.evs(src, dst, limit=limit):
+        mirror = back.get((ev.dst.ifname, ev.src.ifname, tuple(reversed(ev.switches))))
+        if mirror is None:
+            raise ValueError(f"EV {ev.ev_id} {src}->{dst} via {'/'.join(ev.switches)} has no reverse path")
+        out.append(_ev_dict(mirror, ev.ev_id))
+    return out
+
+
+def _ecmp_ev(topo: Topology, host: str, src_port: int) -> list[dict]:
+    return [{"ev_id": 0, "address": str(topo.nics[host][0].address), "links": [], "src_port": src_port}]
+
+
+def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socket: str,
+               qp_overrides: dict | None = None) -> list[dict]:
+    """Job spec dicts, one per rank in ring order. ``qp_overrides`` replace :data:`QP_DEFAULTS`
+    keys. Raises ValueError for an unknown transport."""
+    if transport not in ("mrc", "rc", "tcp"):
+        raise ValueError(f"unknown transport {transport!r}")
+    topo, wl = scenario.topology, scenario.workload
+    hosts = list(wl.hosts)
+    n = len(hosts)
+    rate = min(topo.link_by_name[nic.link].params.rate_bps for h in hosts for nic in topo.nics[h])
+    qp = {**QP_DEFAULTS, "cc_params": {"rate_bps": rate, "base_rtt_s": BASE_RTT_S}, **(qp_overrides or {})}
+    ports = random.Random(f"{scenario.seed}:ecmp").sample(range(*ECMP_SRC_PORTS), n)
+
+    def peer(r_from: int, r_to: int, towards: bool) -> dict:
+        a, b = hosts[r_from], hosts[r_to]
+        if transport == "mrc":
+            evs = ([_ev_dict(ev) for ev in topo.evs(a, b, limit=wl.evs)] if towards
+                   else mirrored_evs(topo, b, a, wl.evs))
+        else:  # towards next: our QP's port; back to prev: prev's QP's port
+            evs = _ecmp_ev(topo, b, ports[r_from] if towards else ports[r_to])
+        return {"host": b, "ecmp_addr": str(topo.nics[b][0].address), "evs": evs}
+
+    jobs = []
+    for r, host in enumerate(hosts):
+        jobs.append({
+            "run_id": run_id, "rank": r, "world": hosts, "host": host, "transport": transport,
+            "control_socket": control_socket, "seed": scenario.seed,
+            "sizes": list(wl.sizes_bytes), "iterations": wl.iterations, "warmup": wl.warmup,
+            "sample_interval_s": SAMPLE_INTERVAL_S, "port": UDP_PORT, "tcp_port": TCP_PORT,
+            "mtu": wl.mtu or DEFAULT_MTU, "bind_addr": bind_address(topo, host),
+            "next": peer(r, (r + 1) % n, True), "prev": peer(r, (r - 1) % n, False),
+            "qp": qp, "connect_timeout_s": 10.0, "linger_s": 2.0,
+        })
+    return jobs
+
+
+def write_jobs(jobs: list[dict], directory: Path) -> list[Path]:
+    """Write ``rank<r>.json`` files into ``directory``; returns their paths in rank order."""
+    import json
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for job in jobs:
+        path = directory / f"rank{job['rank']}.json"
+        path.write_text(json.dumps(job, indent=1))
+        paths.append(path)
+    return paths

@@ -1,0 +1,138 @@
+"""A scenario's fault timeline as a schedule of primitive steps (sans-I/O, on any clock).
+
+The runner feeds it the workload start and the agents' iteration reports and asks
+what is due; it applies the steps (:mod:`testbed.scenario`) and journals them.
+
+Triggers (:class:`testbed.spec.TimelineEvent`):
+
+* ``at_s``: seconds after the workload start (the start barrier).
+* ``at_iteration: N`` (+ ``after_s``): measured iteration N (0-based over the whole
+  size sweep, warm-ups not counted) begins when the first rank finishes the
+  iteration before it (the preceding warm-up or measured one, in sweep order);
+  the event fires ``after_s`` later. With no warm-up before iteration 0 it fires
+  ``after_s`` after the start.
+
+Expansion into :class:`Step` s (``phase`` "apply" starts a disruption, "revert"
+ends it; :mod:`testbed.metrics` reads the same words):
+
+* ``link_down`` / ``link_up``: one ``link`` step (apply).
+* ``flap {period, count}``: ``count`` cycles of down at ``T + i*period`` (apply) and
+  up half a period later (revert).
+* ``loss`` / ``rate`` / ``blackhole``: apply at T; with ``duration`` a revert at
+  ``T + duration`` (``value`` None).
+* ``reconverge`` steps are scheduled by :meth:`Timeline.link_changed`
+  ``reconverge_after_s`` after each link state change: routing converges on the
+  state the fabric is in *then* (a flap shorter than the delay is never seen).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from .spec import TimelineEvent
+
+
+@dataclass(frozen=True)
+class Step:
+    """One primitive change at ``t`` (the runner's clock, s).
+
+    ``kind``: "link" (``value`` True = up), "loss" (percent, None = clear), "rate"
+    (bits/s, None = configured), "blackhole" (bool), "reconverge" (``link`` None).
+    ``action``/``phase``/``index``: the timeline event it comes from (index in the file).
+    """
+
+    t: float
+    kind: str
+    link: str | None
+    value: Any
+    action: str
+    phase: str
+    index: int | None
+
+
+def sweep_warmups(sizes: int, iterations: int, warmup: int) -> list[bool]:
+    """Per sweep position (the agents' ``seq``), whether that iteration is a warm-up:
+    for each size ``warmup`` warm-ups then ``iterations`` measured ones (nccl-tests order)."""
+    return [w for _ in range(sizes) for w in [True] * warmup + [False] * iterations]
+
+
+class Timeline:
+    """Schedule of ``events`` (resolved, in file order). ``warmups``: :func:`sweep_warmups`."""
+
+    def __init__(self, events: Iterable[TimelineEvent], warmups: list[bool], *,
+                 reconverge_after_s: float | None = None):
+        self.events = list(events)
+        self.reconverge_after_s = reconverge_after_s
+        measured_seq = [seq for seq, w in enumerate(warmups) if not w]
+        # event index -> seq whose completion triggers it (-1: the workload start)
+        self._iteration_trigger = {i: measured_seq[e.at_iteration] - 1 for i, e in enumerate(self.events)
+                                   if e.at_iteration is not None and e.at_iteration < len(measured_seq)}
+        self._heap: list[tuple[float, int, Step]] = []
+        self._seq = itertools.count()
+        self._fired: set[int] = set()
+        self.started_at: float | None = None
+
+    # -- inputs ----------------------------------------------------------------
+    def start(self, now: float) -> None:
+        """The workload starts at ``now``: schedule the time-triggered events."""
+        self.started_at = now
+        for i, e in enumerate(self.events):
+            if e.at_s is not None:
+                self._fire(i, now + e.at_s)
+            elif self._iteration_trigger.get(i) == -1:
+                self._fire(i, now + e.after_s)
+
+    def iteration_done(self, seq: int, now: float) -> None:
+        """A rank finished sweep position ``seq`` at ``now`` (the first report counts)."""
+        for i, trigger in self._iteration_trigger.items():
+            if trigger == seq and i not in self._fired:
+                self._fire(i, now + self.events[i].after_s)
+
+    def link_changed(self, now: float) -> None:
+        """A link went down or up at ``now``: schedule a reconvergence if configured."""
+        if self.reconverge_after_s is not None:
+            self._push(Step(now + self.reconverge_after_s, "reconverge", None, None, "reconverge",
+                            "apply", None))
+
+    # -- outputs ---------------------------------------------------------------
+    def due(self, now: float) -> list[Step]:
+        """Steps with ``t <= now``, in time order (ties in scheduling order); removed."""
+        out = []
+        while self._heap and self._heap[0][0] <= now:
+            out.append(heapq.heappop(self._heap)[2])
+        return out
+
+    def next_time(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def pending(self) -> list[Step]:
+        """Steps scheduled but not yet due, in time order."""
+        return [s for _, _, s in sorted(self._heap)]
+
+    def unfired(self) -> list[int]:
+        """Indexes of events whose trigger never came."""
+        return [i for i in range(len(self.events)) if i not in self._fired]
+
+    # -- expansion ---------------------------------------------------------------
+    def _push(self, step: Step) -> None:
+        heapq.heappush(self._heap, (step.t, next(self._seq), step))
+
+    def _fire(self, i: int, t: float) -> None:
+        self._fired.add(i)
+        e = self.events[i]
+        step = lambda dt, kind, value, phase: self._push(  # noqa: E731
+            Step(t + dt, kind, e.link, value, e.action, phase, i))
+        if e.action in ("link_down", "link_up"):
+            step(0.0, "link", e.action == "link_up", "apply")
+        elif e.action == "flap":
+            for c in range(e.count):
+                step(c * e.period_s, "link", False, "apply")
+                step(c * e.period_s + e.period_s / 2, "link", True, "revert")
+        else:
+            value = {"loss": e.loss_pct, "rate": e.rate_bps, "blackhole": True}[e.action]
+            step(0.0, e.action, value, "apply")
+            if e.duration_s is not None:
+                step(e.duration_s, e.action, False if e.action == "blackhole" else None, "revert")

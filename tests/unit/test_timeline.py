@@ -1,0 +1,91 @@
+"""The fault timeline (sans-I/O, fake clock): triggers, expansion, reconvergence."""
+from __future__ import annotations
+
+import pytest
+
+from testbed.spec import TimelineEvent
+from testbed.timeline import Timeline, sweep_warmups
+
+
+def ev(action, link="a0_0-c0_0", **kw):
+    return TimelineEvent(action=action, link=link, **kw)
+
+
+def steps(tl, now):
+    return [(round(s.t, 6), s.kind, s.value, s.phase) for s in tl.due(now)]
+
+
+def test_sweep_order_is_warmups_then_measured_per_size():
+    assert sweep_warmups(2, 3, 1) == [True, False, False, False, True, False, False, False]
+    assert sweep_warmups(1, 2, 0) == [False, False]
+
+
+def test_at_seconds_counts_from_the_start():
+    tl = Timeline([ev("link_down", at_s=2.5)], sweep_warmups(1, 3, 1))
+    assert tl.next_time() is None            # nothing before the start barrier
+    tl.start(100.0)
+    assert steps(tl, 102.4) == []
+    assert steps(tl, 102.5) == [(102.5, "link", False, "apply")]
+    assert tl.unfired() == []
+
+
+def test_at_iteration_fires_when_the_previous_sweep_position_ends():
+    # sizes 2 x (1 warm-up + 3 measured): measured index 3 is the first of size 2, seq 5;
+    # it begins when seq 4 (size 2's warm-up) ends.
+    tl = Timeline([ev("link_down", at_iteration=3, after_s=0.05)], sweep_warmups(2, 3, 1))
+    tl.start(0.0)
+    for seq in range(4):
+        tl.iteration_done(seq, 1.0 + seq)
+    assert tl.next_time() is None
+    tl.iteration_done(4, 10.0)
+    tl.iteration_done(4, 10.2)               # a slower rank: the first report counts
+    assert steps(tl, 11.0) == [(10.05, "link", False, "apply")]
+
+
+def test_at_iteration_zero_without_warmup_fires_after_the_start():
+    tl = Timeline([ev("link_down", at_iteration=0, after_s=0.3)], sweep_warmups(1, 2, 0))
+    tl.start(5.0)
+    assert steps(tl, 6.0) == [(5.3, "link", False, "apply")]
+
+
+def test_flap_expands_into_down_up_cycles():
+    tl = Timeline([ev("flap", at_s=1.0, period_s=0.5, count=3)], sweep_warmups(1, 1, 0))
+    tl.start(0.0)
+    assert steps(tl, 10) == [(1.0, "link", False, "apply"), (1.25, "link", True, "revert"),
+                             (1.5, "link", False, "apply"), (1.75, "link", True, "revert"),
+                             (2.0, "link", False, "apply"), (2.25, "link", True, "revert")]
+
+
+@pytest.mark.parametrize("action,kw,value,reverted", [
+    ("loss", {"loss_pct": 1.0}, 1.0, None),
+    ("rate", {"rate_bps": 5_000_000}, 5_000_000, None),
+    ("blackhole", {}, True, False),
+])
+def test_duration_schedules_the_revert(action, kw, value, reverted):
+    tl = Timeline([ev(action, at_s=1.0, duration_s=2.0, **kw)], sweep_warmups(1, 1, 0))
+    tl.start(0.0)
+    assert steps(tl, 10) == [(1.0, action, value, "apply"), (3.0, action, reverted, "revert")]
+
+
+def test_without_duration_nothing_is_reverted_by_the_timeline():
+    tl = Timeline([ev("blackhole", at_s=1.0)], sweep_warmups(1, 1, 0))
+    tl.start(0.0)
+    assert steps(tl, 10) == [(1.0, "blackhole", True, "apply")]
+
+
+def test_reconvergence_follows_each_link_change_after_the_delay():
+    tl = Timeline([], sweep_warmups(1, 1, 0), reconverge_after_s=2.0)
+    tl.link_changed(1.0)
+    tl.link_changed(1.5)
+    assert steps(tl, 10) == [(3.0, "reconverge", None, "apply"), (3.5, "reconverge", None, "apply")]
+    no_delay = Timeline([], sweep_warmups(1, 1, 0))
+    no_delay.link_changed(1.0)
+    assert no_delay.next_time() is None
+
+
+def test_events_never_triggered_are_reported():
+    tl = Timeline([ev("link_down", at_iteration=2), ev("link_up", at_s=1.0)], sweep_warmups(1, 3, 1))
+    tl.start(0.0)
+    tl.iteration_done(0, 0.5)
+    assert tl.unfired() == [0]
+    assert [s.kind for s in tl.pending()] == ["link"]
