@@ -1,5 +1,10 @@
 """Pluggable congestion control for MRC QPs, default a simplified NSCC (UET 1.0).
 
+The QP default (:class:`agents.mrc.types.QPConfig` ``cc``) is
+``"uet-1.0-nscc"`` with no parameters: it learns the base RTT and starts
+from a 10-packet window, so a caller need not know the link rate.
+``"fixed"`` (a constant, by default unbounded, window) stays available.
+
 Interface in the style of aioquic's ``quic/congestion/base.py``: a base class
 with keyword-only callbacks and a registry by name (the name the OCP MRC CC
 profile uses: ``mrc_ctl.h`` lists ``"uet-1.0-nscc"``).
@@ -68,40 +73,73 @@ class FixedWindow(CongestionControl):
 class NSCC(CongestionControl):
     """Simplified NSCC (UET 1.0), defaults from the UEC packet simulator (MRC.md).
 
-    ``rate_bps`` and ``base_rtt_s`` give BDP = rate * base_rtt / 8 bytes;
-    ``max_cwnd = 1.5 BDP``; the window starts at ``max_cwnd``; target delay
-    = ``target_factor * base_rtt`` (1.0; 0.75 with trimming). On every ACK
-    with ``d = rtt - base_rtt``:
+    Window and delay, all in bytes and seconds:
+
+    * base RTT: ``base_rtt_s`` if given (the fabric's configured base RTT, as
+      a NIC's CC profile carries it: fixed); otherwise learnt as the minimum
+      RTT sample seen so far (it only goes down). Measured on the emulated
+      fabric: learning lowered BDP to the idle-path RTT and capped a 50 Mbit/s
+      WRITE at 23 Mbit/s; configured 2 ms gave 46 Mbit/s;
+    * BDP = ``rate_bps`` * base RTT / 8 and ``max_cwnd = 1.5 BDP`` when the
+      link rate is known; without ``rate_bps`` there is no BDP and
+      ``max_cwnd`` is ``max_cwnd_bytes`` (default unbounded: the delay
+      signal and the QP's MPR window bound the window instead);
+    * start: at ``max_cwnd`` when both ``rate_bps`` and ``base_rtt_s`` are
+      given (NSCC's start at line rate); otherwise at
+      ``initial_window_bytes`` (default 10 packets, RFC 6928's initial
+      window of 10 segments);
+    * target delay = max(``target_factor`` * base RTT, ``min_target_s``)
+      (``target_factor`` 1.0; 0.75 with trimming). ``min_target_s``
+      (default 0.5 ms) keeps timer jitter of a Python agent (~0.1-1 ms, see
+      QPConfig) from reading as congestion on a path whose base RTT is tiny.
+
+    On every ACK with ``d = rtt - base_rtt``:
 
     * no ECN, d < target: proportional increase
       ``cwnd += alpha * acked * (target - d) / target``;
     * no ECN, d >= target: fair increase ``cwnd += fi * mss * acked / cwnd``;
     * ECN (or, without ECN, d >= delay_md_factor * target), d >= target:
-      multiplicative decrease at most
-      once per RTT, ``cwnd *= max(1 - gamma * (d - target) / d, 0.5)``,
-      gamma 0.8;
+      multiplicative decrease at most once per base RTT,
+      ``cwnd *= max(1 - gamma * (d - target) / d, 0.5)``, gamma 0.8;
     * ECN, d < target: no change (the QP skips that EV instead).
 
     Loss or trim: ``cwnd -= lost bytes``; quick-adapt: at the end of an RTT
-    epoch in which loss was seen, if less than half the window was acked,
-    cwnd = bytes acked in that epoch. cwnd stays within [mss, max_cwnd].
+    epoch (one base RTT) in which loss was seen, if less than half the
+    window was acked, cwnd = bytes acked in that epoch. cwnd stays within
+    [mss, max_cwnd]. Raises ValueError for a non-positive rate, RTT or window.
     """
 
     name = "uet-1.0-nscc"
 
-    def __init__(self, *, mss_bytes: int, rate_bps: float, base_rtt_s: float,
-                 target_factor: float = 1.0, alpha: float = 0.5, fi: float = 1.0,
-                 gamma: float = 0.8, md_floor: float = 0.5, ecn_capable: bool = False,
-                 quick_adapt: bool = True, delay_md_factor: float = 2.0, **_ignored):
+    def __init__(self, *, mss_bytes: int, rate_bps: float | None = None,
+                 base_rtt_s: float | None = None, target_factor: float = 1.0,
+                 alpha: float = 0.5, fi: float = 1.0, gamma: float = 0.8, md_floor: float = 0.5,
+                 ecn_capable: bool = False, quick_adapt: bool = True,
+                 delay_md_factor: float = 2.0, initial_window_bytes: float | None = None,
+                 max_cwnd_bytes: float = float("inf"), min_target_s: float = 0.0005,
+                 **_ignored):
         super().__init__(mss_bytes=mss_bytes)
-        if rate_bps <= 0 or base_rtt_s <= 0:
+        if (rate_bps is not None and rate_bps <= 0) or \
+                (base_rtt_s is not None and base_rtt_s <= 0):
             raise ValueError("rate_bps and base_rtt_s must be positive")
-        self.base_rtt_s = base_rtt_s
-        self.bdp_bytes = rate_bps * base_rtt_s / 8
-        self.max_cwnd_bytes = max(1.5 * self.bdp_bytes, 2.0 * mss_bytes)
+        iw = 10.0 * mss_bytes if initial_window_bytes is None else float(initial_window_bytes)
+        if iw <= 0 or max_cwnd_bytes <= 0 or min_target_s < 0:
+            raise ValueError("initial_window_bytes and max_cwnd_bytes must be positive, "
+                             "min_target_s >= 0")
+        self.rate_bps = rate_bps
+        self.target_factor = target_factor
+        self.min_target_s = min_target_s
+        self.max_cwnd_limit_bytes = max_cwnd_bytes
         self.min_cwnd_bytes = float(mss_bytes)
-        self.cwnd_bytes = self.max_cwnd_bytes
-        self.target_s = target_factor * base_rtt_s
+        self.base_rtt_s: float | None = None
+        self.bdp_bytes: float | None = None
+        self.max_cwnd_bytes = max(max_cwnd_bytes, 2.0 * mss_bytes)
+        self.target_s = min_target_s
+        self.base_rtt_fixed = base_rtt_s is not None
+        if base_rtt_s is not None:
+            self._set_base_rtt(base_rtt_s)
+        self.cwnd_bytes = self.max_cwnd_bytes if self.bdp_bytes is not None else \
+            min(max(iw, self.min_cwnd_bytes), self.max_cwnd_bytes)
         self.alpha, self.fi, self.gamma, self.md_floor = alpha, fi, gamma, md_floor
         self.ecn_capable = ecn_capable
         self.delay_md_factor = delay_md_factor
@@ -113,11 +151,19 @@ class NSCC(CongestionControl):
         self.md_count = 0
         self.qa_count = 0
 
+    def _set_base_rtt(self, base_rtt_s: float) -> None:
+        self.base_rtt_s = base_rtt_s
+        self.target_s = max(self.target_factor * base_rtt_s, self.min_target_s)
+        if self.rate_bps is not None:
+            self.bdp_bytes = self.rate_bps * base_rtt_s / 8
+            self.max_cwnd_bytes = max(min(1.5 * self.bdp_bytes, self.max_cwnd_limit_bytes),
+                                      2.0 * self.mss_bytes)
+
     def _clamp(self) -> None:
         self.cwnd_bytes = min(max(self.cwnd_bytes, self.min_cwnd_bytes), self.max_cwnd_bytes)
 
     def _epoch(self, now: float) -> None:
-        if now - self._epoch_start < self.base_rtt_s:
+        if self.base_rtt_s is None or now - self._epoch_start < self.base_rtt_s:
             return
         if self.quick_adapt and self._epoch_loss and self._epoch_acked < self.cwnd_bytes / 2:
             self.cwnd_bytes = float(self._epoch_acked)
@@ -129,11 +175,15 @@ class NSCC(CongestionControl):
 
     def on_packets_acked(self, *, now: float, acked_bytes: int, rtt_s: float | None,
                          ecn: bool = False) -> None:
+        if rtt_s is not None and rtt_s > 0 and not self.base_rtt_fixed and \
+                (self.base_rtt_s is None or rtt_s < self.base_rtt_s):
+            self._set_base_rtt(rtt_s)
         self._epoch_acked += acked_bytes
         self._epoch(now)
-        if rtt_s is None:
+        if rtt_s is None or self.base_rtt_s is None:
             return
-        d = max(rtt_s - self.base_rtt_s, 0.0)
+        base = self.base_rtt_s
+        d = max(rtt_s - base, 0.0)
         target = self.target_s
         congested = ecn or (not self.ecn_capable and d >= self.delay_md_factor * target)
         if not congested:
@@ -141,7 +191,7 @@ class NSCC(CongestionControl):
                 self.cwnd_bytes += self.alpha * acked_bytes * (target - d) / target
             else:
                 self.cwnd_bytes += self.fi * self.mss_bytes * acked_bytes / self.cwnd_bytes
-        elif d >= target and now - self._last_md >= self.base_rtt_s:
+        elif d >= target and now - self._last_md >= base:
             factor = max(1.0 - self.gamma * (d - target) / d, self.md_floor) if d > 0 else 1.0
             self.cwnd_bytes *= factor
             self._last_md = now

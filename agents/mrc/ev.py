@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import itertools
 import random
 from dataclasses import dataclass
 from typing import Iterable
@@ -75,6 +76,9 @@ TRANSITIONS: dict[tuple[EVState, EVCause], EVState] = {
 }
 """(state, cause) -> next state. Missing pairs are illegal (e.g. GOOD + SKIP_EXPIRED)."""
 
+MAX_PERM_TABLE_EVS = 6
+"""Up to this many EVs (6! = 720 orderings) a rotation is one draw from a table."""
+
 USABLE = frozenset({EVState.GOOD, EVState.SKIP})
 """States counted as active for the ``ev_min_active`` floor."""
 
@@ -103,8 +107,8 @@ class EVInfo:
     """Per-EV state and counters (mutable; read through :meth:`EVSet.stats`)."""
 
     __slots__ = ("ev", "state", "skip_until", "probe_ok", "probe_due", "probe_outstanding",
-                 "packets_sent", "bytes_sent", "packets_acked", "packets_lost",
-                 "retransmits", "seq", "acked_seq", "rtt_last_s", "rtt_min_s",
+                 "bytes_sent", "packets_acked", "packets_lost",
+                 "retransmits", "seq", "acked_seq", "last_ack_s", "rtt_last_s", "rtt_min_s",
                  "rtt_samples", "probes_sent", "probes_ok_total")
 
     def __init__(self, ev: int, state: EVState):
@@ -114,18 +118,23 @@ class EVInfo:
         self.probe_ok = 0            # consecutive probe successes
         self.probe_due = 0.0         # absolute time of the next probe
         self.probe_outstanding: tuple[int, float] | None = None  # (probe_id, deadline)
-        self.packets_sent = 0
         self.bytes_sent = 0
         self.packets_acked = 0
         self.packets_lost = 0
         self.retransmits = 0
         self.seq = 0                 # per-EV transmission counter
         self.acked_seq = -1          # highest acknowledged per-EV transmission counter
+        self.last_ack_s = float("-inf")  # last SACK of new data echoing this EV (timer restart)
         self.rtt_last_s: float | None = None
         self.rtt_min_s: float | None = None
         self.rtt_samples = 0
         self.probes_sent = 0
         self.probes_ok_total = 0
+
+    @property
+    def packets_sent(self) -> int:
+        """Transmissions on this EV (first and retransmissions): the per-EV sequence counter."""
+        return self.seq
 
 
 class EVSet:
@@ -154,10 +163,15 @@ class EVSet:
         self.skip_timeout_s = skip_timeout_s
         self.info: dict[int, EVInfo] = {ev: EVInfo(ev, initial_state) for ev in ev_list}
         self.order = ev_list
+        # Rotations are drawn as one index into the table of all orderings (one RNG call)
+        # when that table is small; otherwise rng.shuffle.
+        self._perms = [list(p) for p in itertools.permutations(ev_list)] \
+            if len(ev_list) <= MAX_PERM_TABLE_EVS else None
         self._rotation: list[int] = []
         self._pos = 0
         self.events = sink if sink is not None else []  # EVEvents appended here
         self.floor_held = 0
+        self._all_good = initial_state is EVState.GOOD
 
     # ---- state machine -------------------------------------------------
     def usable_count(self) -> int:
@@ -175,6 +189,7 @@ class EVSet:
             return old
         if new is not old:
             info.state = new
+            self._all_good = all(i.state is EVState.GOOD for i in self.info.values())
             if new == EVState.SKIP:
                 info.skip_until = now + self.skip_timeout_s
             if new in (EVState.ASSUMED_BAD, EVState.UNKNOWN):
@@ -211,8 +226,7 @@ class EVSet:
         n = len(self.order)
         for _ in range(2 * n + 1):
             if self._pos >= len(self._rotation):
-                self._rotation = self.order[:]
-                self.rng.shuffle(self._rotation)
+                self._rotation = self._new_rotation()
                 self._pos = 0
             ev = self._rotation[self._pos]
             self._pos += 1
@@ -228,6 +242,43 @@ class EVSet:
                 if info[ev].state is state:
                     return ev
         return None
+
+    def _new_rotation(self) -> list[int]:
+        """A uniformly random ordering of the EVs (never mutated by the caller)."""
+        perms = self._perms
+        if perms is not None:
+            return perms[int(self.rng.random() * len(perms))]
+        rot = self.order[:]
+        self.rng.shuffle(rot)
+        return rot
+
+    def pick_many(self, now: float, n: int) -> list[int]:
+        """The next ``n`` picks of :meth:`pick` as a list (shorter if no EV is usable).
+
+        Same rotation and RNG use as ``n`` calls of ``pick(now)``; while every
+        EV is GOOD whole slices of the rotation are taken at once (the
+        requester's hot path).
+        """
+        out: list[int] = []
+        if self._all_good:
+            rot, pos = self._rotation, self._pos
+            while n > 0:
+                if pos >= len(rot):
+                    rot = self._new_rotation()
+                    pos = 0
+                take = rot[pos:pos + n]
+                out += take
+                pos += len(take)
+                n -= len(take)
+            self._rotation, self._pos = rot, pos
+            return out
+        pick = self.pick
+        for _ in range(n):
+            ev = pick(now)
+            if ev is None:
+                break
+            out.append(ev)
+        return out
 
     # ---- probes --------------------------------------------------------
     def probe_targets(self) -> list[EVInfo]:

@@ -309,7 +309,8 @@ def unpack_sack(data: bytes) -> tuple:
         raise ProtocolError(f"unknown SACK flags {f[3]:#x}")
     if f[5] > MAX_PSN + 1 or f[6] > MAX_PSN:
         raise ProtocolError("reserved PSN in SACK")
-    check_crc(data)
+    if zlib.crc32(memoryview(data)[:SACK_HDR.size]) != CRC.unpack_from(data, SACK_HDR.size)[0]:
+        raise ProtocolError("CRC mismatch")
     return f[2:]
 
 

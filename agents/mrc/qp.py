@@ -35,11 +35,13 @@ from . import packet as pk
 from .ev import EVSet, EVState
 from .requester import RequesterMixin
 from .responder import ResponderMixin
+from .rto import RttEstimator, mrc_timeout_s
 from .types import (QPAttr, QPConfig, QPError, QPState, QPStateError, Transport)
 
 log = logging.getLogger(__name__)
 
 S = QPState
+_RTS, _RTR = QPState.RTS, QPState.RTR
 TRANSITIONS: dict[tuple[QPState, QPState], frozenset[str]] = {
     (S.RST, S.INIT): frozenset({"evs", "ev_min_active"}),
     (S.INIT, S.RTR): frozenset({"dest_qpn", "mpr_dest", "max_wimm_dest"}),
@@ -76,7 +78,7 @@ class QP(RequesterMixin, ResponderMixin):
         self.transport = Transport(self.config.transport)
         self.state = QPState.RST
         self.attr = QPAttr()
-        self._update_rto()
+        self._rtt = RttEstimator(self._rto_floor_s())
         self.dest_qpn = 0
         self.evs: EVSet | None = None
         self._events: deque = deque()
@@ -91,15 +93,25 @@ class QP(RequesterMixin, ResponderMixin):
     # ---- state machine ---------------------------------------------------
     @property
     def rto_s(self) -> float:
-        """Retransmission timeout in seconds: max(time_scale * 1.024e-6 * 2**timeout, min_rto_s).
+        """Current retransmission timeout in seconds (before the per-PSN retry back-off).
 
-        OCP MRC 1.0, mrc.h: local ACK timeout = 1.024 us * 2**timeout.
+        RFC 6298: ``max(SRTT + 4 * RTTVAR, floor)``, where the floor is the
+        mrc.h mapping ``max(time_scale * 1.024e-6 * 2**timeout, min_rto_s)``
+        (OCP MRC 1.0, mrc.h: local ACK timeout = 1.024 us * 2**timeout);
+        before the first RTT sample it is the floor. See :mod:`agents.mrc.rto`.
         """
-        return self._rto_s
+        return self._rtt.rto_s
+
+    @property
+    def srtt_s(self) -> float | None:
+        """RFC 6298 smoothed RTT of the data path in seconds (None before the first SACK)."""
+        return self._rtt.srtt_s
+
+    def _rto_floor_s(self) -> float:
+        return mrc_timeout_s(self.attr.timeout, self.config.time_scale, self.config.min_rto_s)
 
     def _update_rto(self) -> None:
-        self._rto_s = max(self.config.time_scale * 1.024e-6 * (1 << self.attr.timeout),
-                          self.config.min_rto_s)
+        self._rtt.set_floor(self._rto_floor_s())
 
     def modify_qp(self, state: QPState, now: float = 0.0, **attrs) -> None:
         """Move to ``state`` setting ``attrs`` (like mrc_modify_qp).
@@ -151,7 +163,7 @@ class QP(RequesterMixin, ResponderMixin):
         memory = self._mem
         self.state = QPState.RST
         self.attr = QPAttr()
-        self._update_rto()
+        self._rtt = RttEstimator(self._rto_floor_s())
         self.evs = None
         self._events.clear()
         self._init_requester()
@@ -193,14 +205,14 @@ class QP(RequesterMixin, ResponderMixin):
         and dropped: a corrupt packet from the fabric must not crash a job.
         """
         state = self.state
-        if state in (QPState.RST, QPState.INIT, QPState.ERR):
+        if state is not _RTS and state is not _RTR:
             return
         try:
             ptype = data[1] if len(data) > 1 else 0
-            if ptype == pk.PacketType.DATA:
+            if ptype == 1:                       # DATA
                 self._on_data(data, now, ecn)
-            elif ptype == pk.PacketType.SACK:
-                if state is QPState.RTS:
+            elif ptype == 2:                     # SACK
+                if state is _RTS:
                     self._on_sack(pk.unpack_sack(data), now)
             else:
                 pkt = pk.parse(data)
@@ -211,7 +223,7 @@ class QP(RequesterMixin, ResponderMixin):
                         self._on_probe_rsp(pkt, now)
                     else:
                         self._on_probe_req(pkt)
-                elif isinstance(pkt, pk.NackPacket) and state is QPState.RTS:
+                elif isinstance(pkt, pk.NackPacket) and state is _RTS:
                     self._on_nack(pkt, now)
         except pk.ProtocolError as exc:
             self.bad_packets += 1
@@ -270,7 +282,7 @@ class QP(RequesterMixin, ResponderMixin):
         """A JSON-ready snapshot of counters (see agents.mrc module docstring)."""
         return {
             "qpn": self.qpn, "state": self.state.name, "transport": self.transport.value,
-            "rto_s": self.rto_s,
+            "rto_s": self.rto_s, "rttvar_s": self._rtt.rttvar_s,
             "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
             "retransmissions": self.rtx_packets, "timeouts": self.timeouts,
             "lost_packets": self.lost_packets, "acked_bytes": self.acked_bytes,

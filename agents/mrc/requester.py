@@ -4,15 +4,17 @@ Mixed into :class:`agents.mrc.qp.QP`; it shares the QP's attributes. Loss
 detection (MRC.md): a transmission is lost when ``reorder_threshold`` later
 transmissions on the same EV were acknowledged (per-EV packet threshold,
 only never-retransmitted PSNs count: their ACK is unambiguous), or when its
-timer (the QP ``timeout``, with the linear then exponential retry ladder)
-fires. Lost PSNs are retransmitted oldest first, on a different EV. In RC
+timer fires: the RFC 6298 RTO (:mod:`agents.mrc.rto`, floored by the QP
+``timeout``), restarted per EV by ACKs (``_requester_timers``), then the
+linear and exponential retry ladder. Lost PSNs are retransmitted oldest first, on a different EV. In RC
 mode a loss (timeout or SEQ_ERR NACK) rewinds to the lost PSN: go-back-N.
 """
 from __future__ import annotations
 
 import heapq
 import logging
-from collections import deque
+import zlib
+from collections import defaultdict, deque
 
 from . import packet as pk
 from .ev import EVCause
@@ -22,6 +24,9 @@ log = logging.getLogger(__name__)
 
 _OP_FIRST, _OP_MIDDLE, _OP_LAST, _OP_LAST_IMM, _OP_ONLY, _OP_ONLY_IMM = 6, 7, 8, 9, 10, 11
 _encode = pk.encode_data_parts
+_pack_hdr, _pack_imm, _pack_crc = pk.DATA_HDR.pack, pk.IMM.pack, pk.CRC.pack
+_crc32, _join = zlib.crc32, b"".join
+_INF = float("inf")
 
 
 class _WR:
@@ -45,16 +50,16 @@ class _Tx:
     __slots__ = ("psn", "wr", "pos", "length", "opcode", "ev", "ev_seq", "ts_ns",
                  "sent_at", "timeouts", "rtx_count", "lost")
 
-    def __init__(self, psn, wr, pos, length, opcode):
+    def __init__(self, psn, wr, pos, length, opcode, ev, ev_seq, ts_ns, sent_at):
         self.psn = psn
         self.wr = wr
         self.pos = pos
         self.length = length
         self.opcode = opcode
-        self.ev = -1
-        self.ev_seq = 0
-        self.ts_ns = 0
-        self.sent_at = 0.0
+        self.ev = ev
+        self.ev_seq = ev_seq
+        self.ts_ns = ts_ns
+        self.sent_at = sent_at
         self.timeouts = 0
         self.rtx_count = 0
         self.lost = False
@@ -71,9 +76,11 @@ class RequesterMixin:
         self._snd_una = 0                       # lowest PSN not acknowledged
         self._outstanding: dict[int, _Tx] = {}
         self._rtx: list[int] = []               # heap of lost PSNs awaiting retransmit
-        self._timers: list[tuple[float, int, int]] = []  # heap (deadline, psn, ts_ns)
-        self._fresh_timers: deque = deque()     # same, deadlines non-decreasing (no backoff)
-        self._ev_q: dict[int, deque] = {}
+        # Timers (see _requester_timers). First transmissions: per EV, in send order
+        # (ev -> deque of _Tx); retransmissions: a heap of (deadline, psn, ts_ns).
+        self._ev_fresh: defaultdict[int, deque] = defaultdict(deque)
+        self._timers: list[tuple[float, int, int]] = []
+        self._ev_q: defaultdict[int, deque] = defaultdict(deque)  # ev -> (ev_seq, tx)
         self._inflight_bytes = 0
         self._wimm_inflight = 0
         self._last_ts_ns = 0
@@ -84,7 +91,6 @@ class RequesterMixin:
         self.timeouts = 0
         self.lost_packets = 0
         self.acked_bytes = 0
-        self.srtt_s: float | None = None
 
     # ---- posting ---------------------------------------------------------
     def _post(self, wr_id, data: memoryview, remote_offset: int, imm: int | None) -> None:
@@ -105,21 +111,11 @@ class RequesterMixin:
         self._last_ts_ns = ts
         return ts
 
-    def _rto_for(self, timeouts: int) -> float:
-        lin = self.attr.retry_linear_cnt
-        if timeouts < lin:
-            return self.rto_s
-        return self.rto_s * (1 << min(timeouts - lin + 1, 20))
-
-    def _transmit(self, tx: _Tx, ev: int, now: float, out: list, rtx: bool) -> None:
-        # Hot path: locals instead of repeated attribute lookups, no per-packet helper calls.
+    def _transmit(self, tx: _Tx, ev: int, now: float, out: list) -> None:
+        """Retransmit ``tx`` on EV ``ev`` (first transmissions go through _send_new)."""
         wr = tx.wr
         info = self.evs.info[ev]
-        ts = int(now * 1e9)
-        last = self._last_ts_ns
-        if ts <= last:
-            ts = last + 1
-        self._last_ts_ns = ts
+        ts = self._stamp(now)
         psn = tx.psn
         seq = info.seq
         info.seq = seq + 1
@@ -128,96 +124,124 @@ class RequesterMixin:
         tx.ts_ns = ts
         tx.sent_at = now
         tx.lost = False
-        flags = 0
-        if rtx:
-            flags = pk.FLAG_RTX
-            tx.rtx_count += 1
-            info.retransmits += 1
-            self.rtx_packets += 1
+        tx.rtx_count += 1
+        info.retransmits += 1
+        self.rtx_packets += 1
+        flags = pk.FLAG_RTX
+        imm = None
         if psn == wr.last_psn:
             flags |= pk.FLAG_ACK_REQ
             imm = wr.imm
-        else:
-            imm = None
-        pos = tx.pos
-        length = tx.length
+        pos, length = tx.pos, tx.length
         out.append((_encode(self.dest_qpn, psn, ev, tx.opcode, flags, wr.remote_offset + pos,
                             ts, imm, wr.data[pos:pos + length]), ev))
         self._inflight_bytes += length
-        info.packets_sent += 1
         info.bytes_sent += length
         self.tx_packets += 1
         self.tx_bytes += length
-        q = self._ev_q.get(ev)
-        if q is None:
-            q = self._ev_q[ev] = deque()
-        q.append((seq, psn, ts))
-        if tx.timeouts == 0 and not rtx:
-            self._fresh_timers.append((now + self._rto_s, psn, ts))
-        else:
-            heapq.heappush(self._timers, (now + self._rto_for(tx.timeouts), psn, ts))
+        self._ev_q[ev].append((seq, tx))
+        heapq.heappush(self._timers, (now + self._rtt.backoff_s(tx.timeouts,
+                                                                self.attr.retry_linear_cnt),
+                                      psn, ts))
         if self._cc_sent is not None:
             self._cc_sent(now=now, size_bytes=length)
 
-    def _new_tx(self) -> _Tx | None:
-        wr = self._unsent[0]
-        psn = self._next_psn
-        idx = psn - wr.first_psn
-        if idx == 0 and wr.imm is not None:
-            if self._wimm_inflight >= self.attr.max_wimm:
-                return None
-            self._wimm_inflight += 1
-        payload = self.config.payload_bytes
-        pos = idx * payload
-        length = min(payload, wr.size - pos)
-        if wr.first_psn == wr.last_psn:
-            op = _OP_ONLY if wr.imm is None else _OP_ONLY_IMM
-        elif psn == wr.first_psn:
-            op = _OP_FIRST
-        elif psn == wr.last_psn:
-            op = _OP_LAST if wr.imm is None else _OP_LAST_IMM
-        else:
-            op = _OP_MIDDLE
-        if psn == wr.last_psn:
-            self._unsent.popleft()
-        self._next_psn = psn + 1
-        return _Tx(psn, wr, pos, length, op)
-
     def _send_data(self, now: float, out: list) -> None:
-        cc = self.cc
         budget = self.config.max_burst
-        rc = self.transport is Transport.RC
         rtx_heap = self._rtx
-        outstanding = self._outstanding
-        while rtx_heap and len(out) < budget:
-            tx = outstanding.get(rtx_heap[0])
-            if tx is None or not tx.lost:
+        if rtx_heap:
+            cc = self.cc
+            rc = self.transport is Transport.RC
+            outstanding = self._outstanding
+            while rtx_heap and len(out) < budget:
+                tx = outstanding.get(rtx_heap[0])
+                if tx is None or not tx.lost:
+                    heapq.heappop(rtx_heap)
+                    continue
+                if not cc.can_send(inflight_bytes=self._inflight_bytes, size_bytes=tx.length):
+                    return
+                ev = self.evs.pick(now, exclude=None if rc else tx.ev)
+                if ev is None:
+                    return
                 heapq.heappop(rtx_heap)
-                continue
-            if not cc.can_send(inflight_bytes=self._inflight_bytes, size_bytes=tx.length):
-                return
-            ev = self.evs.pick(now, exclude=None if rc else tx.ev)
-            if ev is None:
-                return
-            heapq.heappop(rtx_heap)
-            self._transmit(tx, ev, now, out, rtx=True)
-        # New data. The window test is CongestionControl.can_send, inlined for speed.
-        window_end = self._snd_una + self.attr.mpr * 128
+                self._transmit(tx, ev, now, out)
+        if self._unsent:
+            self._send_new(now, out, budget - len(out))
+
+    def _send_new(self, now: float, out: list, budget: int) -> None:
+        """First transmissions: as many packets as window, cwnd and ``budget`` allow.
+
+        The hot path: one EV batch from the rotation, locals for every
+        counter, the header packed and CRC-sealed inline.
+        """
         size = self.config.payload_bytes
-        pick = self.evs.pick
-        unsent = self._unsent
-        while unsent and len(out) < budget and self._next_psn < window_end:
-            inflight = self._inflight_bytes
-            if inflight and inflight + size > cc.cwnd_bytes:
-                return
-            ev = pick(now)
-            if ev is None:
-                return
-            tx = self._new_tx()
-            if tx is None:
-                return
-            outstanding[tx.psn] = tx
-            self._transmit(tx, ev, now, out, False)
+        psn = self._next_psn
+        n = min(budget, self._snd_una + self.attr.mpr * 128 - psn, self._psn_assign - psn)
+        inflight = self._inflight_bytes
+        cwnd = self.cc.cwnd_bytes
+        if cwnd != _INF:   # CongestionControl.can_send for full-size packets, in one step
+            n = min(n, int((cwnd - inflight) // size) if inflight else max(1, int(cwnd // size)))
+        if n <= 0:
+            return
+        evs = self.evs.pick_many(now, n)
+        if not evs:
+            return
+        unsent, outstanding, ev_q, ev_fresh, infos = self._unsent, self._outstanding, \
+            self._ev_q, self._ev_fresh, self.evs.info
+        dest, append, cc_sent = self.dest_qpn, out.append, self._cc_sent
+        ts = int(now * 1e9)
+        if ts <= self._last_ts_ns:
+            ts = self._last_ts_ns + 1
+        wr = unsent[0]
+        data, first, last_psn, imm_wr, roff = wr.data, wr.first_psn, wr.last_psn, wr.imm, \
+            wr.remote_offset
+        sent_bytes = 0
+        for ev in evs:
+            if psn == first and imm_wr is not None:
+                if self._wimm_inflight >= self.attr.max_wimm:
+                    break
+                self._wimm_inflight += 1
+            pos = (psn - first) * size
+            if psn == last_psn:
+                length = wr.size - pos
+                flags, imm = pk.FLAG_ACK_REQ, imm_wr
+                if first == last_psn:
+                    op = _OP_ONLY if imm is None else _OP_ONLY_IMM
+                else:
+                    op = _OP_LAST if imm is None else _OP_LAST_IMM
+            else:
+                length, flags, imm = size, 0, None
+                op = _OP_FIRST if psn == first else _OP_MIDDLE
+            info = infos[ev]
+            seq = info.seq
+            info.seq = seq + 1
+            info.bytes_sent += length
+            hdr = _pack_hdr(1, 1, op, flags, dest, psn, ev, roff + pos, length, ts)
+            if imm is not None:
+                hdr += _pack_imm(imm)
+            payload = data[pos:pos + length]
+            append((_join((hdr, payload, _pack_crc(_crc32(payload, _crc32(hdr))))), ev))
+            tx = _Tx(psn, wr, pos, length, op, ev, seq, ts, now)
+            outstanding[psn] = tx
+            ev_q[ev].append((seq, tx))
+            ev_fresh[ev].append(tx)
+            sent_bytes += length
+            if cc_sent is not None:
+                cc_sent(now=now, size_bytes=length)
+            ts += 1
+            psn += 1
+            if psn > last_psn:
+                unsent.popleft()
+                if not unsent:
+                    break
+                wr = unsent[0]
+                data, first, last_psn, imm_wr, roff = wr.data, wr.first_psn, wr.last_psn, \
+                    wr.imm, wr.remote_offset
+        self.tx_packets += psn - self._next_psn
+        self._next_psn = psn
+        self._last_ts_ns = ts - 1
+        self._inflight_bytes = inflight + sent_bytes
+        self.tx_bytes += sent_bytes
 
     # ---- loss ----------------------------------------------------------
     def _declare_lost(self, tx: _Tx, now: float, cause: str) -> None:
@@ -240,106 +264,116 @@ class RequesterMixin:
             if tx is not None:
                 self._declare_lost(tx, now, cause)
 
-    def _detect_ev_losses(self, ev: int, now: float) -> None:
-        q = self._ev_q.get(ev)
-        if not q:
-            return
-        limit = self.evs.info[ev].acked_seq - self.config.reorder_threshold
-        outstanding = self._outstanding
-        while q and q[0][0] <= limit:
-            _, psn, ts = q.popleft()
-            tx = outstanding.get(psn)
-            if tx is not None and tx.ts_ns == ts and not tx.lost:
-                self._declare_lost(tx, now, "ev_threshold")
+    def _timeout(self, tx: _Tx, now: float) -> bool:
+        """One timer expiry of ``tx``; False if the retries are exhausted (QP now in ERR)."""
+        tx.timeouts += 1
+        self.timeouts += 1
+        exp = self.attr.retry_exp_cnt
+        if exp != RETRY_EXP_INFINITE and tx.timeouts > self.attr.retry_linear_cnt + exp:
+            self._enter_error(now, f"retry exhausted: PSN {tx.psn} timed out "
+                                   f"{tx.timeouts} times (EV {tx.ev})")
+            return False
+        if self.transport is Transport.RC:
+            self._go_back_n(tx.psn, now, "timeout")
+        else:
+            self._declare_lost(tx, now, "timeout")
+        return True
+
+    def _ev_head(self, ev: int) -> _Tx | None:
+        """Oldest first transmission on ``ev`` still waiting for its ACK (None if none)."""
+        q = self._ev_fresh[ev]
+        while q:
+            tx = q[0]
+            if tx.ev_seq >= 0 and not tx.lost and not tx.rtx_count:   # acked: ev_seq -1
+                return tx
+            q.popleft()
+        return None
+
+    def _ev_deadline(self, ev: int, tx: _Tx) -> float:
+        return max(tx.sent_at, self.evs.info[ev].last_ack_s) + self._rtt.rto_s
 
     def _requester_timers(self, now: float) -> None:
-        fresh = self._fresh_timers
-        while fresh and fresh[0][0] <= now:
-            heapq.heappush(self._timers, fresh.popleft())
+        """Fire due timers: first transmissions per EV, then backed-off retransmissions.
+
+        A first transmission on EV e times out at max(its send time, e's
+        ``last_ack_s``) + RTO: RFC 6298 rule 5.3 ("when an ACK is received that
+        acknowledges new data, restart the retransmission timer"), applied per
+        EV so that a queue building on a working path is not a timeout while a
+        dead EV still is. ``last_ack_s`` is the latest of: the arrival of a SACK
+        echoing e (a packet on e just arrived), and send time + SRTT of any
+        packet on e newly acknowledged (e delivered it; a late cumulative ACK
+        for a packet sent before a failure restarts nothing past it); a retransmission at its send time plus
+        the mrc.h retry ladder (:meth:`agents.mrc.rto.RttEstimator.backoff_s`).
+        """
+        for ev in list(self._ev_fresh):
+            while (tx := self._ev_head(ev)) is not None and self._ev_deadline(ev, tx) <= now:
+                self._ev_fresh[ev].popleft()
+                if not self._timeout(tx, now):
+                    return
         timers = self._timers
         outstanding = self._outstanding
-        exp = self.attr.retry_exp_cnt
-        limit = self.attr.retry_linear_cnt + exp
         while timers and timers[0][0] <= now:
             _, psn, ts = heapq.heappop(timers)
             tx = outstanding.get(psn)
             if tx is None or tx.ts_ns != ts or tx.lost:
                 continue
-            tx.timeouts += 1
-            self.timeouts += 1
-            if exp != RETRY_EXP_INFINITE and tx.timeouts > limit:
-                self._enter_error(now, f"retry exhausted: PSN {psn} timed out "
-                                       f"{tx.timeouts} times (EV {tx.ev})")
+            if not self._timeout(tx, now):
                 return
-            if self.transport is Transport.RC:
-                self._go_back_n(psn, now, "timeout")
-            else:
-                self._declare_lost(tx, now, "timeout")
 
     def _requester_deadline(self) -> float | None:
         timers = self._timers
         outstanding = self._outstanding
-        fresh = self._fresh_timers
-        while fresh:
-            _, psn, ts = fresh[0]
-            tx = outstanding.get(psn)
-            if tx is None or tx.ts_ns != ts or tx.lost:
-                fresh.popleft()
-                continue
-            break
         while timers:
             _, psn, ts = timers[0]
             tx = outstanding.get(psn)
             if tx is None or tx.ts_ns != ts or tx.lost:
                 heapq.heappop(timers)
                 continue
-            return min(timers[0][0], fresh[0][0]) if fresh else timers[0][0]
-        return fresh[0][0] if fresh else None
+            break
+        t = timers[0][0] if timers else None
+        for ev in self._ev_fresh:
+            tx = self._ev_head(ev)
+            if tx is not None:
+                d = self._ev_deadline(ev, tx)
+                if t is None or d < t:
+                    t = d
+        return t
 
     # ---- acknowledgements ---------------------------------------------
-    def _acked(self, tx: _Tx, touched: set) -> int:
-        if not tx.lost:
-            self._inflight_bytes -= tx.length
-        info = self.evs.info[tx.ev]
-        info.packets_acked += 1
-        if tx.rtx_count == 0:
-            if tx.ev_seq > info.acked_seq:
-                info.acked_seq = tx.ev_seq
-            touched.add(tx.ev)
-        return tx.length
-
     def _on_sack(self, f: tuple, now: float) -> None:
         mode, flags, _, cum, base, bitmap, ev, ts, _, _ = f
-        outstanding = self._outstanding
-        acked = 0
-        touched: set = set()
+        una = self._snd_una
         if cum > self._next_psn:
             self.bad_packets += 1
             return
-        if cum > self._snd_una:
-            for psn in range(self._snd_una, cum):
-                tx = outstanding.pop(psn, None)
-                if tx is not None:
-                    acked += self._acked(tx, touched)
-            self._snd_una = cum
-        b = bitmap
-        if base < self._snd_una:       # bits below the cumulative PSN are already done
-            shift = self._snd_una - base
-            b = b >> shift if shift < 64 else 0
-            base = self._snd_una
-        while b:
-            low = b & -b
-            b ^= low
-            tx = outstanding.pop(base + low.bit_length() - 1, None)
+        pop = self._outstanding.pop
+        txs = [tx for psn in range(una, cum) if (tx := pop(psn, None)) is not None] \
+            if cum > una else []
+        if cum > una:
+            una = self._snd_una = cum
+        if base < una:                 # bits below the cumulative PSN are already done
+            shift = una - base
+            bitmap = bitmap >> shift if shift < 64 else 0
+            base = una
+        while bitmap:
+            low = bitmap & -bitmap
+            bitmap ^= low
+            tx = pop(base + low.bit_length() - 1, None)
             if tx is not None:
-                acked += self._acked(tx, touched)
+                txs.append(tx)
+        acked = 0
+        if txs:
+            acked = self._account_acked(txs, now)
+            first = txs[0]             # lowest PSN newly acked: the oldest first transmission
+            if not first.rtx_count:    # Karn: never time a retransmitted PSN
+                self._rtt.sample(now - first.sent_at)
         self._advance_una()
-        for e in touched:
-            self._detect_ev_losses(e, now)
-        rtt = None
         info = self.evs.info.get(ev)
+        rtt = None
+        if info is not None:
+            info.last_ack_s = now      # a packet on EV ev just arrived: restart its timer
         if info is not None and 0 < ts <= self._last_ts_ns:
-            rtt = now - ts * 1e-9
+            rtt = now - ts * 1e-9      # echoed timestamp: path delay, for CC and EV stats
             self._rtt_sample(info, rtt)
         self.acked_bytes += acked
         ecn = bool(flags & pk.FLAG_ECN_ECHO)
@@ -347,14 +381,47 @@ class RequesterMixin:
         if info is not None and (ecn or mode != pk.SackMode.NONE) and \
                 self.transport is Transport.MRC:
             self.evs.apply(ev, EVCause.CONGESTION, now)
-        self._complete_writes(now)
+        if self._wrs and self._wrs[0].last_psn < self._snd_una:
+            self._complete_writes(now)
+
+    def _account_acked(self, txs: list, now: float) -> int:
+        """Bookkeeping for newly acknowledged transmissions; returns their payload bytes."""
+        infos = self.evs.info
+        srtt = self._rtt.srtt_s or 0.0
+        acked = lost_acked = 0
+        touched = []
+        for tx in txs:
+            length = tx.length
+            acked += length
+            if tx.lost:
+                lost_acked += length
+            info = infos[tx.ev]
+            info.packets_acked += 1
+            alive = tx.sent_at + srtt  # e delivered tx: known alive until about then
+            if alive > info.last_ack_s:
+                info.last_ack_s = alive
+            seq = tx.ev_seq
+            tx.ev_seq = -1             # acknowledged: no per-EV queue entry matches it now
+            if not tx.rtx_count and seq > info.acked_seq:
+                info.acked_seq = seq
+                touched.append(tx.ev)
+        self._inflight_bytes -= acked - lost_acked
+        if touched:   # per-EV packet threshold: reorder_threshold later ones on the EV acked
+            ev_q, threshold = self._ev_q, self.config.reorder_threshold
+            for e in set(touched):
+                q = ev_q[e]
+                limit = infos[e].acked_seq - threshold
+                while q and q[0][0] <= limit:
+                    seq, tx = q.popleft()
+                    if tx.ev_seq == seq and tx.ev == e and not tx.lost:   # acked: ev_seq -1
+                        self._declare_lost(tx, now, "ev_threshold")
+        return acked
 
     def _rtt_sample(self, info, rtt: float) -> None:
         info.rtt_last_s = rtt
         info.rtt_samples += 1
         if info.rtt_min_s is None or rtt < info.rtt_min_s:
             info.rtt_min_s = rtt
-        self.srtt_s = rtt if self.srtt_s is None else 0.875 * self.srtt_s + 0.125 * rtt
 
     def _advance_una(self) -> None:
         una, nxt, outstanding = self._snd_una, self._next_psn, self._outstanding
@@ -366,11 +433,10 @@ class RequesterMixin:
         tx = self._outstanding.get(pkt.psn)
         if pkt.reason == pk.NackReason.SEQ_ERR:
             # RoCE NAK semantics: everything below the PSN arrived in order.
-            touched: set = set()
-            for psn in range(self._snd_una, min(pkt.psn, self._next_psn)):
-                t = self._outstanding.pop(psn, None)
-                if t is not None:
-                    self.acked_bytes += self._acked(t, touched)
+            pop = self._outstanding.pop
+            txs = [t for psn in range(self._snd_una, min(pkt.psn, self._next_psn))
+                   if (t := pop(psn, None)) is not None]
+            self.acked_bytes += self._account_acked(txs, now)
             self._advance_una()
             self._go_back_n(pkt.psn, now, "seq_err")
             self._complete_writes(now)
@@ -402,7 +468,8 @@ class RequesterMixin:
         self._outstanding.clear()
         self._rtx.clear()
         self._timers.clear()
-        self._fresh_timers.clear()
+        self._ev_q.clear()
+        self._ev_fresh.clear()
         self._inflight_bytes = 0
 
     # ---- probes ----------------------------------------------------------
@@ -438,5 +505,5 @@ class RequesterMixin:
         if info is None or info.probe_outstanding is None or \
                 info.probe_outstanding[0] != pkt.probe_id:
             return
-        self._rtt_sample(info, now - pkt.timestamp_ns * 1e-9)
+        self._rtt_sample(info, now - pkt.timestamp_ns * 1e-9)   # per-EV stats, not the RTO
         self.evs.probe_result(pkt.req_ev, True, now, self.config.probe_successes)

@@ -26,6 +26,15 @@ from .types import Transport, WCOpcode, WCStatus, WorkCompletion
 
 log = logging.getLogger(__name__)
 
+_unpack_hdr, _unpack_crc, _crc32 = pk.DATA_HDR.unpack_from, pk.CRC.unpack_from, zlib.crc32
+_HDR_BYTES = pk.DATA_HDR.size
+_PLAIN_BYTES = _HDR_BYTES + pk.CRC_BYTES
+_PLAIN_OPCODES = frozenset({pk.Opcode.WRITE_FIRST, pk.Opcode.WRITE_MIDDLE, pk.Opcode.WRITE_LAST,
+                            pk.Opcode.WRITE_ONLY})
+_FAST_FLAGS_MASK = 0xFF & ~(pk.FLAG_RTX | pk.FLAG_ACK_REQ)
+_ACK_NOW = pk.FLAG_RTX | pk.FLAG_ACK_REQ
+_MAX_PSN = pk.MAX_PSN
+
 
 class ResponderMixin:
     """Responder state and logic (see module docstring)."""
@@ -57,60 +66,110 @@ class ResponderMixin:
         return self._rcv_cum
 
     def _on_data(self, data: bytes, now: float, ecn: bool) -> None:
+        n = len(data)
+        if n >= _PLAIN_BYTES:
+            # Fast path: an in-window, non-trimmed packet without an immediate, fully
+            # validated here (same checks as packet.unpack_data, CRC included).
+            (ver, ptype, opcode, flags, qpn, psn, ev, off, length, ts) = _unpack_hdr(data)
+            end = n - 4
+            mem = self._mem
+            if ver == 1 and ptype == 1 and opcode in _PLAIN_OPCODES and not flags & _FAST_FLAGS_MASK and \
+                    end - _HDR_BYTES == length and psn <= _MAX_PSN and qpn == self.qpn and \
+                    mem is not None and off + length <= len(mem):
+                mv = memoryview(data)
+                if _crc32(mv[:end]) != _unpack_crc(data, end)[0]:
+                    raise pk.ProtocolError("CRC mismatch")
+                if psn != self._rcv_cum or self._chunks or self._imm_heap:
+                    self._place(mv, psn, ev, off, length, ts, flags, None, now, ecn)
+                    return
+                # In order with nothing pending above it: _place without the bitmap work.
+                self._rcv_cum = psn + 1
+                self._seq_err_sent = False
+                self.reverse_evs[ev] = now
+                mem[off:off + length] = mv[_HDR_BYTES:end]
+                self.rx_packets += 1
+                self.rx_bytes += length
+                if ecn:
+                    self._ecn_seen = True
+                self._dirty[psn >> 6] = (ev, ts)
+                self._sack_pending += 1
+                if flags & _ACK_NOW or self._sack_pending >= self.config.sack_every:
+                    self._flush_sacks()
+                elif self._ack_deadline is None:
+                    self._ack_deadline = now + self.config.ack_delay_s
+                return
         (opcode, flags, qpn, psn, ev, off, length, ts, imm, start,
          end) = pk.unpack_data(data)
         if qpn != self.qpn:
             self.bad_packets += 1
             return
-        self.reverse_evs[ev] = now
-        cum = self._rcv_cum
         if flags & pk.FLAG_TRIMMED:
+            self.reverse_evs[ev] = now
             self._nack(psn, ev, ts, pk.NackReason.TRIMMED)
             return
+        mem = self._mem
+        if mem is None or off + length > len(mem):
+            if self._in_window(psn, ev, ts, now):
+                self.rx_access_errors += 1
+                log.warning("qpn %d: write [%d, %d) outside the memory region", self.qpn, off,
+                            off + length)
+            return
+        mv = memoryview(data)[start - _HDR_BYTES:]   # payload at _HDR_BYTES, like the fast path
+        self._place(mv, psn, ev, off, length, ts, flags, imm, now, ecn)
+
+    def _in_window(self, psn: int, ev: int, ts: int, now: float) -> bool:
+        """Duplicate, beyond-the-bitmap and RC out-of-order handling; True if ``psn`` is new."""
+        self.reverse_evs[ev] = now
+        cum = self._rcv_cum
         ch = psn >> 6
-        chunks = self._chunks
-        if psn < cum or (chunks.get(ch, 0) >> (psn & 63)) & 1:
+        if psn < cum or (self._chunks.get(ch, 0) >> (psn & 63)) & 1:
             self.rx_duplicates += 1
             self._dirty[max(ch, cum >> 6)] = (ev, ts)
             self._flush_sacks()
-            return
+            return False
         if psn >= cum + self.attr.mpr_dest * 128:
             self.rx_out_of_window += 1
             self._nack(psn, ev, ts, pk.NackReason.PSN_OOR_WINDOW)
-            return
+            return False
         if self.transport is Transport.RC and psn != cum:
             if not self._seq_err_sent:
                 self._seq_err_sent = True
                 self._nack(cum, ev, ts, pk.NackReason.SEQ_ERR)
+            return False
+        return True
+
+    def _place(self, mv: memoryview, psn: int, ev: int, off: int, length: int, ts: int,
+               flags: int, imm: int | None, now: float, ecn: bool) -> None:
+        """Write a valid packet's payload (``mv[_HDR_BYTES:_HDR_BYTES + length]``) and ack it."""
+        cum = self._rcv_cum
+        chunks = self._chunks
+        ch = psn >> 6
+        if self._in_window(psn, ev, ts, now):
+            chunks[ch] = chunks.get(ch, 0) | (1 << (psn & 63))
+            if psn == cum:
+                self._seq_err_sent = False
+                self._advance_cum()
+            else:
+                self.rx_ooo += 1
+        else:
             return
-        mem = self._mem
-        if mem is None or off + length > len(mem):
-            self.rx_access_errors += 1
-            log.warning("qpn %d: write [%d, %d) outside the memory region", self.qpn, off,
-                        off + length)
-            return
-        if not flags & pk.FLAG_TRIMMED:
-            mem[off:off + length] = data[start:end]
+        self._mem[off:off + length] = mv[_HDR_BYTES:_HDR_BYTES + length]
         self.rx_packets += 1
         self.rx_bytes += length
         if ecn:
             self._ecn_seen = True
-        chunks[ch] = chunks.get(ch, 0) | (1 << (psn & 63))
         if imm is not None:
             heapq.heappush(self._imm_heap, (psn, imm))
-        if psn == cum:
-            self._seq_err_sent = False
-            self._advance_cum(now)
-        else:
-            self.rx_ooo += 1
+        if self._imm_heap:
+            self._deliver_imms(now)
         self._dirty[ch] = (ev, ts)
         self._sack_pending += 1
-        if flags & (pk.FLAG_RTX | pk.FLAG_ACK_REQ) or self._sack_pending >= self.config.sack_every:
+        if flags & _ACK_NOW or self._sack_pending >= self.config.sack_every:
             self._flush_sacks()
         elif self._ack_deadline is None:
             self._ack_deadline = now + self.config.ack_delay_s
 
-    def _advance_cum(self, now: float) -> None:
+    def _advance_cum(self) -> None:
         c = self._rcv_cum
         chunks = self._chunks
         while True:
@@ -124,7 +183,11 @@ class ResponderMixin:
                 break
             del chunks[ch]
         self._rcv_cum = c
+
+    def _deliver_imms(self, now: float) -> None:
+        """WRITE_WITH_IMM completions, in PSN order, for every immediate below the cum PSN."""
         heap = self._imm_heap
+        c = self._rcv_cum
         while heap and heap[0][0] < c:
             psn, imm = heapq.heappop(heap)
             self._events.append(WorkCompletion(now, self.qpn, WCOpcode.RECV_RDMA_WITH_IMM,
@@ -141,9 +204,14 @@ class ResponderMixin:
         cum_ch = cum >> 6
         flags = pk.FLAG_ECN_ECHO if self._ecn_seen else 0
         mode = pk.SackMode.SKIP_ONCE if self._ecn_seen else pk.SackMode.NONE
-        per_chunk: dict[int, tuple[int, int]] = {}
-        for ch, evts in sorted(self._dirty.items()):
-            per_chunk[max(ch, cum_ch)] = evts
+        dirty = self._dirty
+        if len(dirty) == 1:
+            ((ch, evts),) = dirty.items()
+            per_chunk = {max(ch, cum_ch): evts}
+        else:
+            per_chunk = {}
+            for ch, evts in sorted(dirty.items()):
+                per_chunk[max(ch, cum_ch)] = evts
         chunks = self._chunks
         for ch, (ev, ts) in per_chunk.items():
             pkt = pk.SACK_HDR.pack(pk.VERSION, 2, mode, flags, self.dest_qpn, cum, ch << 6,

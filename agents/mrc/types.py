@@ -120,8 +120,13 @@ class QPConfig:
     when this many later packets on the same EV were acked), probe
     parameters (``probe_interval_s``, ``probe_timeout_s`` — mrc_ctl example
     2 ms — and ``probe_successes`` k), ``ev_min_active``, ``skip_timeout_s``,
-    congestion control name and parameters, ``max_burst`` datagrams per
-    ``datagrams_to_send`` call.
+    congestion control name and parameters (default ``"uet-1.0-nscc"`` with
+    no parameters: base RTT learnt, 10-packet initial window, see
+    :class:`agents.mrc.cc.NSCC`; ``"fixed"`` is the unbounded window),
+    ``max_burst`` datagrams per ``datagrams_to_send`` call.
+
+    RTO: the mapping above is the floor of an RFC 6298 estimator
+    (``SRTT + 4 * RTTVAR``), see :mod:`agents.mrc.rto`.
     """
 
     transport: Transport = Transport.MRC
@@ -136,7 +141,7 @@ class QPConfig:
     probe_successes: int = 3
     ev_min_active: int = 1
     skip_timeout_s: float = 0.001
-    cc: str = "fixed"
+    cc: str = "uet-1.0-nscc"
     cc_params: dict = field(default_factory=dict)
     max_burst: int = 256
 

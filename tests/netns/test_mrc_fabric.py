@@ -42,8 +42,10 @@ def write_over_fabric(fabric, size_bytes: int, *, fail: str | None = None, timeo
     b = QP(2, rng=random.Random(2), memory=memory, config=config)
     # timeout 15: 1.024 us * 2**15 = 33.6 ms, above a full 100-packet queue at 50 Mbit/s (24 ms)
     connect_pair(a, b, evs=[ev.ev_id for ev in fwd], attr=QPAttr(timeout=15), now=loop.time())
-    ep_a.attach(a, {ev.ev_id: Route(str(ev.address)) for ev in fwd})
-    ep_b.attach(b, {ev.ev_id: Route(str(ev.address)) for ev in rev})
+    with fabric.inside(SRC):        # attach opens the per-destination send sockets
+        ep_a.attach(a, {ev.ev_id: Route(str(ev.address)) for ev in fwd})
+    with fabric.inside(DST):
+        ep_b.attach(b, {ev.ev_id: Route(str(ev.address)) for ev in rev})
     data = np.random.default_rng(7).integers(0, 256, size_bytes, dtype=np.uint8).tobytes()
     state = {"done": False, "failed": False, "events": []}
 

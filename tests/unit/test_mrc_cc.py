@@ -1,7 +1,10 @@
-"""Congestion control: registry and the NSCC rules."""
+"""Congestion control: registry, the NSCC rules, and the default on a bottleneck (fake clock)."""
+import random
+
 import pytest
 
-from agents.mrc import cc
+from agents.mrc import QP, QPAttr, QPConfig, QPError, WorkCompletion, cc, connect_pair
+from agents.mrc.sim import MultipathNetwork, PathSpec
 
 
 def nscc(**kw):
@@ -61,3 +64,83 @@ def test_can_send_respects_window_but_never_blocks_an_idle_sender():
     assert c.can_send(inflight_bytes=0, size_bytes=5000)
     assert c.can_send(inflight_bytes=500, size_bytes=1000)
     assert not c.can_send(inflight_bytes=1000, size_bytes=1000)
+
+
+def test_default_is_nscc_with_a_ten_packet_initial_window():
+    qp = QP(1, rng=random.Random(0), config=QPConfig())
+    assert QPConfig().cc == "uet-1.0-nscc" and isinstance(qp.cc, cc.NSCC)
+    assert qp.cc.cwnd_bytes == 10 * qp.config.payload_bytes
+    assert qp.cc.base_rtt_s is None and qp.cc.max_cwnd_bytes == float("inf")
+
+
+def test_without_rate_the_base_rtt_is_the_minimum_sample():
+    c = cc.create("uet-1.0-nscc", mss_bytes=1000)
+    c.on_packets_acked(now=0.01, acked_bytes=1000, rtt_s=0.004)
+    c.on_packets_acked(now=0.02, acked_bytes=1000, rtt_s=0.003)
+    c.on_packets_acked(now=0.03, acked_bytes=1000, rtt_s=0.005)
+    assert c.base_rtt_s == pytest.approx(0.003) and c.target_s == pytest.approx(0.003)
+    # a configured base RTT is fixed: a lower sample does not shrink the BDP
+    d = nscc()
+    base, bdp = d.base_rtt_s, d.bdp_bytes
+    d.on_packets_acked(now=0.01, acked_bytes=1000, rtt_s=base / 4)
+    assert d.base_rtt_s == base and d.bdp_bytes == bdp
+
+
+def test_without_rate_window_grows_at_low_delay_and_shrinks_at_high_delay():
+    c = cc.create("uet-1.0-nscc", mss_bytes=1000)
+    c.on_packets_acked(now=0.0, acked_bytes=1000, rtt_s=0.002)      # learns base 2 ms
+    start = c.cwnd_bytes
+    for i in range(20):
+        c.on_packets_acked(now=0.001 * i, acked_bytes=1000, rtt_s=0.002)
+    assert c.cwnd_bytes > start
+    grown = c.cwnd_bytes
+    c.on_packets_acked(now=1.0, acked_bytes=1000, rtt_s=0.010)      # d = 8 ms >= 2 * target
+    assert c.cwnd_bytes < grown and c.md_count == 1
+
+
+def test_min_target_floors_a_tiny_base_rtt():
+    c = cc.create("uet-1.0-nscc", mss_bytes=1000, min_target_s=0.0005)
+    c.on_packets_acked(now=0.0, acked_bytes=1000, rtt_s=0.00005)
+    assert c.target_s == pytest.approx(0.0005)
+    w = c.cwnd_bytes
+    c.on_packets_acked(now=0.001, acked_bytes=1000, rtt_s=0.0004)   # jitter below the floor
+    assert c.cwnd_bytes > w and c.md_count == 0
+
+
+@pytest.mark.parametrize("n_paths", [1, 4])
+def test_default_cc_on_a_20_mbit_bottleneck_with_a_64_packet_queue(n_paths):
+    """8 MiB over 20 Mbit/s (split over ``n_paths`` EVs), drop-tail 64 packets per queue:
+    default QPConfig (no link rate given) completes with few retransmissions near line rate."""
+    size, rate = 8 << 20, 20e6
+    a = QP(1, rng=random.Random(1), config=QPConfig())
+    b = QP(2, rng=random.Random(2), memory=bytearray(size), config=QPConfig())
+    connect_pair(a, b, list(range(n_paths)), attr=QPAttr())
+    paths = [PathSpec(rate / n_paths, 0.001, queue_bytes=64 * 1500)] * n_paths
+    net = MultipathNetwork(a, b, paths, seed=1)
+    a.post_write(wr_id=1, local=bytes(size), remote_offset=0)
+    events = []
+
+    def done():
+        while (e := a.next_event()) is not None:
+            events.append(e)
+        return any(isinstance(e, (WorkCompletion, QPError)) for e in events)
+
+    net.run(stop=done, until=60.0)
+    assert [type(e) for e in events if isinstance(e, (WorkCompletion, QPError))] == \
+        [WorkCompletion]
+    st = a.stats()
+    assert st["retransmissions"] <= 0.03 * st["tx_packets"]
+    assert size * 8 / net.now >= 0.85 * rate
+
+
+def test_fixed_window_on_the_same_bottleneck_overruns_the_queue():
+    """The failure the default replaced: an unbounded window drops most packets."""
+    size = 1 << 20
+    cfg = QPConfig(cc="fixed")
+    a = QP(1, rng=random.Random(1), config=cfg)
+    b = QP(2, rng=random.Random(2), memory=bytearray(size), config=cfg)
+    connect_pair(a, b, [0], attr=QPAttr())
+    net = MultipathNetwork(a, b, [PathSpec(20e6, 0.001, queue_bytes=64 * 1500)], seed=1)
+    a.post_write(wr_id=1, local=bytes(size), remote_offset=0)
+    net.run(stop=lambda: a.idle, until=30.0)
+    assert a.stats()["retransmissions"] > 0.2 * a.stats()["tx_packets"]
