@@ -3,16 +3,16 @@
 SHELL      := /bin/bash
 VENV       := .venv
 PY         := $(VENV)/bin/python
-APT_PKGS   := mininet iproute2 nftables ethtool iperf3 iputils-ping python3-venv procps
+APT_PKGS   := mininet iproute2 nftables python3-nftables ethtool iperf3 iputils-ping python3-venv procps
 SCENARIO   ?= scenarios/core-link-failure.yaml
 TOPO       ?= topologies/fat-tree-k4.yaml
 PYTEST_ARGS ?=
 
-.PHONY: setup run up test test-unit test-netns test-e2e bench validate clean distclean
+.PHONY: setup run report up test test-unit test-netns test-e2e bench validate clean distclean
 
 setup: .stamp-apt .stamp-venv
 
-.stamp-apt:
+.stamp-apt: Makefile
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
@@ -27,10 +27,13 @@ setup: .stamp-apt .stamp-venv
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
-# Until the scenario runner lands, the main job brings the default fabric up,
-# verifies every EV and ECMP pair, and tears it down.
+# The main job: run a scenario (default: core-link-failure, mrc vs rc vs tcp) and
+# print the side-by-side report; the run directory goes to runs/.
 run: setup
-	$(PY) -m testbed up $(TOPO) --once
+	$(PY) -m testbed run $(SCENARIO)
+
+report: setup
+	$(PY) -m testbed report $(RUN)
 
 up: setup
 	$(PY) -m testbed up $(TOPO)

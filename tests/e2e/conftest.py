@@ -1,0 +1,40 @@
+"""e2e tier: whole scenarios through the runner on real fabrics (root)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from testbed.kernel import features
+from testbed.report import load_summary
+from testbed.scenario import run_scenario
+from testbed.spec import load_scenario
+from tests.conftest import net_namespaces, root_interfaces
+from tests.netns.conftest import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_small(tmp_path: Path, text: str) -> tuple[object, dict, set, set]:
+    """Write scenario ``text`` (topology paths relative to the repo), run it, return
+    (RunResult, summary, namespaces left, interfaces left)."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text.replace("@REPO@", str(REPO)))
+    scenario = load_scenario(path, features=features())
+    ns_before, if_before = net_namespaces(), root_interfaces()
+    console = Console(file=(tmp_path / "console.txt").open("w"), width=120)
+    result = run_scenario(scenario, runs_root=tmp_path / "runs", console=console, live=False)
+    summary = load_summary(result.run_dir, recompute=True)
+    wait_for(lambda: net_namespaces() <= ns_before)
+    return result, summary, net_namespaces() - ns_before, root_interfaces() - if_before
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    ns_before, if_before = net_namespaces(), root_interfaces()
+    yield
+    assert wait_for(lambda: net_namespaces() <= ns_before), \
+        f"namespaces left behind: {len(net_namespaces() - ns_before)}"
+    assert root_interfaces() <= if_before, f"interfaces left behind: {root_interfaces() - if_before}"

@@ -1,0 +1,169 @@
+"""Whole scenarios, small: each transport completes a bit-exact all-reduce through a link
+failure; the summary is consistent; MRC detects and recovers within its bound; nothing is
+left behind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.conftest import run_small
+
+# 4 ranks, one per pod: every ring hop crosses the core (4 SRv6 paths per hop).
+# a0_0-c0_0 carries MRC EVs of h0_0_0 -> h1_0_0 and h3_0_0 -> h0_0_0.
+FAILURE = """
+name: e2e-core-link-failure
+topology: @REPO@/topologies/fat-tree-k4.yaml
+transports: [mrc, rc, tcp]
+seed: 1
+timeout: 60s
+reconverge_after: 1s
+workload:
+  collective: all_reduce
+  hosts: [h0_0_0, h1_0_0, h2_0_0, h3_0_0]
+  min_bytes: 1MiB
+  max_bytes: 1MiB
+  factor: 2
+  iterations: 5
+  warmup: 1
+timeline:
+  - at_iteration: 1
+    after: 200ms
+    link_down: a0_0-c0_0
+  - at_iteration: 3
+    link_up: a0_0-c0_0
+"""
+
+MRC_DETECT_BOUND_S = 0.5     # loss on an EV -> ASSUMED_BAD: a few RTTs + the reorder window
+MRC_RECOVERY_BOUND_S = 1.0   # goodput back to 90% without waiting for routing (reconverge_after 1 s)
+
+
+@pytest.fixture(scope="module")
+def failure_run(tmp_path_factory):
+    return run_small(tmp_path_factory.mktemp("e2e"), FAILURE)
+
+
+def test_every_transport_completes_bit_exact(failure_run):
+    result, summary, _, _ = failure_run
+    assert result.status == {"mrc": "done", "rc": "done", "tcp": "done"}, result.reasons
+    for name, t in summary["transports"].items():
+        assert t["completion"]["complete"], (name, t["completion"])
+        assert t["wrong"] == 0, name
+        assert t["sizes"][0]["iterations"] == 5
+
+
+def test_summary_fields_are_consistent(failure_run):
+    result, summary, _, _ = failure_run
+    n = summary["world_size"]
+    assert n == 4 and summary["host_link_rate_bps"] == 20_000_000
+    on_disk = json.loads((result.run_dir / "summary.json").read_text())
+    assert on_disk["transports"].keys() == summary["transports"].keys()
+    for name, t in summary["transports"].items():
+        s = t["sizes"][0]
+        assert s["algbw_bytes_per_s"] == pytest.approx(s["size_bytes"] / s["time_s"], rel=1e-9)
+        assert s["busbw_bytes_per_s"] == pytest.approx(s["algbw_bytes_per_s"] * 2 * (n - 1) / n, rel=1e-9)
+        it = s["iteration_s"]
+        assert 0 < it["p50"] <= it["p99"] <= it["max"]
+        # no transport beats the host link (tolerance: HTB burst)
+        assert s["busbw_mbit_per_s"] <= 20 * 1.05, name
+        faults = [f for f in t["faults"] if f["phase"] == "apply"]
+        assert [f["action"] for f in faults] == ["link_down", "link_up"], name
+        for f in ("events.jsonl", "samples.jsonl", "links.jsonl", "cpu.jsonl"):
+            assert (result.run_dir / name / f).stat().st_size > 0, (name, f)
+    for f in ("manifest.json", "flows.csv", "links.csv", "goodput.csv"):
+        assert (result.run_dir / f).is_file(), f
+
+
+def test_mrc_detects_and_recovers_within_its_bound(failure_run):
+    _, summary, _, _ = failure_run
+    mrc = summary["transports"]["mrc"]
+    down = mrc["per_fault"][0]
+    assert down["action"] == "link_down"
+    assert down["detect_s"] is not None and down["detect_s"] <= MRC_DETECT_BOUND_S, down
+    assert down["recovery_s"] is not None and down["recovery_s"] <= MRC_RECOVERY_BOUND_S, down
+    assert mrc["qp_errors"] == 0
+    assert mrc["longest_stall_s"] < MRC_RECOVERY_BOUND_S
+    assert summary["transports"]["tcp"]["detect_s"] is None      # no EVs
+
+
+def test_faults_journaled_and_reverted_and_fabric_gone(failure_run):
+    result, _, ns_left, if_left = failure_run
+    assert not ns_left and not if_left
+    for name in ("mrc", "rc", "tcp"):
+        events = [json.loads(line) for line in (result.run_dir / name / "events.jsonl").read_text().splitlines()]
+        kinds = [e["kind"] for e in events]
+        assert kinds.count("reconverge") == 2, name                 # after the down and after the up
+        end = [e for e in events if e["kind"] == "run" and e["phase"] == "end"]
+        assert end and end[0]["status"] == "done"
+        assert all(code == 0 for code in end[0]["exit_codes"].values()), end[0]["exit_codes"]
+
+
+LONG = """
+name: e2e-long
+topology: @REPO@/topologies/fat-tree-k4.yaml
+transports: [mrc]
+seed: 2
+timeout: 4s
+workload:
+  collective: all_reduce
+  hosts: [h0_0_0, h1_0_0, h2_0_0]
+  min_bytes: 8MiB
+  max_bytes: 8MiB
+  factor: 2
+  iterations: 20
+  warmup: 0
+timeline:
+  - at: 1s
+    blackhole: {link: a0_0-c0_0}
+"""
+
+
+def test_timeout_tears_down_reverts_and_keeps_what_was_gathered(tmp_path):
+    result, summary, ns_left, if_left = run_small(tmp_path, LONG)
+    assert result.status == {"mrc": "timeout"}
+    assert not ns_left and not if_left
+    events = [json.loads(line) for line in (result.run_dir / "mrc" / "events.jsonl").read_text().splitlines()]
+    faults = [(e["action"], e["phase"]) for e in events if e["kind"] == "fault"]
+    assert faults[0] == ("blackhole", "apply") and ("end", "revert") in faults
+    assert (result.run_dir / "mrc" / "samples.jsonl").stat().st_size > 0
+    mrc = summary["transports"]["mrc"]
+    assert not mrc["completion"]["complete"] and mrc["completion"]["run_status"] == "timeout"
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert manifest["status"]["mrc"]["status"] == "timeout"
+
+
+def test_sigint_stops_the_cli_cleanly(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.conftest import net_namespaces
+    from tests.e2e.conftest import REPO
+    from tests.netns.conftest import wait_for
+
+    path = tmp_path / "s.yaml"
+    path.write_text(LONG.replace("@REPO@", str(REPO)).replace("timeout: 4s", "timeout: 60s"))
+    before = net_namespaces()
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(path), "--runs-dir", str(tmp_path / "runs"),
+                             "--no-plots"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for(lambda: list((tmp_path / "runs").glob("*/mrc/samples.jsonl"))
+                        and list((tmp_path / "runs").glob("*/mrc/samples.jsonl"))[0].stat().st_size > 0,
+                        timeout_s=20)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    assert wait_for(lambda: net_namespaces() <= before)
+    run_dir = next((tmp_path / "runs").iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"]["mrc"]["status"] == "interrupted"
+    assert (run_dir / "summary.json").is_file()
+    assert Path(run_dir / "mrc" / "events.jsonl").read_text().count('"phase":"end"') == 1
