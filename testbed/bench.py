@@ -6,6 +6,11 @@ the same graph built the plain Mininet way in the same run (routers as
 with the ratio. Targets (issue 2): k=8 up within 3 s and down within 2 s.
 Transport: ``agents.mrc.bench.run()`` if present (MRC data path vs a plain
 Python UDP loop, packets per CPU-second).
+Metrics: seconds per transport to analyse a synthetic fat-tree k=4 run of 60 s
+(:mod:`testbed.metrics.synthetic`: 16 ranks sampled every 10 ms, 48 links x 2
+ends every 100 ms), parse + analyse (``metrics.analyze_run``) and the whole
+``testbed report`` computation (``report.write_outputs``: + CSV files and
+summary.json); target 2 s per transport.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import tempfile
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -23,6 +30,7 @@ from testbed.topology import LinkParams, Topology, fat_tree
 
 TARGET_UP_S = {8: 3.0}
 TARGET_DOWN_S = {8: 2.0}
+TARGET_METRICS_S = 2.0  # per transport, k=4 60 s run
 
 
 def bench_fabric(topo: Topology) -> tuple[float, float, dict[str, float]]:
@@ -53,18 +61,44 @@ def bench_plain_mininet(topo: Topology) -> tuple[float, float]:
     return up, time.perf_counter() - t1
 
 
+def bench_metrics(repeat: int = 3, duration_s: float = 60.0) -> dict:
+    """Seconds per transport (best of ``repeat``) to analyse a synthetic k=4 run: ``analyse_s``
+    (parse + analyse) and ``report_s`` (the same plus writing the CSV files and summary.json)."""
+    from testbed import metrics, report
+    from testbed.metrics import synthetic
+
+    with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
+        run = synthetic.write_run(Path(tmp) / "run", duration_s=duration_s)
+        transports = metrics.load_manifest(run)["transports"]
+        lines = {f: sum(1 for _ in open(run / transports[0] / f)) for f in ("samples.jsonl", "links.jsonl")}
+
+        def best(fn) -> float:
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                fn(run)
+                times.append(time.perf_counter() - t0)
+            return min(times) / len(transports)
+
+        analyse, write = best(metrics.analyze_run), best(report.write_outputs)
+    return {"transports": len(transports), "duration_s": duration_s, "lines_per_transport": lines,
+            "analyse_s": analyse, "report_s": write, "target_s": TARGET_METRICS_S}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, nargs="+", default=[4, 8], help="fat-tree sizes")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best is reported)")
     parser.add_argument("--no-mininet", action="store_true", help="skip the plain-Mininet baseline")
     parser.add_argument("--no-transport", action="store_true", help="skip the MRC data-path bench")
+    parser.add_argument("--no-fabric", action="store_true", help="skip the fabric bring-up bench (needs root)")
+    parser.add_argument("--no-metrics", action="store_true", help="skip the metrics/report bench")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
     console = Console(width=max(Console().width, 150))
     lp = LinkParams(10_000_000, 64)
     rows = []
-    for k in args.k:
+    for k in [] if args.no_fabric else args.k:
         topo = fat_tree(k, host_link=lp, fabric_link=lp)
         ours = [bench_fabric(topo) for _ in range(args.repeat)]
         up, down = min(r[0] for r in ours), min(r[1] for r in ours)
@@ -82,12 +116,16 @@ def main(argv: list[str] | None = None) -> int:
             transport = importlib.import_module("agents.mrc.bench").run()
         except ModuleNotFoundError:
             transport = None
+    metrics_row = None if args.no_metrics else bench_metrics(args.repeat)
     if args.json:
-        print(json.dumps({"fabric": rows, "transport": transport}, indent=1))
+        print(json.dumps({"fabric": rows, "transport": transport, "metrics": metrics_row}, indent=1))
         return 0
-    console.print(_fabric_table(rows))
+    if rows:
+        console.print(_fabric_table(rows))
     if transport is not None:
         console.print(_transport_table(transport))
+    if metrics_row is not None:
+        console.print(_metrics_table(metrics_row))
     return 0
 
 
@@ -123,6 +161,18 @@ def _transport_table(result: dict) -> Table:
     for key, value in flat.items():
         table.add_row(key, f"{value:,.0f}" if isinstance(value, (int, float)) and abs(value) >= 10
                       else (f"{value:.2f}" if isinstance(value, float) else str(value)))
+    return table
+
+
+def _metrics_table(r: dict) -> Table:
+    table = Table(title="metrics (seconds per transport, best of runs)")
+    for col in ("figure", "parse + analyse", "+ CSV/JSON files", "target"):
+        table.add_column(col, justify="right")
+    ok = max(r["analyse_s"], r["report_s"]) <= r["target_s"]
+    table.add_row(f"metrics: analyse a k4-scale {r['duration_s']:g} s run ({r['transports']} transports, "
+                  f"{r['lines_per_transport']['samples.jsonl']:,} sample lines each)",
+                  f"{r['analyse_s']:.2f}", f"{r['report_s']:.2f}",
+                  f"<={r['target_s']:g} " + ("[green]met[/]" if ok else "[red]missed[/]"))
     return table
 
 

@@ -21,6 +21,7 @@ run directory (one row per bin; ``t_s`` = bin start, seconds from the transport'
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import math
@@ -44,6 +45,9 @@ STATE_COLOURS = {"GOOD": "tab:green", "ASSUMED_BAD": "tab:red", "DENIED": "black
 
 
 # -- files ---------------------------------------------------------------------------
+# The CSV files are written a column at a time: every float of a column is formatted by one
+# %-operation and each row is a join of those strings (a k=4, 60 s run has ~200k flow rows
+# per transport). The text is what csv.writer would write for the cells of :func:`_cell`.
 def _cell(x) -> str | int:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return ""
@@ -52,31 +56,66 @@ def _cell(x) -> str | int:
     return x
 
 
-def _write_csv(path: Path, header: list[str], rows) -> None:
+def _float_cells(values) -> list[str]:
+    """``_cell`` of every float in ``values`` (``%.9g``; NaN -> empty)."""
+    v = np.asarray(values, float).tolist()
+    if not v:
+        return []
+    # A formatted float never contains "nan" but NaN itself (inf is "inf").
+    return (("%.9g\n" * len(v)) % tuple(v)).replace("nan", "").split("\n")[:-1]
+
+
+def _time_cells(edges: np.ndarray) -> list[str]:
+    """``t_s`` cells of the bins of ``edges``: bin starts rounded to the microsecond."""
+    return _float_cells([round(t, 6) for t in edges[:-1].tolist()])
+
+
+def _csv_line(fields) -> str:
+    """One CSV row of ``_cell``-formatted ``fields`` (csv quoting), without line terminator."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow([_cell(x) for x in fields])
+    return buf.getvalue()
+
+
+def _write_rows(f, prefix: tuple, columns: list[list[str]]) -> None:
+    """Rows of constant leading fields ``prefix`` followed by the string ``columns``."""
+    if not columns or not columns[0]:
+        return
+    head = _csv_line((*prefix, ""))  # the quoted prefix fields, each followed by a comma
+    f.write(head + ("\r\n" + head).join(map(",".join, zip(*columns))) + "\r\n")
+
+
+def _write_csv(path: Path, header: list[str], blocks) -> None:
+    """``header`` then per block ``(prefix, columns)`` the rows of :func:`_write_rows`
+    (csv.writer's dialect: comma, minimal quoting, CRLF)."""
     with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        for row in rows:
-            w.writerow([_cell(x) for x in row])
+        f.write(_csv_line(header) + "\r\n")
+        for prefix, columns in blocks:
+            _write_rows(f, prefix, columns)
 
 
-def _flow_rows(a: metrics.TransportAnalysis):
+def _flow_blocks(a: metrics.TransportAnalysis):
     edges = a.edges
+    t_cells, width = _time_cells(edges), np.diff(edges)
     for (rank, peer, direction), fs in sorted(a.flows.items(), key=lambda kv: str(kv[0])):
         b = metrics.binned_increments(fs.t_s, fs.bytes, edges)
         rtx = metrics.binned_increments(fs.t_s, fs.retransmits, edges)
         rtt = metrics.last_in_bin(fs.t_s, fs.rtt_s, edges)
         cwnd = metrics.last_in_bin(fs.t_s, fs.cwnd_bytes, edges)
-        rate = b * 8 / np.diff(edges)
-        for i, t in enumerate(edges[:-1]):
-            yield a.name, rank, peer, direction, round(float(t), 6), b[i], rate[i], rtx[i], rtt[i], cwnd[i]
+        yield ((a.name, rank, peer, direction),
+               [t_cells] + [_float_cells(c) for c in (b, b * 8 / width, rtx, rtt, cwnd)])
 
 
-def _link_rows(a: metrics.TransportAnalysis):
+def _link_blocks(a: metrics.TransportAnalysis):
+    t_cells = _time_cells(a.link_edges)
     for (link, end), s in sorted(a.links.items()):
-        for i, t in enumerate(a.link_edges[:-1]):
-            yield (a.name, link, end, round(float(t), 6), s["tx_bytes"][i], s["throughput_bps"][i],
-                   s["drops"][i], s["rate_bps"][i])
+        yield ((a.name, link, end),
+               [t_cells] + [_float_cells(s[k]) for k in ("tx_bytes", "throughput_bps", "drops", "rate_bps")])
+
+
+def _goodput_blocks(a: metrics.TransportAnalysis):
+    yield ((a.name,), [_time_cells(a.edges), _float_cells(a.goodput_bps),
+                       _float_cells(rolling_median(a.goodput_bps))])
 
 
 def write_outputs(run_dir: Path) -> dict:
@@ -86,12 +125,11 @@ def write_outputs(run_dir: Path) -> dict:
     summary, analyses = metrics.analyze_run(run_dir)
     _write_csv(run_dir / "flows.csv", ["transport", "rank", "peer", "dir", "t_s", "bytes", "rate_bps",
                                        "retransmits", "rtt_s", "cwnd_bytes"],
-               (r for a in analyses for r in _flow_rows(a)))
+               (b for a in analyses for b in _flow_blocks(a)))
     _write_csv(run_dir / "goodput.csv", ["transport", "t_s", "goodput_bps", "smoothed_bps"],
-               ((a.name, round(float(t), 6), g, s) for a in analyses
-                for t, g, s in zip(a.edges[:-1], a.goodput_bps, rolling_median(a.goodput_bps))))
+               (b for a in analyses for b in _goodput_blocks(a)))
     _write_csv(run_dir / "links.csv", ["transport", "link", "end", "t_s", "tx_bytes", "throughput_bps", "drops",
-                                       "rate_bps"], (r for a in analyses for r in _link_rows(a)))
+                                       "rate_bps"], (b for a in analyses for b in _link_blocks(a)))
     summary = _finite(summary)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=_json_default)
                                           + "\n")

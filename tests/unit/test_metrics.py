@@ -236,3 +236,109 @@ def test_load_jsonl_tolerates_truncated_tail_only(tmp_path):
 def test_not_a_run_dir(tmp_path):
     with pytest.raises(metrics.RunDirError, match="not a run directory"):
         metrics.load_manifest(tmp_path)
+
+
+# -- columnar loading and vectorised helpers: same results as the record-at-a-time definitions --
+def reference_flow_samples(samples: list[dict], t0: float) -> dict:
+    """The record-at-a-time definition of flow grouping (sorted by time, stable; EVs: last seen)."""
+    raw: dict = {}
+    for s in samples:
+        for f in s["flows"]:
+            raw.setdefault((s["rank"], f.get("peer"), f.get("dir", "rx")), []).append((float(s["t"]) - t0, f))
+    out = {}
+    for key, rows in raw.items():
+        rows.sort(key=lambda r: r[0])
+        evs: dict = {}
+        for _, f in rows:
+            for ev in f.get("evs") or ():
+                evs[ev["ev_id"]] = {k: ev.get(k) for k in ("state", "sent", "lost")}
+        col = lambda name: [np.nan if f.get(name) is None else float(f[name]) for _, f in rows]  # noqa: E731
+        out[key] = {"t_s": [t for t, _ in rows], "bytes": np.nan_to_num(col("bytes")).tolist(),
+                    "rtt_s": col("rtt_s"), "evs": evs,
+                    "rtx_bytes": col("retransmitted_bytes") if any("retransmitted_bytes" in f for _, f in rows)
+                    else None}
+    return out
+
+
+def test_flow_samples_out_of_order_and_changing_evs():
+    rng = np.random.default_rng(7)
+    samples = []
+    for i in range(300):
+        t = 100.0 + 0.01 * i + (0.05 if i % 17 == 0 else 0.0)  # some samples arrive late / out of order
+        if i % 23 == 0:
+            t = 100.0 + 0.01 * (i - 1)                           # time ties
+        ids = [0, 1, 2, 3] if i < 100 else ([1, 2] if i < 200 else [3, 4, 1])  # EV set changes
+        evs = [{"ev_id": e, "state": ["GOOD", "SKIP", "ASSUMED_BAD"][(i + e) % 3], "sent": i * 10 + e,
+                "lost": int(rng.integers(0, 3))} for e in ids]
+        flows = [{"peer": "h1", "dir": "tx", "bytes": i * 1000, "rtt_s": None if i % 5 else 0.001 * i,
+                  "evs": evs if i % 7 else []},
+                 {"peer": "h3", "bytes": i * 900, "evs": []}]
+        if i % 50 == 3:
+            flows[0]["retransmitted_bytes"] = i
+        samples.append({"t": t, "rank": i % 2, "flows": flows})
+    order = rng.permutation(len(samples))
+    shuffled = [samples[j] for j in order]
+    for recs in (samples, shuffled):
+        got = metrics.flow_samples(recs, 100.0)
+        want = reference_flow_samples(recs, 100.0)
+        assert list(got) == list(want)
+        for key, w in want.items():
+            g = got[key]
+            assert g.t_s.tolist() == w["t_s"] and g.bytes.tolist() == w["bytes"]
+            np.testing.assert_array_equal(g.rtt_s, w["rtt_s"])
+            assert g.evs == w["evs"] and list(g.evs) == list(w["evs"])
+            if w["rtx_bytes"] is None:
+                assert g.retransmitted_bytes is None
+            else:
+                np.testing.assert_array_equal(g.retransmitted_bytes, w["rtx_bytes"])
+
+
+def test_active_bins_matches_per_gap_masks():
+    rng = np.random.default_rng(3)
+    edges = metrics.bin_edges(0.0, 5.0)
+    starts = np.sort(rng.uniform(0, 5, 40))
+    gaps = [(a, a + d) for a, d in zip(starts, rng.uniform(0, 0.08, 40))] + [(1.0, 1.02), (2.0, 2.005), (4.99, 6.0)]
+    want = np.ones(len(edges) - 1, bool)
+    for g0, g1 in gaps:
+        want &= ~((edges[:-1] >= g0 - 1e-9) & (edges[1:] <= g1 + 1e-9))
+    assert np.array_equal(metrics.active_bins(edges, gaps), want)
+    assert metrics.active_bins(edges, []).all()
+
+
+def test_iter_jsonl_blank_padded_and_bad_lines(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"t": 1}\n\n   \n  {"t": 2}  \n{"a": "é\\u00e9"}\n[1, 2]\n')
+    assert metrics.load_jsonl(p) == [{"t": 1}, {"t": 2}, {"a": "éé"}, [1, 2]]
+    p.write_text('{"t": 1} {"t": 2}\n{"t": 3}\n')
+    with pytest.raises(metrics.MetricsError, match=r"x.jsonl:1: not JSON: Extra data"):
+        metrics.load_jsonl(p)
+
+
+def test_records_as_dicts_or_columns_give_the_same_analysis(tmp_path):
+    run = make_run(tmp_path)
+    for name in ("mrc", "tcp"):
+        cols = metrics.load_transport(run, name)
+        dicts = metrics.TransportRecords(name, *(metrics.load_jsonl(run / name / f) for f in
+                                                 ("events.jsonl", "samples.jsonl", "links.jsonl", "cpu.jsonl")))
+        assert metrics.analyze_transport(cols, 2).summary == metrics.analyze_transport(dicts, 2).summary
+
+
+def test_synthetic_k4_run(tmp_path):
+    from testbed.metrics import synthetic
+    run = synthetic.write_run(tmp_path / "run", duration_s=3.0)
+    summary, analyses = metrics.analyze_run(run)
+    assert [a.name for a in analyses] == ["mrc", "rc", "tcp"] and summary["world_size"] == 16
+    for a in analyses:
+        s = a.summary
+        assert s["completion"]["complete"] and len(s["flows"]) == 32 and len(a.links) == 96
+        assert s["per_fault"][0]["recovery_s"] is not None and s["baseline_goodput_bps"] > 0
+    mrc, tcp = summary["transports"]["mrc"], summary["transports"]["tcp"]
+    assert mrc["detect_s"] == pytest.approx(0.03) and tcp["detect_s"] is None
+    assert [len(f["evs"]) for f in mrc["flows"] if f["dir"] == "tx"] == [4] * 16
+
+
+def test_bench_metrics_figure():
+    from testbed import bench
+    r = bench.bench_metrics(repeat=1, duration_s=2.0)
+    assert r["transports"] == 3 and 0 < r["analyse_s"] and 0 < r["report_s"]
+    assert r["lines_per_transport"]["samples.jsonl"] == 16 * 201

@@ -81,3 +81,28 @@ def test_partial_run_renders(tmp_path):
     assert "no iteration finished" in text and "not done" in text
     assert summary["transports"]["rc"]["completion"]["complete"] is False
     assert (run / "goodput.png").exists()
+
+
+def test_column_csv_writer_matches_csv_module(tmp_path):
+    """The column-at-a-time CSV writer gives csv.writer's text for the cells of report._cell."""
+    import math
+
+    import numpy as np
+    vals = [0.0, -0.0, 1.5, 1 / 3, 1e-300, 1e300, 123456789.123, float("nan"), float("inf"), -float("inf"), 8e7]
+    assert report._float_cells(np.array(vals)) == [str(report._cell(v)) for v in vals]
+    assert report._float_cells([]) == []
+    edges = np.array([0.0, 0.01, 0.02, 0.03])
+    assert report._time_cells(edges) == [str(report._cell(round(float(t), 6))) for t in edges[:-1]]
+    blocks = [(("mrc", 0, 'h,"1"', "rx"), np.array([[1.0, float("nan")], [2.5, 3.0]])),
+              (("tcp", 1, None, "tx"), np.array([[0.1, 0.2]])), (("", 2.5, "p", "tx"), np.zeros((0, 2)))]
+    path = tmp_path / "x.csv"
+    report._write_csv(path, ["transport", "rank", "peer", "dir", "a", "b"],
+                      ((p, [report._float_cells(c) for c in rows.T]) for p, rows in blocks))
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(["transport", "rank", "peer", "dir", "a", "b"])
+    for prefix, rows in blocks:
+        for row in rows:
+            w.writerow([report._cell(x) for x in (*prefix, *row)])
+    assert path.read_bytes() == buf.getvalue().encode()
+    assert not math.isnan(float(list(csv.reader(io.StringIO(buf.getvalue())))[1][4]))

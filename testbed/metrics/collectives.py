@@ -1,0 +1,105 @@
+"""The collective itself: nccl-tests-style per-size rows (iteration time = slowest rank,
+nccl-tests ``-a 3``; algbw and busbw from nccl-tests doc/PERFORMANCE.md) and whether the
+workload completed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def bus_factor(world_size: int) -> float:
+    """All-reduce bus bandwidth factor 2(n-1)/n (nccl-tests doc/PERFORMANCE.md). ValueError if n < 1."""
+    if world_size < 1:
+        raise ValueError(f"world size must be >= 1, got {world_size}")
+    return 2 * (world_size - 1) / world_size
+
+
+def bandwidths(size_bytes: int, time_s: float, world_size: int) -> dict:
+    """algbw and busbw of an all-reduce of ``size_bytes`` taking ``time_s``: bytes/s and Mbit/s."""
+    algbw = size_bytes / time_s if time_s > 0 else float("nan")
+    busbw = algbw * bus_factor(world_size)
+    return {"algbw_bytes_per_s": algbw, "algbw_mbit_per_s": algbw * 8e-6,
+            "busbw_bytes_per_s": busbw, "busbw_mbit_per_s": busbw * 8e-6}
+
+
+def _stats(values) -> dict:
+    v = np.asarray(values, float)
+    if len(v) == 0:
+        return {"p50": None, "p99": None, "max": None, "mean": None}
+    return {"p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99)),
+            "max": float(v.max()), "mean": float(v.mean())}
+
+
+def size_table(events: list[dict], world_size: int) -> list[dict]:
+    """nccl-tests-style rows per size, ascending: ``size_bytes, count`` (float32 elements),
+    ``iterations`` (measured, all ranks reported), ``warmup``, ``time_s`` (mean), ``iteration_s``
+    stats, bandwidths (see :func:`bandwidths`) and ``wrong``."""
+    per: dict[tuple, dict] = {}
+    for e in events:
+        if e.get("kind") == "iteration":
+            it = per.setdefault((int(e["size"]), e["iter"], bool(e.get("warmup"))), {"ranks": set(), "s": [], "wrong": 0})
+            it["ranks"].add(e.get("rank"))
+            it["s"].append(float(e["seconds"]))
+            it["wrong"] += int(e.get("wrong") or 0)
+    by_size: dict[int, dict] = {}
+    for k, v in per.items():
+        by_size.setdefault(k[0], {})[k] = v
+    rows = []
+    for size in sorted(by_size):
+        its = by_size[size]
+        done = [max(v["s"]) for k, v in its.items() if not k[2] and len(v["ranks"]) >= world_size]
+        stats = _stats(done)
+        row = {"size_bytes": size, "count": size // 4, "type": "float32", "redop": "sum",
+               "iterations": len(done), "warmup": sum(1 for k in its if k[2]),
+               "time_s": stats["mean"], "iteration_s": stats,
+               "wrong": sum(v["wrong"] for v in its.values())}
+        row.update(bandwidths(size, stats["mean"], world_size) if done else
+                   dict.fromkeys(("algbw_bytes_per_s", "algbw_mbit_per_s", "busbw_bytes_per_s",
+                                  "busbw_mbit_per_s")))
+        rows.append(row)
+    return rows
+
+
+def expected_measured_iterations(manifest: dict) -> int | None:
+    """Measured iterations the workload asks for (iterations * number of sweep sizes), from the
+    first ``workload`` mapping with min_bytes/max_bytes/factor/iterations found in the manifest
+    (top level, or under ``scenario``/``spec``); None if there is none."""
+    for where in (manifest, manifest.get("scenario"), manifest.get("spec")):
+        w = where.get("workload") if isinstance(where, dict) else None
+        if isinstance(w, dict) and {"min_bytes", "max_bytes", "factor", "iterations"} <= w.keys():
+            n, size = 0, int(w["min_bytes"])
+            while size <= int(w["max_bytes"]) and int(w["factor"]) > 1:
+                n, size = n + 1, size * int(w["factor"])
+            return int(w["iterations"]) * max(n, 1)
+    return None
+
+
+def completion(events: list[dict], world_size: int | None, expected_measured: int | None = None) -> dict:
+    """``{complete, reason, ranks_done, ranks_failed, run_status, iterations_done, iterations_expected}``
+    from agent, iteration and run events: complete iff every rank (0..world_size-1, or every rank
+    seen) reported ``done``, none failed and, when known, every measured iteration was done by all
+    ranks."""
+    done = {e["rank"] for e in events if e.get("kind") == "agent" and e.get("status") == "done"}
+    failed = {e["rank"]: e.get("reason") for e in events if e.get("kind") == "agent" and e.get("status") == "failed"}
+    seen = {e["rank"] for e in events if e.get("kind") == "agent" and "rank" in e}
+    ranks = set(range(world_size)) if world_size else seen
+    status = next((e.get("status") for e in reversed(events) if e.get("kind") == "run" and e.get("phase") == "end"), None)
+    per_it: dict[tuple, set] = {}
+    for e in events:
+        if e.get("kind") == "iteration" and not e.get("warmup"):
+            per_it.setdefault((e.get("size"), e.get("iter")), set()).add(e.get("rank"))
+    its_done = sum(1 for rs in per_it.values() if ranks and ranks <= rs)
+    short = expected_measured is not None and its_done < expected_measured
+    its = f"{its_done}/{expected_measured if expected_measured is not None else '?'} measured iterations"
+    if failed:
+        r = min(failed)
+        reason = f"rank {r} failed: {failed[r]}" + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else "")
+    elif ranks and ranks <= done and not short:
+        reason = f"all {len(ranks)} ranks done"
+    else:
+        missing = sorted(ranks - done)
+        reason = (f"ranks {missing[:8]}{'...' if len(missing) > 8 else ''} not done" if missing
+                  else "iterations missing") + f" (run ended: {status})"
+    return {"complete": bool(ranks) and not failed and ranks <= done and not short, "reason": f"{reason}; {its}",
+            "ranks_done": len(done), "ranks_failed": len(failed), "run_status": status,
+            "iterations_done": its_done, "iterations_expected": expected_measured}

@@ -1,0 +1,157 @@
+"""Per-transport analysis and the run summary: glues loading, series, recovery, collectives
+and fidelity into :class:`TransportAnalysis` and the dict written as ``summary.json``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .collectives import _stats, completion, expected_measured_iterations, size_table
+from .definitions import CPU_SATURATED_P95, DEFINITIONS, LINK_BIN_S
+from .fidelity import busiest_links, cpu_fidelity
+from .loading import FlowKey, TransportRecords, load_manifest, load_transport, scenario_name
+from .recovery import (active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time,
+                       time_to_detect)
+from .series import FlowSeries, aggregate_goodput_bps, bin_edges, flow_samples, link_series
+
+
+def run_t0(tr: TransportRecords) -> float:
+    """Wall-clock origin of a transport: its ``run`` start event, else its earliest record."""
+    starts = [e["t"] for e in tr.events if e.get("kind") == "run" and e.get("phase") == "start"]
+    if starts:
+        return float(min(starts))
+    ts = [r["t"] for recs in (tr.events, tr.cpu) for r in recs if "t" in r]
+    ts += [float(table.t.min()) for table in (tr.samples, tr.links) if len(table.t)]
+    return float(min(ts)) if ts else 0.0
+
+
+def workload_window(tr: TransportRecords, t0_s: float, world_size: int | None = None) -> tuple[float, float]:
+    """(start, end) relative s: first iteration start .. last iteration end; falls back on the
+    run start/end events and the sample span (a crashed workload ends at its last sample)."""
+    its = [e for e in tr.events if e.get("kind") == "iteration"]
+    ends = [e["t"] - t0_s for e in tr.events if e.get("kind") == "run" and e.get("phase") == "end"]
+    start = min(float(e["t_start"]) for e in its) - t0_s if its else 0.0
+    if its and completion(tr.events, world_size)["complete"]:
+        end = max(float(e["t_end"]) for e in its) - t0_s
+    else:
+        last_sample = [float((tr.samples.t - t0_s).max())] if len(tr.samples.t) else []
+        end = max(last_sample + ends + [max((float(e["t_end"]) - t0_s for e in its), default=start)])
+    return start, max(start, end)
+
+
+@dataclass
+class TransportAnalysis:
+    """Everything computed for one transport: ``summary`` (JSON-ready dict), goodput bins
+    (``edges`` relative s, shape (nbins+1,); ``goodput_bps`` shape (nbins,)), flows, link series."""
+    name: str
+    t0_s: float
+    summary: dict
+    edges: np.ndarray
+    goodput_bps: np.ndarray
+    flows: dict[FlowKey, FlowSeries]
+    link_edges: np.ndarray
+    links: dict[tuple, dict]
+
+
+def _flow_summary(key: FlowKey, fs: FlowSeries, window: tuple[float, float]) -> dict:
+    span = window[1] - window[0]
+    rtt = fs.rtt_s[~np.isnan(fs.rtt_s)]
+    cwnd = fs.cwnd_bytes[~np.isnan(fs.cwnd_bytes)]
+    return {"rank": key[0], "peer": key[1], "dir": key[2], "bytes": float(fs.bytes[-1]) if len(fs.bytes) else 0.0,
+            "mean_rate_bps": float(fs.bytes[-1] * 8 / span) if len(fs.bytes) and span > 0 else None,
+            "retransmits": float(fs.retransmits[-1]) if len(fs.retransmits) else 0.0,
+            "rtt_s": {"p50": float(np.median(rtt)), "p99": float(np.percentile(rtt, 99))} if len(rtt) else None,
+            "cwnd_bytes_median": float(np.median(cwnd)) if len(cwnd) else None,
+            "evs": [{"ev_id": ev, **v} for ev, v in sorted(fs.evs.items(), key=lambda kv: str(kv[0]))]}
+
+
+def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: int | None = None) -> TransportAnalysis:
+    """Series and summary of one transport (keys documented in :data:`DEFINITIONS`);
+    ``expected_measured``: see :func:`expected_measured_iterations`."""
+    t0 = run_t0(tr)
+    window = workload_window(tr, t0, world_size)
+    flows = flow_samples(tr.samples, t0)
+    t_last = max([window[1]] + [float(fs.t_s[-1]) for fs in flows.values() if len(fs.t_s)])
+    edges = bin_edges(0.0, t_last)
+    goodput = aggregate_goodput_bps(flows, edges)
+    fl, trans = faults(tr.events, t0), ev_transitions(tr.events, t0)
+    has_evs = bool(trans) or any(fs.evs for fs in flows.values())
+    disruptive = [f for f in fl if f["disruptive"]]
+    t_first = disruptive[0]["t_s"] if disruptive else window[1]
+    active = active_bins(edges, iteration_gaps(tr.events, t0))
+    pre = (edges[:-1] >= window[0] - 1e-9) & (edges[1:] <= t_first + 1e-9) & active
+    baseline = float(np.median(goodput[pre])) if pre.any() else 0.0
+    per_fault = [{**f, "detect_s": time_to_detect(trans, f["t_s"]) if has_evs else None,
+                  "recovery_s": recovery_time(edges, goodput, f["t_s"], baseline, window[1], active)}
+                 for f in disruptive]
+    stall_s, stall_at = longest_stall(edges, goodput, window, active)
+    sizes = size_table(tr.events, world_size)
+    largest = sizes[-1] if sizes else None
+    tx = [fs for k, fs in flows.items() if k[2] == "tx"] or list(flows.values())
+    rtx_bytes = [fs.retransmitted_bytes for fs in tx if fs.retransmitted_bytes is not None]
+    qp_errors = [{"t_s": e["t"] - t0, "rank": e.get("rank"), "reason": e.get("reason")}
+                 for e in tr.events if e.get("kind") == "qp_error"]
+    link_edges = bin_edges(0.0, t_last, LINK_BIN_S)
+    links = link_series(tr.links, t0, link_edges)
+    cpu = cpu_fidelity(tr.cpu, t0, window)
+    invalid = [f"CPU saturated: p95 busy {cpu['p95']:.2f} >= {CPU_SATURATED_P95}"] if cpu and cpu["saturated"] else []
+    summary = {
+        "transport": tr.name, "t0_wall_s": t0, "workload_window_s": list(window),
+        "world_size": world_size, "completion": completion(tr.events, world_size, expected_measured),
+        "sizes": sizes, "size_bytes": largest["size_bytes"] if largest else None,
+        "iteration_s": largest["iteration_s"] if largest else _stats([]),
+        "busbw_bytes_per_s": largest["busbw_bytes_per_s"] if largest else None,
+        "busbw_mbit_per_s": largest["busbw_mbit_per_s"] if largest else None,
+        "avg_busbw_mbit_per_s": (float(np.mean([r["busbw_mbit_per_s"] for r in sizes if r["iterations"]]))
+                                 if any(r["iterations"] for r in sizes) else None),
+        "wrong": sum(r["wrong"] for r in sizes), "qp_errors": len(qp_errors), "qp_error_list": qp_errors,
+        "has_evs": has_evs, "faults": fl, "per_fault": per_fault,
+        "reconverge_s": sorted(e["t"] - t0 for e in tr.events if e.get("kind") == "reconverge"),
+        "detect_s": per_fault[0]["detect_s"] if per_fault else None,
+        "recovery_s": per_fault[0]["recovery_s"] if per_fault else None,
+        "baseline_goodput_bps": baseline,
+        "longest_stall_s": stall_s, "longest_stall_at_s": stall_at,
+        "retransmits": float(sum(fs.retransmits[-1] for fs in tx if len(fs.retransmits))),
+        "retransmitted_bytes": float(sum(a[-1] for a in rtx_bytes if len(a))) if rtx_bytes else None,
+        "ev_transitions": len(trans),
+        "flows": [_flow_summary(k, fs, window) for k, fs in sorted(flows.items(), key=lambda kv: str(kv[0]))],
+        "fidelity": {"cpu_busy": cpu, "busiest_links": busiest_links(links, link_edges, window),
+                     "link_drops": float(sum(s["drops"].sum() for s in links.values()))},
+        "valid": not invalid, "invalid_reasons": invalid,
+        "warnings": [] if cpu else ["no CPU samples in the workload window: fidelity unknown"],
+    }
+    return TransportAnalysis(tr.name, t0, summary, edges, goodput, flows, link_edges, links)
+
+
+def comparison_row(s: dict) -> dict:
+    """Side-by-side row of one transport summary (the keys of the report's main table)."""
+    keys = ("transport", "size_bytes", "busbw_mbit_per_s", "busbw_bytes_per_s", "wrong", "qp_errors",
+            "detect_s", "recovery_s", "longest_stall_s", "retransmits", "retransmitted_bytes", "valid")
+    row = {k: s.get(k) for k in keys}
+    row.update(iteration_p50_s=s["iteration_s"]["p50"], iteration_p99_s=s["iteration_s"]["p99"],
+               iteration_max_s=s["iteration_s"]["max"], complete=s["completion"]["complete"],
+               completion=s["completion"]["reason"])
+    return row
+
+
+def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
+    """Summary of a whole run (``scenario``, ``world_size``, ``host_link_rate_bps``, ``definitions``,
+    ``transports`` by name, ``comparison`` rows) and the per-transport analyses.
+    Raises RunDirError / MetricsError."""
+    manifest = load_manifest(run_dir)
+    analyses = []
+    for name in manifest["transports"]:
+        tr = load_transport(run_dir, name)
+        ws = int(manifest.get("world_size") or len(tr.samples.ranks) or 1)
+        analyses.append(analyze_transport(tr, ws, expected_measured_iterations(manifest)))
+    rate = manifest.get("host_link_rate_bps")
+    for a in analyses:
+        bb = a.summary["busbw_mbit_per_s"]
+        a.summary["busbw_fraction_of_host_link"] = bb * 1e6 / rate if bb is not None and rate else None
+    summary = {"scenario": scenario_name(manifest), "run_dir": str(run_dir),
+               "world_size": manifest.get("world_size"), "host_link_rate_bps": rate,
+               "definitions": DEFINITIONS, "transports": {a.name: a.summary for a in analyses},
+               "comparison": [comparison_row(a.summary) for a in analyses]}
+    return summary, analyses
