@@ -198,12 +198,16 @@ class Fabric:
             a, b = link.a.node, link.b.node
             batch.link_add(ifname=link.a.ifname, index=routing.port_ifindex(self.topo, a, link), kind="veth",
                            nsfd=self._nsfd[a], mac=routing.mac_of(link, a), gso_max_segs=1,
+                           mtu=link.params.mtu,
                            info_data=_veth_peer(link.b.ifname, routing.port_ifindex(self.topo, b, link),
-                                                self._nsfd[b], routing.mac_of(link, b)),
+                                                self._nsfd[b], routing.mac_of(link, b), link.params.mtu),
                            desc=f"veth {link.name}")
+        sr_mtu = max(link.params.mtu for link in self.topo.links)
         for sw in self.topo.switches:
             batch.link_add(ifname="sr0", index=routing.SR_IFINDEX, kind="veth", nsfd=self._nsfd[sw.name],
-                           info_data=_veth_peer("sr1", routing.SR_PEER_IFINDEX, self._nsfd[sw.name], None),
+                           mtu=sr_mtu,
+                           info_data=_veth_peer("sr1", routing.SR_PEER_IFINDEX, self._nsfd[sw.name], None,
+                                                sr_mtu),
                            desc=f"{sw.name}: sr0 (seg6local device)")
         batch.send()
 
@@ -297,9 +301,11 @@ class Fabric:
         return min(l.params.rate_bps for l in self.topo.links if l.cls == "host")
 
 
-def _veth_peer(ifname: str, index: int, nsfd: int, mac: str | None) -> list:
+def _veth_peer(ifname: str, index: int, nsfd: int, mac: str | None, mtu: int | None = None) -> list:
     """IFLA_INFO_DATA of a veth whose peer gets a pinned ifindex (pyroute2's peer= drops it)."""
     attrs = [("IFLA_IFNAME", ifname), ("IFLA_NET_NS_FD", nsfd), ("IFLA_GSO_MAX_SEGS", 1)]
+    if mtu:
+        attrs.append(("IFLA_MTU", mtu))
     if mac:
         attrs.append(("IFLA_ADDRESS", mac))
     return [("VETH_INFO_PEER", {"index": index, "attrs": attrs})]

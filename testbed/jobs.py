@@ -30,13 +30,23 @@ from .topology import EV, Topology
 QP_DEFAULTS = {"timeout": 16, "retry_linear": 7, "retry_exp": 7, "cc": "uet-1.0-nscc"}
 """QP attributes every job gets (mrc.h names; see the module docstring)."""
 
-BASE_RTT_S = 0.002
-"""NSCC base RTT hint, s: a few MTU serialisations at 20 Mbit/s plus forwarding."""
+SOFTWARE_RTT_S = 0.002
+"""Agent and kernel time in an unloaded round trip on this emulator, s (event-loop wake-ups
+on both ends; measured RTT minus serialisation on an idle k4 path was ~1-2 ms)."""
+SACK_BYTES = 120     # a SACK frame on the wire (Ethernet + IPv6 + UDP + SACK header), bytes
+
+
+def base_rtt_s(topo: Topology, links: list[str] | tuple[str, ...], mtu: int) -> float:
+    """Unloaded RTT of a path, s: store-and-forward serialisation of one ``mtu`` frame on every
+    link (the data packet) and of a SACK back, plus :data:`SOFTWARE_RTT_S`. NSCC's base RTT is a
+    fabric parameter (UET 1.0 congestion management: the unloaded RTT of the longest path)."""
+    per_link = [topo.link_by_name[name].params.rate_bps for name in links]
+    return sum(((mtu + 14) * 8 + SACK_BYTES * 8) / rate for rate in per_link) + SOFTWARE_RTT_S
 
 UDP_PORT = 4791     # RoCEv2 destination port (IBTA RoCEv2 annex A17)
 TCP_PORT = 5201
-DEFAULT_MTU = 1500
-SAMPLE_INTERVAL_S = 0.01
+ROCE_PMTU_BYTES = 4096   # largest RoCEv2 path MTU (IBTA: 256..4096 bytes of payload)
+SAMPLE_INTERVAL_S = 0.02
 ECMP_SRC_PORTS = (49152, 65535)   # IANA dynamic range, where RoCEv2 source-port entropy lives
 
 
@@ -67,6 +77,16 @@ def mirrored_evs(topo: Topology, src: str, dst: str, limit: int | None) -> list[
     return out
 
 
+def job_mtu(scenario: Scenario) -> int:
+    """The agents' IPv6 MTU: ``workload.mtu``, else the fabric's smallest link MTU capped where
+    an MRC data packet carries :data:`ROCE_PMTU_BYTES` of payload (RoCEv2 on a jumbo fabric)."""
+    if scenario.workload.mtu:
+        return scenario.workload.mtu
+    from agents.mrc.packet import DATA_OVERHEAD_BYTES, IPV6_UDP_BYTES
+    link_mtu = min(link.params.mtu for link in scenario.topology.links)
+    return min(link_mtu, ROCE_PMTU_BYTES + IPV6_UDP_BYTES + DATA_OVERHEAD_BYTES)
+
+
 def _ecmp_ev(topo: Topology, host: str, src_port: int) -> list[dict]:
     return [{"ev_id": 0, "address": str(topo.nics[host][0].address), "links": [], "src_port": src_port}]
 
@@ -81,7 +101,11 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
     hosts = list(wl.hosts)
     n = len(hosts)
     rate = min(topo.link_by_name[nic.link].params.rate_bps for h in hosts for nic in topo.nics[h])
-    qp = {**QP_DEFAULTS, "cc_params": {"rate_bps": rate, "base_rtt_s": BASE_RTT_S}, **(qp_overrides or {})}
+    mtu = job_mtu(scenario)
+    longest = max((ev.links for a, b in zip(hosts, hosts[1:] + hosts[:1]) for ev in topo.evs(a, b, limit=wl.evs)),
+                  key=len)
+    qp = {**QP_DEFAULTS, "cc_params": {"rate_bps": rate, "base_rtt_s": round(base_rtt_s(topo, longest, mtu), 6)},
+          **(qp_overrides or {})}
     ports = random.Random(f"{scenario.seed}:ecmp").sample(range(*ECMP_SRC_PORTS), n)
 
     def peer(r_from: int, r_to: int, towards: bool) -> dict:
@@ -100,7 +124,7 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
             "control_socket": control_socket, "seed": scenario.seed,
             "sizes": list(wl.sizes_bytes), "iterations": wl.iterations, "warmup": wl.warmup,
             "sample_interval_s": SAMPLE_INTERVAL_S, "port": UDP_PORT, "tcp_port": TCP_PORT,
-            "mtu": wl.mtu or DEFAULT_MTU, "bind_addr": bind_address(topo, host),
+            "mtu": mtu, "bind_addr": bind_address(topo, host),
             "next": peer(r, (r + 1) % n, True), "prev": peer(r, (r - 1) % n, False),
             "qp": qp, "connect_timeout_s": 10.0, "linger_s": 2.0,
         })

@@ -148,7 +148,7 @@ class Batch:
 
     # -- links -------------------------------------------------------------------
     def link_add(self, *, ifname: str, index: int, kind: str, nsfd: int | None = None,
-                 mac: str | None = None, gso_max_segs: int | None = None,
+                 mac: str | None = None, gso_max_segs: int | None = None, mtu: int | None = None,
                  info_data: list | None = None, desc: str | None = None) -> None:
         """RTM_NEWLINK create (``ip link add``); ``info_data`` is IFLA_INFO_DATA attrs."""
         msg = ifinfmsg()
@@ -160,6 +160,8 @@ class Batch:
             attrs.append(("IFLA_ADDRESS", mac))
         if gso_max_segs:
             attrs.append(("IFLA_GSO_MAX_SEGS", gso_max_segs))
+        if mtu:
+            attrs.append(("IFLA_MTU", mtu))
         info = [("IFLA_INFO_KIND", kind)]
         if info_data:
             info.append(("IFLA_INFO_DATA", {"attrs": info_data}))

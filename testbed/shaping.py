@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from testbed.netlink import Batch
 from testbed.topology import LinkParams
 
-MTU_FRAME_BYTES = 1514
+ETH_HEADER_BYTES = 14
+MTU_FRAME_BYTES = 1500 + ETH_HEADER_BYTES
 HTB_HANDLE = "1:"
 HTB_CLASS = "1:10"
 LEAF_HANDLE = "10:"
@@ -37,6 +38,7 @@ class TcPlan:
     queue_pkts: int
     netem_delay_s: float = 0.0
     netem_loss_pct: float = 0.0
+    frame_bytes: int = MTU_FRAME_BYTES
 
     @property
     def uses_netem(self) -> bool:
@@ -47,8 +49,9 @@ def plan(params: LinkParams, *, have_netem: bool) -> TcPlan:
     """tc plan for one link end. Raises ShapingError if delay/loss need sch_netem and it is absent."""
     if (params.delay_s or params.loss_pct) and not have_netem:
         raise ShapingError("delay/loss need sch_netem, which this kernel lacks")
-    burst = max(2 * MTU_FRAME_BYTES, int(params.rate_bps / 8 * 0.002))
-    return TcPlan(params.rate_bps, burst, params.queue_pkts, params.delay_s, params.loss_pct)
+    frame = params.mtu + ETH_HEADER_BYTES
+    burst = max(2 * frame, int(params.rate_bps / 8 * 0.002))
+    return TcPlan(params.rate_bps, burst, params.queue_pkts, params.delay_s, params.loss_pct, frame)
 
 
 def compile_into(batch: Batch, ifindex: int, tc: TcPlan, *, replace: bool = False) -> None:
@@ -59,7 +62,7 @@ def compile_into(batch: Batch, ifindex: int, tc: TcPlan, *, replace: bool = Fals
                  desc=f"ifindex {ifindex}: htb root")
     batch.tc("change-class" if replace else "add-class", "htb", index=ifindex, handle=HTB_CLASS,
              parent=HTB_HANDLE, rate=f"{tc.rate_bps}bit", ceil=f"{tc.rate_bps}bit",
-             burst=tc.burst_bytes, cburst=tc.burst_bytes, quantum=2 * MTU_FRAME_BYTES,
+             burst=tc.burst_bytes, cburst=tc.burst_bytes, quantum=2 * tc.frame_bytes,
              desc=f"ifindex {ifindex}: htb class rate {tc.rate_bps} bit/s")
     if tc.uses_netem:
         batch.tc(verb, "netem", index=ifindex, handle=LEAF_HANDLE, parent=HTB_CLASS,

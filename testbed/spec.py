@@ -14,9 +14,9 @@ Topology file
 Common keys: ``name`` (optional, default: the file stem), ``kind``
 (``fat-tree`` | ``leaf-spine`` | ``explicit``), ``link_classes`` (required,
 with at least ``host`` and ``fabric``; explicit files may add more classes).
-A class is ``{rate: 20Mbit, queue: 64, delay: 50us, loss: 0.1%}``: ``rate``
-required, ``queue`` in packets (default 100), ``delay``/``loss`` optional and
-only where the kernel has sch_netem.
+A class is ``{rate: 20Mbit, queue: 64, delay: 50us, loss: 0.1%, mtu: 9000}``:
+``rate`` required, ``queue`` in packets (default 100), ``delay``/``loss``
+optional and only where the kernel has sch_netem, ``mtu`` bytes (default 1500).
 
 * ``kind: fat-tree``: ``k`` (even, >= 2).
 * ``kind: leaf-spine``: ``leaves``, ``spines``, ``hosts_per_leaf`` (>= 1),
@@ -68,7 +68,7 @@ __all__ = ["Problem", "SpecError", "Scenario", "Workload", "TimelineEvent", "loa
 KINDS = ("fat-tree", "leaf-spine", "explicit")
 _KIND_KEYS = {"fat-tree": (["k"], []), "leaf-spine": (["leaves", "spines", "hosts_per_leaf"], ["planes"]),
               "explicit": (["nodes", "links"], [])}
-_CLASS_KEYS = ["rate", "queue", "delay", "loss"]
+_CLASS_KEYS = ["rate", "queue", "delay", "loss", "mtu"]
 #: Host NIC uSIDs 0x1000.. are limited to 0x8000 NICs (topology.py's plan).
 MAX_HOST_NICS = 0x8000
 TRANSPORTS = ("mrc", "rc", "tcp")
@@ -144,6 +144,11 @@ def _link_params(r: Reader, m: dict[str, Node], path: str, base: LinkParams | No
             fields[field] = r.unit(m[key], join(path, key), parse)
     if "queue" in m:
         fields["queue_pkts"] = r.integer(m["queue"], join(path, "queue"), minimum=1)
+    if "mtu" in m:
+        fields["mtu"] = r.integer(m["mtu"], join(path, "mtu"), minimum=1280)
+        if fields["mtu"] is not None and fields["mtu"] > 65535:
+            r.error(m["mtu"], join(path, "mtu"), f"{fields['mtu']} is above the largest MTU (65535)")
+            fields["mtu"] = None
     for key, field in (("delay", "delay_s"), ("loss", "loss_pct")):
         if fields.get(field) and not feats.netem:
             r.error(m[key], join(path, key), feats.lacks(key, "sch_netem"))
@@ -433,6 +438,8 @@ def _workload(r: Reader, node: Node | None, topo: Topology | None) -> Workload |
               (("factor", 2), ("iterations", 1), ("warmup", 0))]
     evs = r.integer(m.get("evs"), "workload.evs", minimum=1)
     mtu = r.integer(m.get("mtu"), "workload.mtu", minimum=1280)
+    if mtu is not None and topo is not None and mtu > (low := min(l.params.mtu for l in topo.links)):
+        r.error(m["mtu"], "workload.mtu", f"{mtu} is above the fabric's smallest link MTU ({low})")
     if r.problems or None in (collective, hosts, *sizes, *counts):
         return None
     return Workload(collective, hosts, sizes[0], sizes[1], *counts, evs=evs, mtu=mtu)

@@ -70,13 +70,15 @@ class LinkParams:
 
     ``rate_bps`` bits/s (HTB rate), ``queue_pkts`` leaf queue limit in packets,
     ``delay_s`` one-way delay in seconds and ``loss_pct`` random loss in percent
-    (both need sch_netem).
+    (both need sch_netem), ``mtu`` the interfaces' IPv6 MTU in bytes (1280..65535;
+    jumbo 9000 carries RoCEv2's 4096-byte path MTU, as AI fabrics do).
     """
 
     rate_bps: int
     queue_pkts: int = 100
     delay_s: float = 0.0
     loss_pct: float = 0.0
+    mtu: int = 1500
 
 
 @dataclass(frozen=True)

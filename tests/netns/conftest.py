@@ -7,7 +7,6 @@ import time
 import pytest
 
 from testbed.fabric import Fabric
-from testbed.spec import load_topology
 from testbed.topology import LinkParams, fat_tree
 from tests.conftest import net_namespaces, root_interfaces
 
@@ -35,8 +34,10 @@ def no_leaks(request):
 
 @pytest.fixture(scope="module")
 def k4():
-    """A fat-tree k=4 at 20 Mbit/s, shared by a module's tests; torn down even if they fail."""
-    topo = load_topology("topologies/fat-tree-k4.yaml")
+    """A fat-tree k=4 at 20 Mbit/s (64-packet queues, MTU 1500), shared by a module's tests;
+    torn down even if they fail. Pinned here, independent of the shipped topology's defaults."""
+    lp = LinkParams(20_000_000, 64)
+    topo = fat_tree(4, host_link=lp, fabric_link=lp, name="fat-tree-k4")
     fabric = Fabric(topo)
     fabric.start()
     try:

@@ -107,6 +107,7 @@ BAD = [
      ["7: workload.hosts: an all-reduce needs >= 2 hosts, got 1",
       "9: workload.max_bytes: 512 is below min_bytes (1KiB)", "10: workload.factor: must be >= 2, got 1",
       "12: workload.warmup: must be >= 0, got -1",
+      "13: workload.mtu: 9999999 is above the fabric's smallest link MTU (9000)",
       "14: workload.gpus: unknown key (allowed: collective, hosts, min_bytes, max_bytes, factor, iterations, "
       "warmup, evs, mtu)"]),
     ("unknown host", HEAD.replace("hosts: all", "hosts: [h0_0_0, h0_0_9, h0_0_0]"),

@@ -49,7 +49,7 @@ def test_fat_tree_k4_counts_and_rates():
     topo = load_topology(ROOT / "topologies/fat-tree-k4.yaml", features=NO_NETEM)
     assert roles(topo) == {Role.CORE: 4, Role.AGGREGATION: 8, Role.EDGE: 8, Role.HOST: 16}
     assert len(topo.links) == 48
-    assert {(l.params.rate_bps, l.params.queue_pkts) for l in topo.links} == {(20_000_000, 64)}
+    assert {(l.params.rate_bps, l.params.queue_pkts, l.params.mtu) for l in topo.links} == {(5_000_000, 32, 9000)}
     assert topo.name == "fat-tree-k4" and topo.kind == "fat-tree"
 
 
@@ -94,7 +94,7 @@ def test_explicit_form_resolves_to_the_same_graph(tmp_path, source):
     host, fabric = (next(l.params for l in generated.links if l.cls == c) for c in ("host", "fabric"))
     doc = {
         "name": generated.name, "kind": "explicit",
-        "link_classes": {c: {"rate": f"{p.rate_bps}bit", "queue": p.queue_pkts}
+        "link_classes": {c: {"rate": f"{p.rate_bps}bit", "queue": p.queue_pkts, "mtu": p.mtu}
                          for c, p in (("host", host), ("fabric", fabric))},
         "nodes": {name: {k: v for k, v in n.items() if v is not None and not (n["role"] == "host" and k == "plane")}
                   for name, n in digest["nodes"].items()},
@@ -178,9 +178,10 @@ BAD = [
         leaves: 2
         spines: 0
         hosts_per_leaf: 1
-        link_classes: {host: {rate: 1Gbit, queue: lots}, fabric: {rate: 1Gbit, mtu: 9000}}
+        link_classes: {host: {rate: 1Gbit, queue: lots}, fabric: {rate: 1Gbit, mtu: 1000, jitter: 1ms}}
         """, ["3: spines: must be >= 1, got 0", "5: link_classes.host.queue: expected an integer, got 'lots'",
-              "5: link_classes.fabric.mtu: unknown key (allowed: rate, queue, delay, loss)"]),
+              "5: link_classes.fabric.jitter: unknown key (allowed: rate, queue, delay, loss, mtu)",
+              "5: link_classes.fabric.mtu: must be >= 1280, got 1000"]),
     ("delay without netem", """
         kind: fat-tree
         k: 2
