@@ -312,6 +312,21 @@ class LinkFaults:
         except OSError as exc:
             raise _Gone(f"{port.node}: {exc}") from None
 
+    def _on_both_ends(self, name: str, errors: list[str], what: str, undo) -> bool:
+        """``undo(link, port)`` on both ends of ``name``; a gone namespace is nothing to undo,
+        a FaultError is collected in ``errors``. True if both ends are done."""
+        link = self._link(name)
+        ok = True
+        for port in (link.a, link.b):
+            try:
+                undo(link, port)
+            except _Gone as exc:
+                log.info("%s %s: %s; nothing to undo there", what, name, exc)
+            except FaultError as exc:
+                errors.append(str(exc))
+                ok = False
+        return ok
+
     # -- reading ----------------------------------------------------------------------
     @property
     def active(self) -> dict[str, FaultState]:
@@ -353,35 +368,17 @@ class LinkFaults:
         then raised together as one FaultError (those links stay recorded, so
         a later call retries them).
         """
-        errors = []
+        errors: list[str] = []
         for name in sorted(self._dirty):
-            link = self._link(name)
-            ok = True
-            for port in (link.a, link.b):
-                try:
-                    self._nft(port.node, transition(name, port.ifname, FaultState(blackhole=True), FaultState()),
-                              f"revert {name}")
-                except _Gone as exc:
-                    log.info("revert %s: %s; nothing to undo there", name, exc)
-                except FaultError as exc:
-                    errors.append(str(exc))
-                    ok = False
-            if ok:
+            if self._on_both_ends(name, errors, "revert", lambda link, port: self._nft(
+                    port.node, transition(name, port.ifname, FaultState(blackhole=True), FaultState()),
+                    f"revert {name}")):
                 self._dirty.discard(name)
                 self._state.pop(name, None)
         rates = self.fabric.__dict__.get(_RATES_ATTR, {})
         for name in sorted(self._rate_dirty):
-            link = self._link(name)
-            ok = True
-            for port in (link.a, link.b):
-                try:
-                    self._set_htb(link, port, link.params.rate_bps)
-                except _Gone as exc:
-                    log.info("revert rate of %s: %s; nothing to undo there", name, exc)
-                except FaultError as exc:
-                    errors.append(str(exc))
-                    ok = False
-            if ok:
+            if self._on_both_ends(name, errors, "revert rate of",
+                                  lambda link, port: self._set_htb(link, port, link.params.rate_bps)):
                 rates.pop(name, None)
                 self._rate_dirty.discard(name)
         self.journal.append((time.monotonic(), "revert_all", "*", None))
