@@ -77,6 +77,12 @@ def mirrored_evs(topo: Topology, src: str, dst: str, limit: int | None) -> list[
     return out
 
 
+def host_link_rate_bps(scenario: Scenario) -> int:
+    """Slowest host link of the ring's hosts, bits/s (the rate busbw is compared with)."""
+    topo = scenario.topology
+    return min(topo.link_by_name[nic.link].params.rate_bps for h in scenario.workload.hosts for nic in topo.nics[h])
+
+
 def job_mtu(scenario: Scenario) -> int:
     """The agents' IPv6 MTU: ``workload.mtu``, else the fabric's smallest link MTU capped where
     an MRC data packet carries :data:`ROCE_PMTU_BYTES` of payload (RoCEv2 on a jumbo fabric)."""
@@ -100,7 +106,7 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
     topo, wl = scenario.topology, scenario.workload
     hosts = list(wl.hosts)
     n = len(hosts)
-    rate = min(topo.link_by_name[nic.link].params.rate_bps for h in hosts for nic in topo.nics[h])
+    rate = host_link_rate_bps(scenario)
     mtu = job_mtu(scenario)
     longest = max((ev.links for a, b in zip(hosts, hosts[1:] + hosts[:1]) for ev in topo.evs(a, b, limit=wl.evs)),
                   key=len)

@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -54,8 +54,9 @@ from . import __version__
 from .counters import LinkCounters
 from .fabric import Fabric
 from .faults import LinkFaults
-from .jobs import build_jobs, write_jobs
+from .jobs import build_jobs, host_link_rate_bps, write_jobs
 from .kernel import features
+from .metrics import bandwidths
 from .spec import Scenario
 from .timeline import Step, Timeline, sweep_warmups
 
@@ -245,13 +246,11 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
 
 
 def base_manifest(scenario: Scenario) -> dict:
-    topo = scenario.topology
     topo_bytes = Path(scenario.topology_path).read_bytes() if Path(scenario.topology_path).is_file() else b""
     hosts = scenario.workload.hosts
-    host_rate = min(topo.link_by_name[n.link].params.rate_bps for h in hosts for n in topo.nics[h])
     return {
         "scenario": scenario.to_dict(), "transports": [], "planned_transports": list(scenario.transports),
-        "world_size": len(hosts), "host_link_rate_bps": host_rate, "seed": scenario.seed,
+        "world_size": len(hosts), "host_link_rate_bps": host_link_rate_bps(scenario), "seed": scenario.seed,
         "workload": scenario.to_dict()["workload"],
         "topology_sha256": hashlib.sha256(topo_bytes).hexdigest(),
         "versions": _versions(), "kernel_features": dataclasses.asdict(features()), "started_at": time.time(), "status": {}, "argv": sys.argv,
@@ -284,10 +283,8 @@ class Progress:
         key = (msg["size"], msg["iter"])
         secs = self.per_iter.setdefault(key, [])
         secs.append(float(msg["seconds"]))
-        if len(secs) == self.world:
-            t = max(secs)
-            n = self.world
-            self.last_busbw_mbit = msg["size"] / t * 2 * (n - 1) / n * 8 / 1e6 if t > 0 else None
+        if len(secs) == self.world:       # slowest rank, as metrics does (nccl-tests -a 3)
+            self.last_busbw_mbit = bandwidths(msg["size"], max(secs), self.world)["busbw_mbit_per_s"]
             del self.per_iter[key]
 
     def row(self) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from rich.console import Console
 
 from testbed.kernel import features
@@ -12,7 +11,7 @@ from testbed.report import load_summary
 from testbed.scenario import run_scenario
 from testbed.spec import load_scenario
 from tests.conftest import net_namespaces, root_interfaces
-from tests.netns.conftest import wait_for
+from tests.netns.conftest import no_leaks, wait_for  # noqa: F401 (autouse leak check for this tier)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,12 +28,3 @@ def run_small(tmp_path: Path, text: str) -> tuple[object, dict, set, set]:
     summary = load_summary(result.run_dir, recompute=True)
     wait_for(lambda: net_namespaces() <= ns_before)
     return result, summary, net_namespaces() - ns_before, root_interfaces() - if_before
-
-
-@pytest.fixture(autouse=True)
-def no_leaks():
-    ns_before, if_before = net_namespaces(), root_interfaces()
-    yield
-    assert wait_for(lambda: net_namespaces() <= ns_before), \
-        f"namespaces left behind: {len(net_namespaces() - ns_before)}"
-    assert root_interfaces() <= if_before, f"interfaces left behind: {root_interfaces() - if_before}"

@@ -5,11 +5,18 @@ left behind."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from testbed.spec import load_topology
+from tests.conftest import net_namespaces
 from tests.e2e.conftest import REPO, run_small
+from tests.netns.conftest import wait_for
 
 # 4 ranks, one per pod: every ring hop crosses the core (4 SRv6 paths per hop).
 # a0_0-c0_0 carries MRC EVs of h0_0_0 -> h1_0_0 and h3_0_0 -> h0_0_0.
@@ -136,17 +143,6 @@ def test_timeout_tears_down_reverts_and_keeps_what_was_gathered(tmp_path):
 
 
 def test_sigint_stops_the_cli_cleanly(tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
-    from tests.conftest import net_namespaces
-    from tests.e2e.conftest import REPO
-    from tests.netns.conftest import wait_for
-
     path = tmp_path / "s.yaml"
     path.write_text(LONG.replace("@REPO@", str(REPO)).replace("timeout: 4s", "timeout: 60s"))
     before = net_namespaces()

@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-from testbed import routing
 from testbed.fabric import Fabric
 from testbed.ledger import Ledger, ledgers
 from testbed.netlink import NetlinkBatchError, read_sysctl
@@ -139,7 +138,7 @@ def test_failed_bringup_tears_down_what_it_built(monkeypatch):
 def test_exception_inside_a_running_fabric_still_tears_down():
     before = net_namespaces()
     with pytest.raises(RuntimeError, match="midway"):
-        with small_fat_tree() as fabric:
+        with small_fat_tree():
             assert len(net_namespaces() - before) == 36
             raise RuntimeError("test failed midway")
     assert wait_for(lambda: net_namespaces() <= before)

@@ -3,7 +3,6 @@ import random
 
 import pytest
 
-from agents.mrc import packet as pk
 from agents.mrc.ev import EVEvent, EVState
 from agents.mrc.qp import QP, connect_pair
 from agents.mrc.sim import MultipathNetwork, PathSpec
