@@ -481,9 +481,22 @@ class RequesterMixin:
                 ts = self._stamp(now)
                 out.append((pk.encode(pk.ProbePacket(self.dest_qpn, self._probe_id, info.ev,
                                                      info.ev, ts)), info.ev))
-                info.probe_outstanding = (self._probe_id, now + cfg.probe_timeout_s)
+                info.probe_outstanding = (self._probe_id, now + self.probe_timeout_s)
                 info.probe_due = now + cfg.probe_interval_s
                 info.probes_sent += 1
+
+    @property
+    def probe_timeout_s(self) -> float:
+        """Seconds a probe may take: ``max(config.probe_timeout_s, current RTO)``.
+
+        mrc_ctl's example timeout (2 ms) is many RTTs of a real fabric; on an
+        emulated one a probe's RTT is the data path's (tens of ms with shaped
+        links and queues), so a fixed 2 ms would fail every probe, keep an
+        EV ASSUMED_BAD for ever and send a probe every ``probe_interval_s``.
+        The RTO (SRTT + 4 RTTVAR, floored by the QP ``timeout``) is the
+        bound the data path already trusts.
+        """
+        return max(self.config.probe_timeout_s, self._rtt.rto_s)
 
     def _probe_timers(self, now: float) -> None:
         for info in self.evs.probe_targets():

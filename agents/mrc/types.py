@@ -119,7 +119,8 @@ class QPConfig:
     ``ack_delay_s`` (max SACK delay), ``reorder_threshold`` (a packet is lost
     when this many later packets on the same EV were acked), probe
     parameters (``probe_interval_s``, ``probe_timeout_s`` — mrc_ctl example
-    2 ms — and ``probe_successes`` k), ``ev_min_active``, ``skip_timeout_s``,
+    2 ms, a floor: the effective timeout is ``max(probe_timeout_s, RTO)``,
+    see ``QP.probe_timeout_s`` — and ``probe_successes`` k), ``ev_min_active``, ``skip_timeout_s``,
     congestion control name and parameters (default ``"uet-1.0-nscc"`` with
     no parameters: base RTT learnt, 10-packet initial window, see
     :class:`agents.mrc.cc.NSCC`; ``"fixed"`` is the unbounded window),

@@ -123,6 +123,33 @@ def test_dead_path_mrc_fails_over_and_recovers_the_ev():
     assert all(e.ev == 1 for e in ev_events)     # the healthy EVs were never retired
 
 
+def test_probes_wait_for_the_path_rtt_not_the_2ms_example():
+    """Path RTT 40 ms, 20x mrc_ctl's 2 ms probe timeout (the QPConfig default): probes must
+    still restore a revived EV, and a dead EV is probed about once per RTO, not every 5 ms."""
+    delay, t_down, t_up = 0.020, 0.1, 1.0
+    paths = [PathSpec(1e8, delay)] * 4
+    paths[1] = PathSpec(1e8, delay, down=((t_down, t_up),))
+    cfg = QPConfig(transport=Transport.MRC, min_rto_s=0.0, cc="uet-1.0-nscc",
+                   cc_params=dict(rate_bps=4e8, base_rtt_s=2 * delay))
+    assert cfg.probe_timeout_s < 2 * delay
+    a, b = pair(cfg, [0, 1, 2, 3], size=64 << 20)
+    net = MultipathNetwork(a, b, paths, ev_ids=[0, 1, 2, 3], seed=3)
+    a.post_write(wr_id=1, local=payload(64 << 20), remote_offset=0)
+    col = Collector(a, b)
+
+    def ev1_back():
+        return any(e.ev == 1 and e.new is EVState.GOOD for e in col.of(a, EVEvent))
+
+    net.run(stop=ev1_back, until=t_up + 1.0)
+    bad = [e for e in col.of(a, EVEvent) if e.ev == 1 and e.new is EVState.ASSUMED_BAD]
+    good = [e for e in col.of(a, EVEvent) if e.ev == 1 and e.new is EVState.GOOD]
+    assert bad and good, "EV 1 must go ASSUMED_BAD and come back"
+    assert t_up <= good[0].time <= t_up + 4 * a.rto_s + 3 * cfg.probe_interval_s
+    assert a.probe_timeout_s >= 2 * delay
+    # while down (~0.9 s) at most one probe per RTO (>= 40 ms) plus the k successes after
+    assert a.evs.info[1].probes_sent <= (t_up - t_down) / (2 * delay) + cfg.probe_successes + 2
+
+
 def test_rc_baseline_completes_on_a_clean_path():
     a, b, net, col, src, _ = transfer([PathSpec(1e9, DELAY_S)] * 4, Transport.RC, evs=[2],
                                       n_paths=1)
