@@ -157,13 +157,19 @@ def _json_default(x):
 
 
 def load_summary(run_dir: Path, *, recompute: bool = False) -> dict:
-    """summary.json of a run, computed (and all outputs written) when missing or ``recompute``."""
+    """summary.json of a run, computed (and all outputs written) when missing, when ``recompute``,
+    or when it was written under other metric definitions than :data:`metrics.DEFINITIONS` and
+    the raw records are still there (a run re-reported after an upgrade gets today's metrics)."""
     run_dir = Path(run_dir)
-    metrics.load_manifest(run_dir)  # raises RunDirError for a non-run directory
+    manifest = metrics.load_manifest(run_dir)  # raises RunDirError for a non-run directory
     path = run_dir / "summary.json"
     if recompute or not path.is_file() or not (run_dir / "goodput.csv").is_file():
         return write_outputs(run_dir)
-    return json.loads(path.read_text())
+    summary = json.loads(path.read_text())
+    raw = all((run_dir / t / "samples.jsonl").is_file() for t in manifest["transports"])
+    if summary.get("definitions") != metrics.DEFINITIONS and raw:
+        return write_outputs(run_dir)
+    return summary
 
 
 # -- tables --------------------------------------------------------------------------

@@ -59,6 +59,9 @@ Metric definitions (also in :data:`DEFINITIONS`, copied into ``summary.json``):
 - CPU fidelity: mean and p95 of host busy fraction (all cores) in the workload
   window; p95 >= 0.95 marks the run ``valid: false`` (an emulator starved of CPU
   measures itself, not the network).
+- link fidelity: per link end, the best 1 s sliding-window mean of its 100 ms
+  throughput bins (``achieved_bps``) against the configured rate; one bin alone
+  over-reads a shaped link by the HTB burst and the counter-read jitter.
 """
 
 from __future__ import annotations

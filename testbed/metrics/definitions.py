@@ -10,6 +10,7 @@ RECOVERY_FRACTION = 0.9     # "recovered" = smoothed aggregate goodput >= 90 % o
 DIP_HORIZON_S = 1.0         # a fault's dip must start within this long after it, s
 MIN_DIP_BINS = 3            # a dip is at least this many consecutive smoothed bins below threshold
 LINK_BIN_S = 0.100          # link throughput bin width, s
+ACHIEVED_WINDOW_S = 1.0     # achieved link rate: best sliding window of this length, s
 BUSIEST_LINKS = 5           # link ends reported in the fidelity section
 CPU_SATURATED_P95 = 0.95    # p95 busy fraction at or above which a run is invalid
 DISRUPTIVE = ("link_down", "flap", "loss", "rate", "blackhole")
@@ -37,7 +38,8 @@ DEFINITIONS = {
     "cpu_busy": "host CPU busy fraction (all cores) in the workload window, mean and p95; 0..1; "
                 f"p95 >= {CPU_SATURATED_P95} marks the run invalid",
     "links": f"per link end: tx bytes and drops per {LINK_BIN_S * 1000:.0f} ms bin from kernel counters; "
-             "achieved_bps = peak bin throughput, compared with the configured rate_bps",
+             f"achieved_bps = best {ACHIEVED_WINDOW_S:g} s sliding-window mean throughput (single bins carry "
+             "HTB bursts and sampling jitter), compared with the configured rate_bps",
 }
 
 

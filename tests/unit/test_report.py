@@ -106,3 +106,16 @@ def test_column_csv_writer_matches_csv_module(tmp_path):
             w.writerow([report._cell(x) for x in (*prefix, *row)])
     assert path.read_bytes() == buf.getvalue().encode()
     assert not math.isnan(float(list(csv.reader(io.StringIO(buf.getvalue())))[1][4]))
+
+
+def test_summary_from_older_metric_definitions_is_recomputed(tmp_path):
+    run = make_run(tmp_path)
+    fresh = report.load_summary(run)
+    stale = dict(fresh, definitions={"links": "an older definition"}, comparison=[])
+    (run / "summary.json").write_text(json.dumps(stale))
+    assert report.load_summary(run)["comparison"] == fresh["comparison"]      # recomputed
+    stale_again = dict(fresh, definitions={"links": "an older definition"}, comparison=[])
+    (run / "summary.json").write_text(json.dumps(stale_again))
+    for t in ("mrc", "tcp"):
+        (run / t / "samples.jsonl").unlink()
+    assert report.load_summary(run)["comparison"] == []    # raw records gone: kept as written
