@@ -9,8 +9,9 @@
   to its orchestrator) and their own timers.
 * :class:`Endpoint` — one UDP/IPv6 socket (RoCEv2's port 4791 by default)
   shared by any number of QPs: incoming datagrams are demultiplexed by the
-  destination QPN (bytes 4..8 of every MRC packet); each QP gets an
-  EV -> :class:`Route` map for sending.
+  destination QPN (bytes 4..8 of every MRC packet) and handed over in
+  per-QP runs (``QP.receive_datagrams``); each QP gets an EV ->
+  :class:`Route` map for sending.
 
 Sending on routes without a ``src_port`` (the SRv6 mode) goes through one
 *connected* UDP socket per destination (bound to ``bind_addr`` and an
@@ -258,7 +259,7 @@ class Endpoint:
         qps = self._rx
         now = self.loop.time()
         dirty = {}
-        last = None
+        last, batch = None, []
         n = 0
         while n < RECV_BATCH:
             try:
@@ -273,9 +274,14 @@ class Endpoint:
             if qp is None:
                 self.rx_unknown_qpn += 1
                 continue
-            qp.receive_datagram(data, now)
-            if qp is not last:
+            if qp is not last:                # runs of one QP's datagrams, in arrival order
+                if batch:
+                    last.receive_datagrams(batch, now)
                 dirty[qp.qpn] = last = qp
+                batch = []
+            batch.append(data)
+        if batch:
+            last.receive_datagrams(batch, now)
         self.rx_datagrams += n
         for qp in dirty.values():
             self._flush(qp, now)

@@ -26,7 +26,8 @@ Requester completions have ``opcode=WCOpcode.RDMA_WRITE`` and the ``wr_id``;
 the responder gets ``WCOpcode.RECV_RDMA_WITH_IMM`` with ``imm``, in send order.
 
 Drive it (``agents.io.Endpoint`` does this over UDP; ``agents.mrc.sim`` on a
-fake clock): ``receive_datagram(data, now)``, ``handle_timer(now)`` when
+fake clock): ``receive_datagram(data, now)`` (or ``receive_datagrams(batch, now)``:
+the same result, in-order data placed on a fast path), ``handle_timer(now)`` when
 ``now >= get_timer()``, and send every ``(bytes, ev)`` of
 ``datagrams_to_send(now)``.
 

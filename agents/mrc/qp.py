@@ -7,6 +7,7 @@ land in the registered memory region, see :mod:`agents.mrc.responder`).
 Driving it::
 
     qp.receive_datagram(data, now)        # every datagram for this QPN
+    qp.receive_datagrams([data, ...], now)  # or a batch of them, same result
     qp.handle_timer(now)                  # when now >= qp.get_timer()
     for data, ev in qp.datagrams_to_send(now): send data on EV ev
     while (event := qp.next_event()) is not None: ...

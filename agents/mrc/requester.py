@@ -216,11 +216,11 @@ class RequesterMixin:
             seq = info.seq
             info.seq = seq + 1
             info.bytes_sent += length
-            hdr = _pack_hdr(1, 1, op, flags, dest, psn, ev, roff + pos, length, ts)
+            body = _pack_hdr(1, 1, op, flags, dest, psn, ev, roff + pos, length, ts)
             if imm is not None:
-                hdr += _pack_imm(imm)
-            payload = data[pos:pos + length]
-            append((_join((hdr, payload, _pack_crc(_crc32(payload, _crc32(hdr))))), ev))
+                body += _pack_imm(imm)
+            body += data[pos:pos + length]
+            append((body + _pack_crc(_crc32(body)), ev))
             tx = _Tx(psn, wr, pos, length, op, ev, seq, ts, now)
             outstanding[psn] = tx
             ev_q[ev].append((seq, tx))
