@@ -1,7 +1,7 @@
 """MRC wire format: data (WRITE / WRITE_WITH_IMM), SACK, NACK, EV probe request/response.
 
 Every packet starts with the same 8-byte prefix and ends with a CRC-32
-trailer computed with ``zlib.crc32`` over every byte before it (the role of
+trailer (:func:`crc32`, zlib's CRC-32) over every byte before it (the role of
 RoCEv2's ICRC: the UDP checksum is zero because the destination address is
 rewritten in flight by SRv6 uSID shifting)::
 
@@ -42,6 +42,11 @@ import enum
 import struct
 import zlib
 from dataclasses import dataclass
+
+try:   # ISA-L's CRC-32 (PCLMULQDQ): the same function as zlib.crc32, 1448 bytes in 70 ns, not 337
+    from isal.isal_zlib import crc32
+except ImportError:  # pragma: no cover - isal is a declared dependency; zlib gives equal values
+    crc32 = zlib.crc32
 
 VERSION = 1
 
@@ -193,7 +198,7 @@ Packet = DataPacket | SackPacket | NackPacket | ProbePacket
 
 
 def _seal(header_and_body: bytes) -> bytes:
-    return header_and_body + CRC.pack(zlib.crc32(header_and_body))
+    return header_and_body + CRC.pack(crc32(header_and_body))
 
 
 def encode_data_parts(dest_qpn: int, psn: int, ev: int, opcode: int, flags: int,
@@ -205,7 +210,7 @@ def encode_data_parts(dest_qpn: int, psn: int, ev: int, opcode: int, flags: int,
                         remote_offset, length, timestamp_ns)
     if imm is not None:
         hdr += IMM.pack(imm)
-    crc = zlib.crc32(payload, zlib.crc32(hdr))
+    crc = crc32(payload, crc32(hdr))
     return b"".join((hdr, payload, CRC.pack(crc)))
 
 
@@ -251,7 +256,7 @@ def check_crc(data) -> None:
     n = len(data)
     if n < PREFIX.size + CRC_BYTES:
         raise ProtocolError(f"datagram of {n} bytes is too short")
-    if zlib.crc32(memoryview(data)[:n - 4]) != int.from_bytes(data[n - 4:], "big"):
+    if crc32(memoryview(data)[:n - 4]) != int.from_bytes(data[n - 4:], "big"):
         raise ProtocolError("CRC mismatch")
 
 
@@ -290,7 +295,7 @@ def unpack_data(data: bytes) -> tuple:
         raise ProtocolError(f"length field {length} != payload bytes {end - start}")
     if off + length > 0xFFFFFFFFFFFFFFFF:
         raise ProtocolError("remote offset + length overflows 64 bits")
-    if zlib.crc32(memoryview(data)[:end]) != int.from_bytes(data[end:], "big"):
+    if crc32(memoryview(data)[:end]) != int.from_bytes(data[end:], "big"):
         raise ProtocolError("CRC mismatch")
     return (opcode, flags, qpn, psn, ev, off, length, ts, imm, start, end)
 
@@ -309,7 +314,7 @@ def unpack_sack(data: bytes) -> tuple:
         raise ProtocolError(f"unknown SACK flags {f[3]:#x}")
     if f[5] > MAX_PSN + 1 or f[6] > MAX_PSN:
         raise ProtocolError("reserved PSN in SACK")
-    if zlib.crc32(memoryview(data)[:SACK_HDR.size]) != CRC.unpack_from(data, SACK_HDR.size)[0]:
+    if crc32(memoryview(data)[:SACK_HDR.size]) != CRC.unpack_from(data, SACK_HDR.size)[0]:
         raise ProtocolError("CRC mismatch")
     return f[2:]
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import zlib
 from collections import defaultdict, deque
 
 from . import packet as pk
@@ -25,7 +24,7 @@ log = logging.getLogger(__name__)
 _OP_FIRST, _OP_MIDDLE, _OP_LAST, _OP_LAST_IMM, _OP_ONLY, _OP_ONLY_IMM = 6, 7, 8, 9, 10, 11
 _encode = pk.encode_data_parts
 _pack_hdr, _pack_imm, _pack_crc = pk.DATA_HDR.pack, pk.IMM.pack, pk.CRC.pack
-_crc32, _join = zlib.crc32, b"".join
+_crc32 = pk.crc32
 _INF = float("inf")
 
 
@@ -389,26 +388,27 @@ class RequesterMixin:
         infos = self.evs.info
         srtt = self._rtt.srtt_s or 0.0
         acked = lost_acked = 0
-        touched = []
+        touched = set()
         for tx in txs:
             length = tx.length
             acked += length
             if tx.lost:
                 lost_acked += length
-            info = infos[tx.ev]
+            ev = tx.ev
+            info = infos[ev]
             info.packets_acked += 1
             alive = tx.sent_at + srtt  # e delivered tx: known alive until about then
             if alive > info.last_ack_s:
                 info.last_ack_s = alive
             seq = tx.ev_seq
             tx.ev_seq = -1             # acknowledged: no per-EV queue entry matches it now
-            if not tx.rtx_count and seq > info.acked_seq:
+            if seq > info.acked_seq and not tx.rtx_count:
                 info.acked_seq = seq
-                touched.append(tx.ev)
+                touched.add(ev)
         self._inflight_bytes -= acked - lost_acked
         if touched:   # per-EV packet threshold: reorder_threshold later ones on the EV acked
             ev_q, threshold = self._ev_q, self.config.reorder_threshold
-            for e in set(touched):
+            for e in touched:
                 q = ev_q[e]
                 limit = infos[e].acked_seq - threshold
                 while q and q[0][0] <= limit:

@@ -18,7 +18,6 @@ and answered with one SEQ_ERR NACK per episode (RoCE go-back-N).
 from __future__ import annotations
 
 import heapq
-import zlib
 import logging
 
 from . import packet as pk
@@ -26,7 +25,9 @@ from .types import QPState, Transport, WCOpcode, WCStatus, WorkCompletion
 
 log = logging.getLogger(__name__)
 
-_unpack_hdr, _unpack_crc, _crc32 = pk.DATA_HDR.unpack_from, pk.CRC.unpack_from, zlib.crc32
+_unpack_hdr, _unpack_crc, _crc32 = pk.DATA_HDR.unpack_from, pk.CRC.unpack_from, pk.crc32
+_pack_sack, _pack_crc = pk.SACK_HDR.pack, pk.CRC.pack
+_SKIP_ONCE, _MODE_NONE = int(pk.SackMode.SKIP_ONCE), int(pk.SackMode.NONE)
 _HDR_BYTES = pk.DATA_HDR.size
 _PLAIN_BYTES = _HDR_BYTES + pk.CRC_BYTES
 _PLAIN_OPCODES = frozenset({pk.Opcode.WRITE_FIRST, pk.Opcode.WRITE_MIDDLE, pk.Opcode.WRITE_LAST,
@@ -271,8 +272,7 @@ class ResponderMixin:
             return
         cum = self._rcv_cum
         cum_ch = cum >> 6
-        flags = pk.FLAG_ECN_ECHO if self._ecn_seen else 0
-        mode = pk.SackMode.SKIP_ONCE if self._ecn_seen else pk.SackMode.NONE
+        flags, mode = (pk.FLAG_ECN_ECHO, _SKIP_ONCE) if self._ecn_seen else (0, _MODE_NONE)
         dirty = self._dirty
         if len(dirty) == 1:
             ((ch, evts),) = dirty.items()
@@ -281,12 +281,13 @@ class ResponderMixin:
             per_chunk = {}
             for ch, evts in sorted(dirty.items()):
                 per_chunk[max(ch, cum_ch)] = evts
-        chunks = self._chunks
+        chunks, out, dest, ooo, nbytes = self._chunks, self._ctrl_out, self.dest_qpn, self.rx_ooo, \
+            self.rx_bytes
         for ch, (ev, ts) in per_chunk.items():
-            pkt = pk.SACK_HDR.pack(pk.VERSION, 2, mode, flags, self.dest_qpn, cum, ch << 6,
-                                   chunks.get(ch, 0), ev, ts, self.rx_ooo, self.rx_bytes)
-            self._ctrl_out.append((pkt + pk.CRC.pack(zlib.crc32(pkt)), ev))
-        self._dirty.clear()
+            pkt = _pack_sack(1, 2, mode, flags, dest, cum, ch << 6, chunks.get(ch, 0), ev, ts, ooo,
+                             nbytes)
+            out.append((pkt + _pack_crc(_crc32(pkt)), ev))
+        dirty.clear()
         self._sack_pending = 0
         self._ack_deadline = None
         self._ecn_seen = False

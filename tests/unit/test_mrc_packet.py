@@ -109,3 +109,11 @@ def test_imm_presence_must_match_opcode():
         pk.encode(pk.DataPacket(1, 2, 3, pk.Opcode.WRITE_ONLY, 0, 0, 9, 0, 5, b""))
     with pytest.raises(ValueError):
         pk.encode(pk.DataPacket(1, 2, 3, pk.Opcode.WRITE_ONLY_WITH_IMM, 0, 0, 9, 0, None, b""))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=9000), st.integers(0, 2**32 - 1))
+def test_crc32_is_zlibs_crc32(data, start):
+    """The packet CRC (ISA-L when installed) is exactly zlib's CRC-32, chained or not."""
+    assert pk.crc32(data) == zlib.crc32(data)
+    assert pk.crc32(data, start) == zlib.crc32(data, start)
