@@ -140,7 +140,8 @@ class QPChannel:
                 "lost": s["packets_lost"]} for ev, s in tx["evs"].items()]
         return [
             {"peer": self.spec.next.host, "dir": "tx", "bytes": tx["acked_bytes"],
-             "retransmits": tx["retransmissions"], "rtt_s": tx["srtt_s"],
+             "retransmits": tx["retransmissions"], "retransmitted_bytes": tx["retransmitted_bytes"],
+             "rtt_s": tx["srtt_s"],
              "cwnd_bytes": tx["cwnd_bytes"], "evs": evs},
             {"peer": self.spec.prev.host, "dir": "rx", "bytes": rx["rx_bytes"],
              "retransmits": 0, "rtt_s": None, "cwnd_bytes": None, "evs": [],

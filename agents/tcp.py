@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 HELLO = struct.Struct("!8sII")
 HELLO_MAGIC = b"MRCTB1\0\0"
 FRAME = struct.Struct("!QII")
-_TCP_INFO_BYTES = 136
+_TCP_INFO_BYTES = 216   # through tcpi_bytes_retrans (offset 208)
 SOCKET_BUFFER_BYTES = 4 << 20
 
 
@@ -43,21 +43,24 @@ class TCPChannelError(RuntimeError):
 
 
 def tcp_info(sock: socket.socket) -> dict:
-    """Selected ``struct tcp_info`` fields: retransmits, rtt_s, cwnd_bytes, bytes_acked/received."""
+    """Selected ``struct tcp_info`` fields (linux/tcp.h): retransmits (tcpi_total_retrans, segments),
+    rtt_s, cwnd_bytes, bytes_acked/received and bytes_retrans (tcpi_bytes_retrans, RFC 4898
+    tcpEStatsPerfOctetsRetrans; Linux >= 4.19, absent -> 0). {} if the socket is gone."""
     try:
         raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
     except OSError:
         return {}
-    if len(raw) < 136:
-        raw = raw.ljust(136, b"\0")
+    if len(raw) < _TCP_INFO_BYTES:
+        raw = raw.ljust(_TCP_INFO_BYTES, b"\0")
     snd_mss, = struct.unpack_from("I", raw, 16)
     rtt_us, = struct.unpack_from("I", raw, 68)
     snd_cwnd, = struct.unpack_from("I", raw, 80)
     total_retrans, = struct.unpack_from("I", raw, 100)
     bytes_acked, bytes_received = struct.unpack_from("QQ", raw, 120)
+    bytes_retrans, = struct.unpack_from("Q", raw, 208)
     return {"retransmits": total_retrans, "rtt_s": rtt_us / 1e6,
             "cwnd_bytes": snd_cwnd * snd_mss, "bytes_acked": bytes_acked,
-            "bytes_received": bytes_received}
+            "bytes_received": bytes_received, "bytes_retrans": bytes_retrans}
 
 
 def _tune(sock: socket.socket) -> None:
@@ -261,6 +264,7 @@ class TCPChannel:
         return [
             {"peer": self.spec.next.host, "dir": "tx", "bytes": tx.get("bytes_acked", 0),
              "retransmits": tx.get("retransmits", 0), "rtt_s": tx.get("rtt_s"),
+             "retransmitted_bytes": tx.get("bytes_retrans", 0),
              "cwnd_bytes": tx.get("cwnd_bytes"), "evs": []},
             {"peer": self.spec.prev.host, "dir": "rx", "bytes": self.rx_bytes,
              "retransmits": 0, "rtt_s": rx.get("rtt_s"), "cwnd_bytes": None, "evs": []},

@@ -32,7 +32,7 @@ the same result, in-order data placed on a fast path), ``handle_timer(now)`` whe
 ``datagrams_to_send(now)``.
 
 Metrics: ``qp.stats()`` returns a JSON-ready dict: ``state``, ``tx_packets``,
-``tx_bytes``, ``retransmissions``, ``timeouts``, ``lost_packets``,
+``tx_bytes``, ``retransmissions``, ``retransmitted_bytes``, ``timeouts``, ``lost_packets``,
 ``acked_bytes``, ``inflight_bytes``, ``cwnd_bytes``, ``srtt_s``, responder
 counters (``rx_packets``, ``rx_bytes``, ``rx_duplicates``, ``rx_ooo``,
 ``rx_cum_psn``) and ``evs``: per EV ``{state, packets_sent, bytes_sent,

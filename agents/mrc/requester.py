@@ -87,6 +87,7 @@ class RequesterMixin:
         self.tx_packets = 0
         self.tx_bytes = 0
         self.rtx_packets = 0
+        self.rtx_bytes = 0
         self.timeouts = 0
         self.lost_packets = 0
         self.acked_bytes = 0
@@ -126,6 +127,7 @@ class RequesterMixin:
         tx.rtx_count += 1
         info.retransmits += 1
         self.rtx_packets += 1
+        self.rtx_bytes += tx.length
         flags = pk.FLAG_RTX
         imm = None
         if psn == wr.last_psn:

@@ -78,6 +78,9 @@ def test_summary_fields_are_consistent(failure_run):
         assert s["busbw_mbit_per_s"] <= rate / 1e6 * 1.05, name
         faults = [f for f in t["faults"] if f["phase"] == "apply"]
         assert [f["action"] for f in faults] == ["link_down", "link_up"], name
+        # every transport reports retransmitted bytes, and only with retransmissions counted
+        assert t["retransmitted_bytes"] is not None, name
+        assert t["retransmitted_bytes"] == 0 or t["retransmits"] > 0, name
         for f in ("events.jsonl", "samples.jsonl", "links.jsonl", "cpu.jsonl"):
             assert (result.run_dir / name / f).stat().st_size > 0, (name, f)
     for f in ("manifest.json", "flows.csv", "links.csv", "goodput.csv"):

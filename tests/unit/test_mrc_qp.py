@@ -92,6 +92,9 @@ def test_8mib_write_one_percent_loss():
     a, b, net, col, src, _ = transfer([PathSpec(1e9, DELAY_S, loss=0.01)] * 4)
     assert_complete(a, b, col, src)
     assert a.rtx_packets > 0
+    # full-size packets except a write's last one, so the bytes are the packets times the payload
+    payload = a.config.payload_bytes
+    assert (a.rtx_packets - 1) * payload <= a.stats()["retransmitted_bytes"] <= a.rtx_packets * payload
     assert sum(c["dropped_loss"] for c in net.counters().values()) > 0
 
 
