@@ -135,17 +135,18 @@ class QPChannel:
 
     def flows(self) -> list[dict]:
         """Cumulative per-direction counters (QP.stats) for a sample message."""
-        tx, rx = self.tx.stats(), self.rx.stats()
-        evs = [{"ev_id": ev, "state": s["state"], "sent": s["packets_sent"],
-                "lost": s["packets_lost"]} for ev, s in tx["evs"].items()]
+        # The counters directly, not the full QP.stats() snapshot: this runs every sample
+        # interval (20 ms) in every agent.
+        tx, rx = self.tx, self.rx
+        evs = [{"ev_id": ev, "state": i.state.name, "sent": i.packets_sent, "lost": i.packets_lost}
+               for ev, i in tx.evs.info.items()] if tx.evs is not None else []
         return [
-            {"peer": self.spec.next.host, "dir": "tx", "bytes": tx["acked_bytes"],
-             "retransmits": tx["retransmissions"], "retransmitted_bytes": tx["retransmitted_bytes"],
-             "rtt_s": tx["srtt_s"],
-             "cwnd_bytes": tx["cwnd_bytes"], "evs": evs},
-            {"peer": self.spec.prev.host, "dir": "rx", "bytes": rx["rx_bytes"],
+            {"peer": self.spec.next.host, "dir": "tx", "bytes": tx.acked_bytes,
+             "retransmits": tx.rtx_packets, "retransmitted_bytes": tx.rtx_bytes,
+             "rtt_s": tx.srtt_s, "cwnd_bytes": tx.cc.cwnd_bytes, "evs": evs},
+            {"peer": self.spec.prev.host, "dir": "rx", "bytes": rx.rx_bytes,
              "retransmits": 0, "rtt_s": None, "cwnd_bytes": None, "evs": [],
-             "duplicates": rx["rx_duplicates"]},
+             "duplicates": rx.rx_duplicates},
         ]
 
     def summary(self) -> dict:

@@ -210,7 +210,14 @@ class EVSet:
         else:
             raise ValueError(f"the controller may set GOOD or DENIED, not {state.name}")
 
+    @property
+    def all_good(self) -> bool:
+        """Every EV is GOOD: nothing to probe, no SKIP to expire (kept on every transition)."""
+        return self._all_good
+
     def expire_skips(self, now: float) -> None:
+        if self._all_good:
+            return
         for info in self.info.values():
             if info.state == EVState.SKIP and info.skip_until <= now:
                 self.apply(info.ev, EVCause.SKIP_EXPIRED, now)
@@ -283,6 +290,8 @@ class EVSet:
     # ---- probes --------------------------------------------------------
     def probe_targets(self) -> list[EVInfo]:
         """EVs that need background probes (ASSUMED_BAD, UNKNOWN)."""
+        if self._all_good:   # the common case, asked 3 times per I/O wakeup
+            return []
         return [i for i in self.info.values()
                 if i.state in (EVState.ASSUMED_BAD, EVState.UNKNOWN)]
 

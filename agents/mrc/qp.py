@@ -245,15 +245,17 @@ class QP(RequesterMixin, ResponderMixin):
         """Earliest absolute deadline (seconds) at which handle_timer must run, or None."""
         if self.state in (QPState.RST, QPState.INIT, QPState.ERR):
             return None
-        times = [self._ack_deadline]
+        t = self._ack_deadline
         if self.state is QPState.RTS:
-            times.append(self._requester_deadline())
-            times.append(self._probe_deadline())
-            for info in self.evs.info.values():
-                if info.state is EVState.SKIP:
-                    times.append(info.skip_until)
-        times = [t for t in times if t is not None]
-        return min(times) if times else None
+            times = [self._requester_deadline()]
+            if not self.evs.all_good:
+                times.append(self._probe_deadline())
+                times.extend(i.skip_until for i in self.evs.info.values()
+                             if i.state is EVState.SKIP)
+            for d in times:
+                if d is not None and (t is None or d < t):
+                    t = d
+        return t
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, int]]:
         """Datagrams to put on the wire now, as (bytes, EV id) pairs."""
