@@ -5,6 +5,7 @@ left behind."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -168,3 +169,42 @@ def test_sigint_stops_the_cli_cleanly(tmp_path):
     assert manifest["status"]["mrc"]["status"] == "interrupted"
     assert (run_dir / "summary.json").is_file()
     assert Path(run_dir / "mrc" / "events.jsonl").read_text().count('"phase":"end"') == 1
+
+
+def test_agent_crash_ends_the_transport_and_keeps_what_was_gathered(tmp_path):
+    """SIGKILL one agent mid-run (a crashed host process): the runner reports ``crashed``,
+    exits 1, reverts the fault, tears the fabric down and still writes the summary."""
+    path = tmp_path / "s.yaml"
+    path.write_text(LONG.replace("@REPO@", str(REPO)).replace("timeout: 4s", "timeout: 60s"))
+    before = net_namespaces()
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(path), "--runs-dir", str(tmp_path / "runs"),
+                             "--no-plots"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def spawned() -> dict | None:
+        """The agents' PIDs once they run and the blackhole (at 1 s) is in place."""
+        for events in (tmp_path / "runs").glob("*/mrc/events.jsonl"):
+            records = [json.loads(line) for line in events.read_text().splitlines()]
+            pids = [e["pids"] for e in records if e["kind"] == "agents" and e.get("phase") == "spawned"]
+            if pids and any(e["kind"] == "fault" and e["phase"] == "apply" for e in records):
+                return pids[0]
+        return None
+
+    try:
+        assert wait_for(lambda: spawned() is not None, timeout_s=30)
+        victim = int(spawned()["1"])
+        os.kill(victim, signal.SIGKILL)          # by the PID the runner journaled
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    assert wait_for(lambda: net_namespaces() <= before)
+    run_dir = next((tmp_path / "runs").iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"]["mrc"]["status"] == "crashed", manifest["status"]
+    events = [json.loads(line) for line in (run_dir / "mrc" / "events.jsonl").read_text().splitlines()]
+    assert any(e["kind"] == "agent" and e.get("rank") == 1 and e.get("status") == "crashed" for e in events)
+    faults = [(e["action"], e["phase"]) for e in events if e["kind"] == "fault"]
+    assert ("blackhole", "apply") in faults and ("end", "revert") in faults
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["transports"]["mrc"]["completion"]["run_status"] == "crashed"
