@@ -161,6 +161,9 @@ def _transport_table(result: dict) -> Table:
     for key, value in flat.items():
         table.add_row(key, f"{value:,.0f}" if isinstance(value, (int, float)) and abs(value) >= 10
                       else (f"{value:.2f}" if isinstance(value, float) else str(value)))
+    if "ratio" in result and "target_ratio" in result:
+        ok = result["ratio"] >= result["target_ratio"]
+        table.add_row("target", f"ratio >= {result['target_ratio']:g} " + ("[green]met[/]" if ok else "[red]missed[/]"))
     return table
 
 
