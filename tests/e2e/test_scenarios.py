@@ -88,6 +88,24 @@ def test_summary_fields_are_consistent(failure_run):
         assert (result.run_dir / f).is_file(), f
 
 
+def test_mrc_retired_evs_come_back_by_probes_once_the_link_is_up(failure_run):
+    """The EVs through the failed link go ASSUMED_BAD on loss, stay out while it is down (their
+    probes fail), and background probes bring each back to GOOD soon after link_up."""
+    result = failure_run[0]
+    events = [json.loads(line) for line in (result.run_dir / "mrc" / "events.jsonl").read_text().splitlines()]
+    t_down, t_up = (next(e["t"] for e in events if e["kind"] == "fault" and e["action"] == a
+                         and e["phase"] == "apply") for a in ("link_down", "link_up"))
+    ev_events = [e for e in events if e["kind"] == "ev_state"]
+    retired = {(e["rank"], e["ev_id"]) for e in ev_events
+               if e["new"] == "ASSUMED_BAD" and t_down <= e["t"] < t_up}
+    assert retired, "no EV retired after the link went down"
+    for rank, ev in retired:
+        back = [e for e in ev_events if (e["rank"], e["ev_id"]) == (rank, ev) and e["new"] == "GOOD"
+                and e["t"] > t_down]
+        assert back, (rank, ev)
+        assert back[0]["cause"] == "probes_ok" and t_up <= back[0]["t"] <= t_up + 1.0, back[0]
+
+
 def test_mrc_detects_and_recovers_within_its_bound(failure_run):
     _, summary, _, _ = failure_run
     mrc = summary["transports"]["mrc"]
