@@ -78,9 +78,18 @@ def mirrored_evs(topo: Topology, src: str, dst: str, limit: int | None) -> list[
 
 
 def host_link_rate_bps(scenario: Scenario) -> int:
-    """Slowest host link of the ring's hosts, bits/s (the rate busbw is compared with)."""
+    """Slowest host link of the ring's hosts, bits/s: one NIC's rate."""
     topo = scenario.topology
     return min(topo.link_by_name[nic.link].params.rate_bps for h in scenario.workload.hosts for nic in topo.nics[h])
+
+
+def host_bandwidth_bps(scenario: Scenario) -> int:
+    """A host's NIC bandwidth, bits/s: the sum of its host links over planes (one NIC per plane),
+    for the slowest of the ring's hosts. busbw is compared with it, and MRC, which sprays over
+    every plane, sizes NSCC with it; equal to :func:`host_link_rate_bps` on one plane."""
+    topo = scenario.topology
+    return min(sum(topo.link_by_name[nic.link].params.rate_bps for nic in topo.nics[h])
+               for h in scenario.workload.hosts)
 
 
 def job_mtu(scenario: Scenario) -> int:
@@ -106,7 +115,8 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
     topo, wl = scenario.topology, scenario.workload
     hosts = list(wl.hosts)
     n = len(hosts)
-    rate = host_link_rate_bps(scenario)
+    # MRC's QP sprays over every plane's NIC; rc and tcp use the first NIC only.
+    rate = host_bandwidth_bps(scenario) if transport == "mrc" else host_link_rate_bps(scenario)
     mtu = job_mtu(scenario)
     longest = max((ev.links for a, b in zip(hosts, hosts[1:] + hosts[:1]) for ev in topo.evs(a, b, limit=wl.evs)),
                   key=len)

@@ -187,8 +187,11 @@ def comparison_table(summary: dict) -> Table:
     """Transports side by side (one column each), one metric per row."""
     rows = summary["comparison"]
     rate = summary.get("host_link_rate_bps")
-    t = Table(title=f"{summary['scenario']}: transports side by side"
-              + (f" (host link {rate / 1e6:g} Mbit/s)" if rate else ""))
+    host_bw = summary.get("host_bandwidth_bps") or rate
+    nics = summary.get("host_nics") or 1
+    host = (f" (host link {rate / 1e6:g} Mbit/s)" if nics == 1 else
+            f" (host: {nics} NICs, {host_bw / 1e6:g} Mbit/s)") if rate else ""
+    t = Table(title=f"{summary['scenario']}: transports side by side" + host)
     t.add_column("metric")
     for r in rows:
         t.add_column(r["transport"], justify="right")
@@ -199,7 +202,7 @@ def comparison_table(summary: dict) -> Table:
 
     line("size (bytes)", lambda r, s: fmt_num(r["size_bytes"], "d"))
     line("busbw (Mbit/s)", lambda r, s: fmt_num(r["busbw_mbit_per_s"]))
-    line("busbw / host link", lambda r, s: fmt_num(s.get("busbw_fraction_of_host_link"), ".0%"))
+    line("busbw / host", lambda r, s: fmt_num(s.get("busbw_fraction_of_host"), ".0%"))
     line("iteration p50", lambda r, s: fmt_s(r["iteration_p50_s"]))
     line("iteration p99", lambda r, s: fmt_s(r["iteration_p99_s"]))
     line("#wrong", lambda r, s: str(r["wrong"]))

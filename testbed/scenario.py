@@ -54,7 +54,7 @@ from . import __version__
 from .counters import LinkCounters
 from .fabric import Fabric
 from .faults import LinkFaults
-from .jobs import build_jobs, host_link_rate_bps, write_jobs
+from .jobs import build_jobs, host_bandwidth_bps, host_link_rate_bps, write_jobs
 from .kernel import features
 from .metrics import bandwidths
 from .spec import Scenario
@@ -250,7 +250,9 @@ def base_manifest(scenario: Scenario) -> dict:
     hosts = scenario.workload.hosts
     return {
         "scenario": scenario.to_dict(), "transports": [], "planned_transports": list(scenario.transports),
-        "world_size": len(hosts), "host_link_rate_bps": host_link_rate_bps(scenario), "seed": scenario.seed,
+        "world_size": len(hosts), "host_link_rate_bps": host_link_rate_bps(scenario),
+        "host_bandwidth_bps": host_bandwidth_bps(scenario),
+        "host_nics": min(len(scenario.topology.nics[h]) for h in hosts), "seed": scenario.seed,
         "workload": scenario.to_dict()["workload"],
         "topology_sha256": hashlib.sha256(topo_bytes).hexdigest(),
         "versions": _versions(), "kernel_features": dataclasses.asdict(features()), "started_at": time.time(), "status": {}, "argv": sys.argv,

@@ -23,6 +23,9 @@ DEFINITIONS = {
     "time_s": "mean iteration_s over measured iterations of one size (nccl-tests 'time'); s",
     "algbw": "size_bytes / time_s (nccl-tests PERFORMANCE.md); bytes/s and Mbit/s",
     "busbw": "algbw * 2(n-1)/n for all-reduce, n = world size (nccl-tests PERFORMANCE.md); bytes/s and Mbit/s",
+    "busbw_fraction_of_host": "busbw / host_bandwidth_bps: the sum of a host's host-link rates over planes (one "
+                              "NIC per plane), slowest ring host; rc and tcp use one NIC, so on n planes they "
+                              "reach at most 1/n",
     "wrong": "elements differing from the expected sum, summed over ranks and all iterations (warm-up too)",
     "qp_errors": "qp_error events (retries exhausted: the job would crash); count",
     "detect_s": "first fault apply -> first EV going from GOOD (or SKIP) to ASSUMED_BAD/DENIED/UNKNOWN; s; "

@@ -137,7 +137,9 @@ def comparison_row(s: dict) -> dict:
 
 
 def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
-    """Summary of a whole run (``scenario``, ``world_size``, ``host_link_rate_bps``, ``definitions``,
+    """Summary of a whole run (``scenario``, ``world_size``, ``host_link_rate_bps``,
+    ``host_bandwidth_bps`` and ``host_nics`` (runs from before they existed: the host link rate,
+    1), ``definitions``,
     ``transports`` by name, ``comparison`` rows) and the per-transport analyses.
     Raises RunDirError / MetricsError."""
     manifest = load_manifest(run_dir)
@@ -147,11 +149,13 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
         ws = int(manifest.get("world_size") or len(tr.samples.ranks) or 1)
         analyses.append(analyze_transport(tr, ws, expected_measured_iterations(manifest)))
     rate = manifest.get("host_link_rate_bps")
+    host_bw = manifest.get("host_bandwidth_bps") or rate
     for a in analyses:
         bb = a.summary["busbw_mbit_per_s"]
-        a.summary["busbw_fraction_of_host_link"] = bb * 1e6 / rate if bb is not None and rate else None
+        a.summary["busbw_fraction_of_host"] = bb * 1e6 / host_bw if bb is not None and host_bw else None
     summary = {"scenario": scenario_name(manifest), "run_dir": str(run_dir),
                "world_size": manifest.get("world_size"), "host_link_rate_bps": rate,
+               "host_bandwidth_bps": host_bw, "host_nics": manifest.get("host_nics", 1),
                "definitions": DEFINITIONS, "transports": {a.name: a.summary for a in analyses},
                "comparison": [comparison_row(a.summary) for a in analyses]}
     return summary, analyses

@@ -66,7 +66,7 @@ def test_summary_fields_are_consistent(failure_run):
     result, summary, _, _ = failure_run
     n = summary["world_size"]
     rate = min(l.params.rate_bps for l in load_topology(REPO / "topologies/fat-tree-k4.yaml").links)
-    assert n == 4 and summary["host_link_rate_bps"] == rate
+    assert n == 4 and summary["host_link_rate_bps"] == summary["host_bandwidth_bps"] == rate  # one plane
     on_disk = json.loads((result.run_dir / "summary.json").read_text())
     assert on_disk["transports"].keys() == summary["transports"].keys()
     for name, t in summary["transports"].items():

@@ -79,3 +79,23 @@ def test_qp_overrides_and_unknown_transport(scenario):
         build_jobs(scenario, "ib", run_id="r", control_socket="/tmp/c.sock")
     smaller = replace(scenario, workload=replace(scenario.workload, evs=2))
     assert all(len(j["next"]["evs"]) <= 2 for j in build_jobs(smaller, "mrc", run_id="r", control_socket="x"))
+
+
+def test_multi_plane_hosts_have_one_nic_per_plane_and_mrc_sizes_nscc_to_all(tmp_path):
+    """leaf-spine-2plane: a host has 2 x 20 Mbit/s NICs. MRC sprays over both planes, so its NSCC
+    rate is 40 Mbit/s; rc and tcp use one NIC (20 Mbit/s). busbw is compared with 40."""
+    from testbed.jobs import host_bandwidth_bps, host_link_rate_bps
+    feats = KernelFeatures(frozenset({"htb", "tbf", "pfifo"}), seg6_next_csid=True, nftables=True)
+    repo = Path(__file__).resolve().parents[2]
+    path = tmp_path / "s.yaml"
+    path.write_text(f"topology: {repo}/topologies/leaf-spine-2plane.yaml\ntransports: [mrc, rc]\nseed: 1\n"
+                    "timeout: 30s\nworkload: {collective: all_reduce, hosts: all, min_bytes: 1MiB, "
+                    "max_bytes: 1MiB, factor: 2, iterations: 1, warmup: 0}\n")
+    sc = load_scenario(path, features=feats)
+    assert (host_link_rate_bps(sc), host_bandwidth_bps(sc)) == (20_000_000, 40_000_000)
+    mrc = build_jobs(sc, "mrc", run_id="r", control_socket="x")
+    rc = build_jobs(sc, "rc", run_id="r", control_socket="x")
+    assert mrc[0]["qp"]["cc_params"]["rate_bps"] == 40_000_000
+    assert rc[0]["qp"]["cc_params"]["rate_bps"] == 20_000_000
+    first_links = {ev["links"][0] for ev in mrc[0]["next"]["evs"]}       # the NIC's host link
+    assert first_links == {nic.link for nic in sc.topology.nics[mrc[0]["host"]]}  # both planes used
