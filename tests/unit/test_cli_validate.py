@@ -20,8 +20,9 @@ def fake_kernel(monkeypatch):
     monkeypatch.setattr(validate, "features", lambda: FEATURES)
 
 
-def test_shipped_topologies_and_fixture_scenario_ok(capsys):
-    files = sorted(str(p) for p in (ROOT / "topologies").glob("*.yaml")) + [str(DATA / "scenario-ok.yaml")]
+def test_shipped_topologies_scenarios_and_fixture_scenario_ok(capsys):
+    files = sorted(str(p) for p in (ROOT / "topologies").glob("*.yaml")) + \
+        sorted(str(p) for p in (ROOT / "scenarios").glob("*.yaml")) + [str(DATA / "scenario-ok.yaml")]
     assert cli.main(["validate", *files]) == 0
     out, err = capsys.readouterr()
     assert err == ""
@@ -29,6 +30,7 @@ def test_shipped_topologies_and_fixture_scenario_ok(capsys):
     assert "fat-tree-k8: 208 nodes, 384 links, 128 hosts" in out
     assert ("scenario core-link-failure-test: 36 nodes, 48 links, 16 hosts (topology fat-tree-k4); "
             "transports mrc, rc, tcp; timeline 6 events") in out
+    assert "scenario plane-spine-failure: 12 nodes, 16 links, 4 hosts (topology leaf-spine-2plane)" in out
     assert out.count("ok: ") == len(files)
 
 
