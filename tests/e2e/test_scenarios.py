@@ -48,6 +48,20 @@ MRC_DETECT_BOUND_S = 0.5     # loss on an EV -> ASSUMED_BAD: a few RTTs + the re
 MRC_RECOVERY_BOUND_S = 1.0   # goodput back to 90% without waiting for routing (reconverge_after 1 s)
 
 
+def read_events(path: Path) -> list[dict]:
+    """The records of one events.jsonl."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def start_long_run(tmp_path: Path) -> subprocess.Popen:
+    """``testbed run`` of the LONG scenario (60 s timeout) in a child process, output captured."""
+    path = tmp_path / "s.yaml"
+    path.write_text(LONG.replace("@REPO@", str(REPO)).replace("timeout: 4s", "timeout: 60s"))
+    return subprocess.Popen([sys.executable, "-m", "testbed", "run", str(path), "--runs-dir",
+                             str(tmp_path / "runs"), "--no-plots"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
 @pytest.fixture(scope="module")
 def failure_run(tmp_path_factory):
     return run_small(tmp_path_factory.mktemp("e2e"), FAILURE)
@@ -94,7 +108,7 @@ def test_mrc_retired_evs_come_back_by_probes_once_the_link_is_up(failure_run):
     any other EV retired meanwhile (congestion loss looks like failure without trimming) comes
     back by probes too."""
     result = failure_run[0]
-    events = [json.loads(line) for line in (result.run_dir / "mrc" / "events.jsonl").read_text().splitlines()]
+    events = read_events(result.run_dir / "mrc" / "events.jsonl")
     t_down, t_up = (next(e["t"] for e in events if e["kind"] == "fault" and e["action"] == a
                          and e["phase"] == "apply") for a in ("link_down", "link_up"))
     topo = load_topology(REPO / "topologies/fat-tree-k4.yaml")
@@ -129,7 +143,7 @@ def test_faults_journaled_and_reverted_and_fabric_gone(failure_run):
     result, _, ns_left, if_left = failure_run
     assert not ns_left and not if_left
     for name in ("mrc", "rc", "tcp"):
-        events = [json.loads(line) for line in (result.run_dir / name / "events.jsonl").read_text().splitlines()]
+        events = read_events(result.run_dir / name / "events.jsonl")
         kinds = [e["kind"] for e in events]
         assert kinds.count("reconverge") == 2, name                 # after the down and after the up
         end = [e for e in events if e["kind"] == "run" and e["phase"] == "end"]
@@ -161,7 +175,7 @@ def test_timeout_tears_down_reverts_and_keeps_what_was_gathered(tmp_path):
     result, summary, ns_left, if_left = run_small(tmp_path, LONG)
     assert result.status == {"mrc": "timeout"}
     assert not ns_left and not if_left
-    events = [json.loads(line) for line in (result.run_dir / "mrc" / "events.jsonl").read_text().splitlines()]
+    events = read_events(result.run_dir / "mrc" / "events.jsonl")
     faults = [(e["action"], e["phase"]) for e in events if e["kind"] == "fault"]
     assert faults[0] == ("blackhole", "apply") and ("end", "revert") in faults
     assert (result.run_dir / "mrc" / "samples.jsonl").stat().st_size > 0
@@ -172,11 +186,8 @@ def test_timeout_tears_down_reverts_and_keeps_what_was_gathered(tmp_path):
 
 
 def test_sigint_stops_the_cli_cleanly(tmp_path):
-    path = tmp_path / "s.yaml"
-    path.write_text(LONG.replace("@REPO@", str(REPO)).replace("timeout: 4s", "timeout: 60s"))
     before = net_namespaces()
-    proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(path), "--runs-dir", str(tmp_path / "runs"),
-                             "--no-plots"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_long_run(tmp_path)
     try:
         assert wait_for(lambda: list((tmp_path / "runs").glob("*/mrc/samples.jsonl"))
                         and list((tmp_path / "runs").glob("*/mrc/samples.jsonl"))[0].stat().st_size > 0,
@@ -199,16 +210,13 @@ def test_sigint_stops_the_cli_cleanly(tmp_path):
 def test_agent_crash_ends_the_transport_and_keeps_what_was_gathered(tmp_path):
     """SIGKILL one agent mid-run (a crashed host process): the runner reports ``crashed``,
     exits 1, reverts the fault, tears the fabric down and still writes the summary."""
-    path = tmp_path / "s.yaml"
-    path.write_text(LONG.replace("@REPO@", str(REPO)).replace("timeout: 4s", "timeout: 60s"))
     before = net_namespaces()
-    proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(path), "--runs-dir", str(tmp_path / "runs"),
-                             "--no-plots"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_long_run(tmp_path)
 
     def spawned() -> dict | None:
         """The agents' PIDs once they run and the blackhole (at 1 s) is in place."""
         for events in (tmp_path / "runs").glob("*/mrc/events.jsonl"):
-            records = [json.loads(line) for line in events.read_text().splitlines()]
+            records = read_events(events)
             pids = [e["pids"] for e in records if e["kind"] == "agents" and e.get("phase") == "spawned"]
             if pids and any(e["kind"] == "fault" and e["phase"] == "apply" for e in records):
                 return pids[0]
@@ -227,7 +235,7 @@ def test_agent_crash_ends_the_transport_and_keeps_what_was_gathered(tmp_path):
     run_dir = next((tmp_path / "runs").iterdir())
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"]["mrc"]["status"] == "crashed", manifest["status"]
-    events = [json.loads(line) for line in (run_dir / "mrc" / "events.jsonl").read_text().splitlines()]
+    events = read_events(run_dir / "mrc" / "events.jsonl")
     assert any(e["kind"] == "agent" and e.get("rank") == 1 and e.get("status") == "crashed" for e in events)
     faults = [(e["action"], e["phase"]) for e in events if e["kind"] == "fault"]
     assert ("blackhole", "apply") in faults and ("end", "revert") in faults
