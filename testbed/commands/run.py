@@ -1,7 +1,7 @@
 """``testbed run SCENARIO``: run a scenario on fresh fabrics, one per transport, and report.
 
 The scenario file is validated first (every problem with file, line and key path;
-exit 2, nothing built). Then each transport runs (:mod:`testbed.scenario`) with live
+exit 2, nothing built). Then each transport runs (:mod:`testbed.run`) with live
 progress, and the report (side-by-side comparison, per-size tables, fidelity,
 plots) is rendered from the run directory, as ``testbed report RUN_DIR`` would.
 
@@ -24,7 +24,7 @@ from rich.markup import escape
 from ..kernel import features
 from ..metrics import MetricsError
 from ..report import render
-from ..scenario import run_scenario
+from ..run import run_scenario
 from ..spec import TRANSPORTS, SpecError, load_scenario
 
 

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from testbed.kernel import features
 from testbed.report import load_summary
-from testbed.scenario import run_scenario
+from testbed.run import run_scenario
 from testbed.spec import load_scenario
 from tests.conftest import net_namespaces, root_interfaces
 from tests.netns.conftest import no_leaks, wait_for  # noqa: F401 (autouse leak check for this tier)

@@ -1,71 +1,58 @@
-"""The scenario runner: one fresh fabric per transport, agents on every host, a fault timeline.
+"""One transport of a scenario on one fabric (:class:`TransportRun`), and the whole scenario
+(:func:`run_scenario`: every transport in turn, each on a fresh fabric, with the same seed).
 
-For each transport of the scenario, in order and with the same seed:
+For each transport:
 
 1. build the fabric (:class:`testbed.fabric.Fabric`) and probe the ring's paths;
-2. listen on a Unix control socket in the run directory and start one agent
-   (``python -m agents --job rank<r>.json``) in each ring host's namespace;
+2. listen on a Unix control socket in the run directory (:mod:`testbed.run.control`) and
+   start one agent (``python -m agents --job rank<r>.json``) in each ring host's namespace;
 3. when every rank is ``ready``, send ``start`` (the barrier; time zero of the
    timeline) and play the timeline (:mod:`testbed.timeline`): link state through
    the fabric, loss / blackhole / rate through :mod:`testbed.faults`, routing
    reconvergence after ``reconverge_after``; every change is journaled in
    ``events.jsonl`` with its wall-clock time;
-4. meanwhile record agent samples, iterations and EV events, kernel link counters
-   (:mod:`testbed.counters`, every :data:`LINK_SAMPLE_S`) and host CPU use
-   (``/proc/stat``), and show live progress;
+4. meanwhile record agent samples, iterations and EV events, and what the runner samples
+   itself every :data:`testbed.run.sampling.LINK_SAMPLE_S` (:mod:`testbed.run.sampling`),
+   and show live progress (:mod:`testbed.run.progress`);
 5. stop when every rank is done, one fails, an agent dies, the scenario timeout
    passes or the user interrupts; then revert every fault still applied, stop the
    agents and tear the fabric down, keeping everything gathered.
 
-Run directory (DESIGN.md "Scenario run directory"): ``manifest.json`` (versions,
-kernel, seed, topology hash, resolved spec, per-transport status) and per transport
-``<transport>/{events,samples,links,cpu}.jsonl``, ``jobs/``, ``agents/rank<r>.log``;
-:func:`testbed.report.render` adds summary.json, CSV files and plots.
+The run directory and its record formats are in :mod:`testbed.run.records`.
 
 Outcomes per transport (``status``): ``done`` (every rank finished), ``failed`` (an
 agent reported a failure, e.g. a QP in ERR: the job would crash), ``timeout``,
 ``crashed`` (an agent exited without a report), ``error`` (the testbed failed, e.g.
-a fault could not be applied), ``interrupted``.
+a fault could not be applied), ``interrupted``. Ctrl-C or a crash still tears down and
+keeps partial results.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import logging
 import os
-import platform
-import selectors
 import signal
-import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
-from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
-
-from . import __version__
-from .counters import LinkCounters
-from .fabric import Fabric
-from .faults import LinkFaults
-from .jobs import build_jobs, host_bandwidth_bps, host_link_rate_bps, write_jobs
-from .kernel import features
-from .metrics import bandwidths
-from .spec import Scenario
-from .timeline import Step, Timeline, sweep_warmups
+from ..counters import LinkCounters
+from ..fabric import Fabric
+from ..faults import LinkFaults
+from ..jobs import build_jobs, write_jobs
+from ..kernel import features
+from ..spec import Scenario
+from ..timeline import Step, Timeline, sweep_warmups
+from .control import ControlServer, control_socket_path
+from .progress import Display, Progress
+from .records import TransportRecords, agent_log, base_manifest, new_run_dir, write_manifest
+from .sampling import LINK_SAMPLE_S, CpuSampler
 
 log = logging.getLogger(__name__)
 
-LINK_SAMPLE_S = 0.100       # kernel link counters and CPU, s (metrics.LINK_BIN_S)
-PROGRESS_S = 0.25           # live display refresh, s
 STOP_GRACE_S = 3.0          # agents get this long to exit after "stop", s
-SUN_PATH_MAX = 107          # sockaddr_un.sun_path without the NUL (unix(7))
 OUTCOMES = ("done", "failed", "timeout", "crashed", "error", "interrupted")
 
 
@@ -73,263 +60,19 @@ class RunnerError(RuntimeError):
     """The testbed (not the transport under test) failed during a run."""
 
 
-# -- helpers ---------------------------------------------------------------------
-class JsonlWriter:
-    """Append-only JSONL file, flushed by :meth:`flush` (the runner flushes every tick)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._f = open(path, "a", buffering=1 << 16)
-
-    def write(self, record: dict) -> None:
-        self._f.write(json.dumps(record, separators=(",", ":")) + "\n")
-
-    def flush(self) -> None:
-        self._f.flush()
-
-    def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
-
-
-class CpuSampler:
-    """Host CPU busy fraction from ``/proc/stat`` deltas (proc(5)): busy = 1 - (idle + iowait) / total,
-    over all cores, and per core."""
-
-    def __init__(self):
-        self._last = self._read()
-
-    @staticmethod
-    def _read() -> list[list[int]]:
-        with open("/proc/stat") as f:
-            return [list(map(int, line.split()[1:9])) for line in f if line.startswith("cpu")]
-
-    def sample(self) -> dict:
-        now = self._read()
-        fracs = []
-        for a, b in zip(self._last, now):
-            total = sum(b) - sum(a)
-            idle = (b[3] + b[4]) - (a[3] + a[4])
-            fracs.append(round(1.0 - idle / total, 4) if total > 0 else 0.0)
-        self._last = now
-        return {"t": time.time(), "busy_fraction": fracs[0], "cores": fracs[1:]}
-
-
-class ControlServer:
-    """The runner's end of the agents' control channel (:mod:`agents.control`): a Unix stream
-    listener; newline-delimited JSON both ways. Ranks are learned from their messages."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen(256)
-        self.listener.setblocking(False)
-        self.sel = selectors.DefaultSelector()
-        self.sel.register(self.listener, selectors.EVENT_READ)
-        self.buffers: dict[socket.socket, bytearray] = {}
-        self.by_rank: dict[int, socket.socket] = {}
-
-    def poll(self, timeout_s: float) -> list[dict]:
-        """Messages that arrive within ``timeout_s`` (after the first readiness, no waiting)."""
-        out: list[dict] = []
-        for key, _ in self.sel.select(max(timeout_s, 0.0)):
-            if key.fileobj is self.listener:
-                try:
-                    conn, _ = self.listener.accept()
-                except BlockingIOError:
-                    continue
-                conn.setblocking(False)
-                self.buffers[conn] = bytearray()
-                self.sel.register(conn, selectors.EVENT_READ)
-                continue
-            self._read(key.fileobj, out)
-        return out
-
-    def _read(self, conn: socket.socket, out: list[dict]) -> None:
-        buf = self.buffers[conn]
-        try:
-            data = conn.recv(1 << 20)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._drop(conn)
-            return
-        buf += data
-        *lines, rest = bytes(buf).split(b"\n")
-        self.buffers[conn] = bytearray(rest)
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                log.warning("control: bad line %r", line[:80])
-                continue
-            if isinstance(msg, dict) and isinstance(msg.get("rank"), int):
-                self.by_rank.setdefault(msg["rank"], conn)
-                out.append(msg)
-
-    def _drop(self, conn: socket.socket) -> None:
-        self.sel.unregister(conn)
-        self.buffers.pop(conn, None)
-        for r in [r for r, c in self.by_rank.items() if c is conn]:
-            del self.by_rank[r]
-        conn.close()
-
-    def send(self, rank: int, msg: dict) -> bool:
-        conn = self.by_rank.get(rank)
-        if conn is None:
-            return False
-        try:
-            conn.setblocking(True)
-            conn.settimeout(1.0)
-            conn.sendall(json.dumps(msg).encode() + b"\n")
-            conn.setblocking(False)
-            return True
-        except OSError:
-            return False
-
-    def broadcast(self, msg: dict) -> None:
-        for rank in list(self.by_rank):
-            self.send(rank, msg)
-
-    def close(self) -> None:
-        for conn in list(self.buffers):
-            self._drop(conn)
-        self.sel.close()
-        self.listener.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-
-
-def control_socket_path(directory: Path, transport: str) -> str:
-    """``directory/control.sock``, or a short path under /run when that exceeds sun_path."""
-    path = str((directory / "control.sock").resolve())
-    if len(path.encode()) <= SUN_PATH_MAX:
-        return path
-    short = Path("/run/mrc-testbed") / f"ctl-{os.getpid()}-{transport}.sock"
-    short.parent.mkdir(parents=True, exist_ok=True)
-    return str(short)
-
-
-def _versions() -> dict:
-    out = {"testbed": __version__, "python": platform.python_version(), "kernel": platform.release()}
-    for mod in ("pyroute2", "numpy", "rich", "yaml"):
-        try:
-            out[mod] = getattr(__import__(mod), "__version__", "?")
-        except ImportError:
-            pass
-    return out
-
-
-def new_run_dir(scenario: Scenario, runs_root: Path) -> Path:
-    """``runs_root/<scenario>-<YYYYmmdd-HHMMSS>`` (a ``-N`` suffix if it exists), created."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(runs_root) / f"{scenario.name}-{stamp}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    path.mkdir(parents=True)
-    return path
-
-
-def write_manifest(run_dir: Path, manifest: dict) -> None:
-    tmp = run_dir / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1, default=str))
-    tmp.replace(run_dir / "manifest.json")
-
-
-def base_manifest(scenario: Scenario) -> dict:
-    topo_bytes = Path(scenario.topology_path).read_bytes() if Path(scenario.topology_path).is_file() else b""
-    hosts = scenario.workload.hosts
-    return {
-        "scenario": scenario.to_dict(), "transports": [], "planned_transports": list(scenario.transports),
-        "world_size": len(hosts), "host_link_rate_bps": host_link_rate_bps(scenario),
-        "host_bandwidth_bps": host_bandwidth_bps(scenario),
-        "host_nics": min(len(scenario.topology.nics[h]) for h in hosts), "seed": scenario.seed,
-        "workload": scenario.to_dict()["workload"],
-        "topology_sha256": hashlib.sha256(topo_bytes).hexdigest(),
-        "versions": _versions(), "kernel_features": dataclasses.asdict(features()), "started_at": time.time(), "status": {}, "argv": sys.argv,
-    }
-
-
-# -- progress ----------------------------------------------------------------------
-@dataclass
-class Progress:
-    """What the live display shows for one transport."""
-    transport: str
-    world: int
-    measured_total: int
-    sizes: list[int]
-    status: str = "building"
-    t_launch: float = field(default_factory=time.monotonic)
-    t_start: float | None = None
-    measured_done: dict[int, int] = field(default_factory=dict)   # rank -> measured iterations done
-    per_iter: dict[tuple, list[float]] = field(default_factory=dict)
-    last_busbw_mbit: float | None = None
-    faults: int = 0
-    wrong: int = 0
-
-    def iteration(self, msg: dict) -> None:
-        self.wrong += int(msg.get("wrong") or 0)
-        if msg.get("warmup"):
-            return
-        rank = msg["rank"]
-        self.measured_done[rank] = self.measured_done.get(rank, 0) + 1
-        key = (msg["size"], msg["iter"])
-        secs = self.per_iter.setdefault(key, [])
-        secs.append(float(msg["seconds"]))
-        if len(secs) == self.world:       # slowest rank, as metrics does (nccl-tests -a 3)
-            self.last_busbw_mbit = bandwidths(msg["size"], max(secs), self.world)["busbw_mbit_per_s"]
-            del self.per_iter[key]
-
-    def row(self) -> list[str]:
-        now = time.monotonic()
-        elapsed = f"{now - self.t_launch:5.1f}s"
-        if self.t_start is not None:
-            elapsed += f" (run {now - self.t_start:.1f}s)"
-        done = min(self.measured_done.values()) if len(self.measured_done) == self.world else 0
-        busbw = "-" if self.last_busbw_mbit is None else f"{self.last_busbw_mbit:.2f}"
-        wrong = f"[red]{self.wrong}[/]" if self.wrong else "0"
-        return [self.transport, self.status, elapsed, f"{done}/{self.measured_total}", busbw,
-                str(self.faults), wrong]
-
-
-def progress_table(rows: list[Progress]) -> Table:
-    table = Table(title="scenario run", expand=False)
-    for col, justify in (("transport", "left"), ("status", "left"), ("elapsed", "right"),
-                         ("iterations", "right"), ("busbw Mbit/s", "right"), ("faults", "right"),
-                         ("#wrong", "right")):
-        table.add_column(col, justify=justify)
-    for p in rows:
-        table.add_row(*p.row())
-    return table
-
-
 # -- one transport -------------------------------------------------------------------
 class TransportRun:
     """One transport of a scenario on a fresh fabric; :meth:`run` returns the outcome."""
 
-    def __init__(self, scenario: Scenario, transport: str, run_dir: Path, console: Console,
-                 progress: Progress, refresh, *, python: str = sys.executable,
-                 qp_overrides: dict | None = None):
-        self.scenario, self.transport, self.console = scenario, transport, console
+    def __init__(self, scenario: Scenario, transport: str, run_dir: Path, display: Display,
+                 progress: Progress, *, python: str = sys.executable, qp_overrides: dict | None = None):
+        self.scenario, self.transport, self.display = scenario, transport, display
         self.dir = run_dir / transport
-        self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "agents").mkdir(exist_ok=True)
-        self.progress, self.refresh = progress, refresh
+        self.records = TransportRecords(self.dir)
+        self.progress = progress
         self.python, self.qp_overrides = python, qp_overrides
         self.world = list(scenario.workload.hosts)
-        self.events = JsonlWriter(self.dir / "events.jsonl")
-        self.samples = JsonlWriter(self.dir / "samples.jsonl")
-        self.links = JsonlWriter(self.dir / "links.jsonl")
-        self.cpu = JsonlWriter(self.dir / "cpu.jsonl")
+        self.events, self.samples = self.records.events, self.records.samples
         wl = scenario.workload
         self.timeline = Timeline(scenario.timeline, sweep_warmups(len(wl.sizes_bytes), wl.iterations, wl.warmup),
                                  reconverge_after_s=scenario.reconverge_after_s)
@@ -349,9 +92,12 @@ class TransportRun:
     def journal(self, record: dict) -> None:
         self.events.write({"t": time.time(), **record})
 
-    def say(self, text: str) -> None:
-        t = "" if self._t_wall_start is None else f"{time.time() - self._t_wall_start:7.3f}s "
-        self.console.print(f"  {self.transport:>4} {t}{text}", highlight=False)
+    def say(self, text: str, **kw) -> None:
+        t = None if self._t_wall_start is None else time.time() - self._t_wall_start
+        self.display.say(self.transport, t, text, **kw)
+
+    def refresh(self) -> None:
+        self.display.refresh()
 
     # -- lifecycle ---------------------------------------------------------------------
     def run(self) -> str:
@@ -370,7 +116,7 @@ class TransportRun:
         return self.status
 
     def _bring_up(self) -> None:
-        from .verify import probe
+        from ..verify import probe
         self.progress.status = "building"
         self.refresh()
         self.fabric = Fabric(self.scenario.topology, have_netem=features().netem)
@@ -395,10 +141,10 @@ class TransportRun:
         jobs = build_jobs(self.scenario, self.transport, run_id=run_id, control_socket=sock,
                           qp_overrides=self.qp_overrides)
         paths = write_jobs(jobs, self.dir / "jobs")
-        repo = Path(__file__).resolve().parents[1]
+        repo = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         for job, path in zip(jobs, paths):
-            logf = open(self.dir / "agents" / f"rank{job['rank']}.log", "wb")
+            logf = open(agent_log(self.dir, job["rank"]), "wb")
             self.logs.append(logf)
             self.procs[job["rank"]] = self.fabric.popen(
                 job["host"], [self.python, "-m", "agents", "--job", str(path.resolve())],
@@ -424,12 +170,11 @@ class TransportRun:
                 next_tick = max(next_tick + LINK_SAMPLE_S, now)
                 if self.started:
                     self._sample_links()
-                    self.cpu.write(cpu.sample())
+                    self.records.cpu.write(cpu.sample())
                 else:
                     cpu.sample()
                 self._check_processes()
-                for w in (self.events, self.samples, self.links, self.cpu):
-                    w.flush()
+                self.records.flush()
                 self.refresh()
                 if self.status:
                     return
@@ -459,7 +204,7 @@ class TransportRun:
             rec = {k: v for k, v in msg.items() if k != "type"}
             self.events.write(rec)
             if rec.get("kind") == "qp_error":
-                self.say(f"[red]QP error[/] rank {rank}: {escape(str(rec.get('reason')))}")
+                self.say(f"rank {rank}: {rec.get('reason')}", head="QP error", head_style="red")
         elif kind == "ready":
             self.ready.add(rank)
             self.journal({"kind": "agent", "rank": rank, "status": "ready"})
@@ -487,7 +232,7 @@ class TransportRun:
     def _sample_links(self) -> None:
         t = time.time()
         for rec in self.counters.read():
-            self.links.write({"t": t, **rec})
+            self.records.links.write({"t": t, **rec})
 
     def _check_processes(self) -> None:
         for rank, proc in self.procs.items():
@@ -495,7 +240,7 @@ class TransportRun:
             if code is not None and rank not in self.done and rank not in self.failed:
                 self.status = "crashed"
                 self.reason = (f"rank {rank} ({self.world[rank]}) exited with status {code} without a report; "
-                               f"see {self.dir / 'agents' / f'rank{rank}.log'}")
+                               f"see {agent_log(self.dir, rank)}")
                 self.journal({"kind": "agent", "rank": rank, "status": "crashed", "exit": code})
                 return
 
@@ -531,7 +276,7 @@ class TransportRun:
         what = {"link": "up" if step.value else "down", "loss": f"loss {step.value}%" if step.value else "loss off",
                 "rate": f"rate {step.value / 1e6:g} Mbit/s" if step.value else "rate restored",
                 "blackhole": "blackhole on" if step.value else "blackhole off"}[step.kind]
-        self.say(f"[bold]{step.action}[/] {step.link}: {what} ({step.phase})")
+        self.say(f"{step.link}: {what} ({step.phase})", head=step.action)
 
     def _revert_all(self) -> None:
         """Undo every fault still applied (journaled as phase revert, action end)."""
@@ -576,8 +321,7 @@ class TransportRun:
             self.journal({"kind": "run", "phase": "end", "status": status, "reason": self.reason,
                           "exit_codes": {r: p.poll() for r, p in self.procs.items()}})
         finally:
-            for w in (self.events, self.samples, self.links, self.cpu):
-                w.close()
+            self.records.close()
             if self.server is not None:
                 self.server.close()
             if self.fabric is not None:
@@ -597,13 +341,14 @@ class RunResult:
     interrupted: bool = False
 
 
-def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console: Console | None = None,
+def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=None,
                  transports: list[str] | None = None, qp_overrides: dict | None = None,
                  live: bool = True) -> RunResult:
     """Run every transport of ``scenario`` (or ``transports``), each on a fresh fabric; write the
-    run directory. Ctrl-C / SIGTERM stop the run after tearing down and keep what was gathered
-    (``interrupted`` True). Raises nothing for transport outcomes (see the module docstring)."""
-    console = console or Console()
+    run directory. ``console``: a rich Console (default: stdout); ``live``: a live progress
+    table when it is a terminal. Ctrl-C / SIGTERM stop the run after tearing down and keep
+    what was gathered (``interrupted`` True). Raises nothing for transport outcomes (see the
+    module docstring)."""
     run_dir = new_run_dir(scenario, runs_root)
     manifest = base_manifest(scenario)
     write_manifest(run_dir, manifest)
@@ -611,26 +356,17 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console:
     rows = [Progress(t, len(wl.hosts), wl.measured_iterations, list(wl.sizes_bytes), status="waiting")
             for t in (transports or scenario.transports)]
     result = RunResult(run_dir, {}, {})
-    console.print(f"run directory: {run_dir}")
+    display = Display(rows, console, live=live)
+    display.note(f"run directory: {run_dir}")
     old_term = signal.signal(signal.SIGTERM, _sigterm)
-    display = Live(progress_table(rows), console=console, refresh_per_second=4, transient=False,
-                   auto_refresh=False) if live and console.is_terminal else None
-    last = [0.0]
-
-    def refresh(force: bool = False):
-        if display is not None and (force or time.monotonic() - last[0] >= PROGRESS_S):
-            last[0] = time.monotonic()
-            display.update(progress_table(rows), refresh=True)
-
     try:
-        if display is not None:
-            display.start()
+        display.start()
         for row in rows:
             t = row.transport
             manifest["transports"].append(t)
             write_manifest(run_dir, manifest)
             row.t_launch = time.monotonic()
-            runner = TransportRun(scenario, t, run_dir, console, row, refresh, qp_overrides=qp_overrides)
+            runner = TransportRun(scenario, t, run_dir, display, row, qp_overrides=qp_overrides)
             try:
                 status = runner.run()
             except KeyboardInterrupt:
@@ -639,16 +375,13 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console:
             result.status[t], result.reasons[t] = status, runner.reason
             manifest["status"][t] = {"status": status, "reason": runner.reason}
             write_manifest(run_dir, manifest)
-            colour = "green" if status == "done" else "red"
-            console.print(f"[{colour}]{t}: {status}[/]" + (f" - {escape(runner.reason)}" if runner.reason else ""))
+            display.outcome(t, status, runner.reason)
             if result.interrupted:
                 break
     finally:
         manifest["finished_at"] = time.time()
         write_manifest(run_dir, manifest)
-        if display is not None:
-            refresh(True)
-            display.stop()
+        display.stop()
         signal.signal(signal.SIGTERM, old_term)
     return result
 
