@@ -10,9 +10,11 @@ No routing protocol: MRC fabrics are static and the sender picks the path.
   host owns each NIC's locator as a ``local`` route and routes its attached
   switch's locator to that switch.
 * **ECMP (baselines).** Every switch routes every host prefix
-  (``fd00:0:<plane>:<switch uSID>::/64``) over all shortest-path next hops;
-  hosts route their plane prefix to their switch. :func:`node_routes` takes
-  ``failed`` links to emulate routing convergence around them.
+  (``fd00:0:<plane>:<switch uSID>::/64``) over all shortest-path next hops,
+  with no covering route (a failed link makes its destinations unreachable
+  there, never loops them); hosts route their plane prefix to their switch.
+  :func:`node_routes` takes ``failed`` links to emulate routing convergence
+  around them.
 
 Interface indexes are pinned (lo 1, ``sr0``/``sr1`` 2/3, ports from 10 in
 ``Topology.links_of`` order) so whole plans compile without lookups.
@@ -23,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import zlib
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -168,25 +169,21 @@ def node_routes(topo: Topology, node: str, *, failed: Iterable[str] = (),
 
 
 def _ecmp_routes(topo: Topology, node: str, ecmp: dict) -> list[Route]:
-    """Host-prefix routes of a switch, compressed: the most common next-hop set
-    becomes one covering route for the plane prefix, the rest stay specific
-    (on a fat-tree: edges keep 1 route, aggregations 1 + k/2)."""
-    by_hops: dict[tuple, list[ipaddress.IPv6Network]] = defaultdict(list)
+    """Host-prefix routes of a switch: one specific route per destination switch with hosts,
+    over its shortest-path next hops. No covering (summary) route: a route that dies with its
+    link (admin down, or carrier lost under ``ignore_routes_with_linkdown``) must leave the
+    destination unreachable, so the packet is dropped (ICMPv6 no route) until routing
+    reconverges. A covering ``fd00:0:<plane>::/48`` caught such packets and sent them back
+    down another pod's tree: a core whose link into pod p was down forwarded pod p's traffic
+    to an aggregation router that hashed it back to the core (a loop filling both directions
+    of a link until reconvergence)."""
+    routes = []
     for dst, links in sorted(ecmp.get(node, {}).items()):
         if not any(topo.nodes[l.peer_of(dst).node].role is Role.HOST for l in topo.links_of[dst]):
             continue
         d = topo.nodes[dst]
         hops = tuple((l.addr_of(l.peer_of(node).node), port_ifindex(topo, node, l)) for l in links)
-        by_hops[hops].append(host_prefix(d.plane or 0, d.usid))
-    if not by_hops:
-        return []
-    common = max(by_hops, key=lambda h: (len(by_hops[h]), h))
-    plane = topo.nodes[node].plane or 0
-    covered = len(by_hops[common]) > 1
-    routes = [Route(plane_prefix(plane), nexthops=common, ecmp=True)] if covered else []
-    for hops, prefixes in by_hops.items():
-        if hops != common or not covered:
-            routes += [Route(p, nexthops=hops, ecmp=True) for p in prefixes]
+        routes.append(Route(host_prefix(d.plane or 0, d.usid), nexthops=hops, ecmp=True))
     return routes
 
 
