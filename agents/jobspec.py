@@ -47,13 +47,16 @@ class EVSpec:
 @dataclass(frozen=True)
 class PeerSpec:
     """A ring neighbour: ``host``, ``ecmp_addr``, ``evs`` (paths that end at it), and its
-    UDP ``port``/TCP ``tcp_port`` (None: same as ours; loopback tests give each agent its own)."""
+    UDP ``port``/TCP ``tcp_port`` (None: same as ours; loopback tests give each agent its own).
+    ``src_port`` (``next`` only): the TCP source port to connect from (seeded by the runner so
+    that one seed gives one set of ECMP paths; None: the kernel's ephemeral choice)."""
 
     host: str
     ecmp_addr: str
     evs: tuple[EVSpec, ...]
     port: int | None = None
     tcp_port: int | None = None
+    src_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class _Checker:
 _TOP = {"run_id", "rank", "world", "host", "transport", "control_socket", "seed", "sizes",
         "iterations", "warmup", "sample_interval_s", "port", "mtu", "next", "prev",
         "bind_addr", "qp", "tcp_port", "connect_timeout_s", "linger_s"}
-_PEER = {"host", "ecmp_addr", "evs", "port", "tcp_port"}
+_PEER = {"host", "ecmp_addr", "evs", "port", "tcp_port", "src_port"}
 _EV = {"ev_id", "address", "links", "src_port"}
 
 
@@ -158,9 +161,10 @@ def _peer(c: _Checker, obj, path: str, need_evs: bool) -> PeerSpec | None:
     ecmp = c.get(obj, "ecmp_addr", path, str)
     port = c.get(obj, "port", path, int, default=None, check=_port, why="not a port")
     tcp_port = c.get(obj, "tcp_port", path, int, default=None, check=_port, why="not a port")
+    src_port = c.get(obj, "src_port", path, int, default=None, check=_port, why="not a port")
     if host is None or ecmp is None:
         return None
-    return PeerSpec(host, ecmp, tuple(evs), port, tcp_port)
+    return PeerSpec(host, ecmp, tuple(evs), port, tcp_port, src_port)
 
 
 def parse_job(raw: Any, source: str = "<job>") -> JobSpec:

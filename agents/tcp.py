@@ -119,6 +119,14 @@ class TCPChannel:
     def _start_connect(self) -> None:
         self.tx = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
         _tune(self.tx)
+        if self.spec.next.src_port is not None:
+            # A fixed source port: the ECMP hash (and so the path) is a function of the seed.
+            self.tx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                self.tx.bind((self.spec.bind_addr, self.spec.next.src_port))
+            except OSError as exc:
+                self._connect_failed(exc.errno or errno.EADDRINUSE)
+                return
         err = self.tx.connect_ex(self.next_addr)
         if err not in (0, errno.EINPROGRESS):
             self._connect_failed(err)

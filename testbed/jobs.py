@@ -11,7 +11,8 @@ Per transport:
 * ``rc``: one EV, ECMP-routed: the peer's plain address with a per-QP UDP source
   port as entropy (RoCEv2 practice: the source port is the flow label the switches
   hash), so routing reconvergence (``reconverge_after``) can move it.
-* ``tcp``: kernel TCP between the ECMP addresses; EVs are ignored by the agent.
+* ``tcp``: kernel TCP between the ECMP addresses, connecting from the same seeded port
+  (``next.src_port``), so one seed gives one set of ECMP paths; EVs are ignored.
 
 QP parameters (:data:`QP_DEFAULTS`) map the mrc.h attributes to emulation time:
 the fabric RTT at 20 Mbit/s is milliseconds, so ``timeout`` 16 (1.024 us * 2**16 =
@@ -131,7 +132,10 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
                    else mirrored_evs(topo, b, a, wl.evs))
         else:  # towards next: our QP's port; back to prev: prev's QP's port
             evs = _ecmp_ev(topo, b, ports[r_from] if towards else ports[r_to])
-        return {"host": b, "ecmp_addr": str(topo.nics[b][0].address), "evs": evs}
+        out = {"host": b, "ecmp_addr": str(topo.nics[b][0].address), "evs": evs}
+        if transport == "tcp" and towards:
+            out["src_port"] = ports[r_from]
+        return out
 
     jobs = []
     for r, host in enumerate(hosts):

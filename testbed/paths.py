@@ -1,0 +1,248 @@
+"""Path tracing: the links a flow crosses, as the kernel routes it.
+
+A flow of a run is a ring hop ``r -> r+1`` of one transport, in one direction:
+
+* ``rc``: the QP's UDP datagrams from rank r's ECMP address, source port = the QP's
+  entropy port (job spec ``next.evs[0].src_port``), to rank r+1's ECMP address, port
+  4791 (``data``); its SACKs come back from r+1 with the same source port (``ack``).
+* ``tcp``: rank r's connection to r+1's port 5201 from its seeded source port (job spec
+  ``next.src_port``; :mod:`agents.tcp` binds it); ACKs come back with the ports swapped.
+* ``mrc``: one flow per EV: the SRv6 uSID path is the EV's destination address, so its
+  links are those of the job spec (``next.evs[k].links``, from
+  :meth:`testbed.topology.Topology.evs`); nothing hashes it. (tests/netns proves that a
+  failed link black-holes exactly the EVs whose links contain it.)
+
+An ECMP flow is traced by the packets themselves: on the quiet fabric (before the agents
+start), :data:`PROBES` packets with the flow's exact addresses, protocol and ports (a
+zero-checksum L4 header from a raw socket, which the destination drops silently) are sent
+from its source host, and the kernel link counters say which link ends sent them; chained
+from the source host, those are the hops (``delivered`` at the destination host,
+``dropped`` where the chain stops, ``loop`` if a link end sent them twice).
+
+Why not ask the FIB (``RTM_GETROUTE`` with ``RTA_IP_PROTO``/``RTA_SPORT``/``RTA_DPORT``, as
+``ip route get ... ipproto udp sport N dport M`` does)? With the custom multipath hash
+(``fib_multipath_hash_policy=3``, which the fabric needs: routing.py) the kernel hashes a
+route query's flowi6 with ``rt6_multipath_custom_hash_fl6`` but a forwarded packet with
+``rt6_multipath_custom_hash_skb`` = ``jhash_2words(outer, inner, 0)`` (net/ipv6/route.c):
+the two disagree. Measured on k4 (e0_0, 12 source ports): ``ip route get`` named the
+wrong uplink for 5 of 12 flows, as the link counters showed.
+
+:func:`ring_flows` derives every flow of a transport from its job specs (pure);
+:func:`trace_flows` traces them on a running fabric; :mod:`testbed.targets` resolves
+flow-aimed fault targets against the traced paths.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import asdict, dataclass
+
+from testbed.topology import Topology
+
+MAX_HOPS = 16
+PROBES = 16          # probe packets per traced flow
+PROTOS = {"udp": socket.IPPROTO_UDP, "tcp": socket.IPPROTO_TCP}
+
+
+class TraceError(RuntimeError):
+    """The probes of a flow could not be sent."""
+
+
+@dataclass(frozen=True)
+class FiveTuple:
+    """What an ECMP router hashes: addresses, protocol ("udp"/"tcp"), ports."""
+
+    src: str
+    dst: str
+    proto: str
+    sport: int
+    dport: int
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One direction of one ring hop of a transport.
+
+    ``label``: ``"<transport> <src_rank>-><dst_rank>"`` (plus ``" ev<k>"`` for an MRC EV
+    and ``" ack"`` for the acknowledgement direction). ``kind``: "data" or "ack".
+    ``src_host``/``dst_host``: where the packets of this direction start and end.
+    ``tuple``: the ECMP flow (None for SRv6 EVs, whose ``links`` are known up front)."""
+
+    label: str
+    transport: str
+    src_rank: int
+    dst_rank: int
+    kind: str
+    src_host: str
+    dst_host: str
+    tuple: FiveTuple | None = None
+    ev_id: int | None = None
+    links: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One link crossed, in the direction ``node`` -> ``next``."""
+
+    node: str
+    link: str
+    next: str
+
+
+@dataclass(frozen=True)
+class TracedFlow:
+    """A flow and the hops its packets take (``outcome``: delivered, dropped, loop)."""
+
+    flow: Flow
+    hops: tuple[Hop, ...]
+    outcome: str
+    dropped_at: str | None = None
+
+    @property
+    def links(self) -> tuple[str, ...]:
+        return tuple(h.link for h in self.hops)
+
+    def to_dict(self) -> dict:
+        out = asdict(self.flow)
+        out.update(hops=[[h.node, h.link, h.next] for h in self.hops], links=list(self.links),
+                   outcome=self.outcome, dropped_at=self.dropped_at)
+        return out
+
+
+def flow_label(transport: str, src_rank: int, dst_rank: int) -> str:
+    return f"{transport} {src_rank}->{dst_rank}"
+
+
+# -- flows of a transport (pure) ----------------------------------------------------------
+def ring_flows(jobs: list[dict], topo: Topology) -> list[Flow]:
+    """Every flow (data and ack) of the ring hops described by ``jobs`` (one job spec per
+    rank, :func:`testbed.jobs.build_jobs`). Raises KeyError on a job spec without the
+    fields its transport needs."""
+    out: list[Flow] = []
+    n = len(jobs)
+    for job in jobs:
+        r, transport = job["rank"], job["transport"]
+        s = (r + 1) % n
+        nxt = jobs[s]
+        src_host, dst_host = job["host"], nxt["host"]
+        src_addr = str(topo.nics[src_host][0].address)
+        dst_addr = job["next"]["ecmp_addr"]
+        label = flow_label(transport, r, s)
+        if transport == "mrc":
+            for ev in job["next"]["evs"]:
+                links = tuple(ev["links"])
+                out.append(Flow(f"{label} ev{ev['ev_id']}", transport, r, s, "data", src_host, dst_host,
+                                ev_id=ev["ev_id"], links=links))
+                out.append(Flow(f"{label} ev{ev['ev_id']} ack", transport, r, s, "ack", dst_host, src_host,
+                                ev_id=ev["ev_id"], links=links[::-1]))
+        elif transport == "rc":
+            sport, port = job["next"]["evs"][0]["src_port"], job["next"].get("port", job["port"])
+            out.append(Flow(label, transport, r, s, "data", src_host, dst_host,
+                            FiveTuple(src_addr, dst_addr, "udp", sport, port), ev_id=0))
+            out.append(Flow(f"{label} ack", transport, r, s, "ack", dst_host, src_host,
+                            FiveTuple(dst_addr, src_addr, "udp", sport, port), ev_id=0))
+        elif transport == "tcp":
+            sport, port = job["next"]["src_port"], job["next"].get("tcp_port", job["tcp_port"])
+            out.append(Flow(label, transport, r, s, "data", src_host, dst_host,
+                            FiveTuple(src_addr, dst_addr, "tcp", sport, port)))
+            out.append(Flow(f"{label} ack", transport, r, s, "ack", dst_host, src_host,
+                            FiveTuple(dst_addr, src_addr, "tcp", port, sport)))
+        else:
+            raise KeyError(f"job of rank {r}: unknown transport {transport!r}")
+    return out
+
+
+def static_path(topo: Topology, flow: Flow) -> TracedFlow:
+    """A flow whose ``links`` are known (an SRv6 EV), as hops from its source host."""
+    hops, node = [], flow.src_host
+    for name in flow.links:
+        link = topo.link_by_name[name]
+        nxt = link.peer_of(node).node
+        hops.append(Hop(node, name, nxt))
+        node = nxt
+    return TracedFlow(flow, tuple(hops), "delivered" if node == flow.dst_host else "dropped")
+
+
+# -- the kernel's answer ------------------------------------------------------------------
+def probe_packet(t: FiveTuple) -> bytes:
+    """An L4 header with ``t``'s ports and a checksum of 0: the routers hash and forward it
+    like the flow's packets (they read the ports, never the checksum); the destination host
+    drops it silently (a zero checksum is invalid for UDP and TCP over IPv6), so it draws no
+    reply. UDP: 8-byte header; TCP: 20-byte header with ACK set."""
+    if t.proto == "udp":
+        return struct.pack("!HHHH", t.sport, t.dport, 8, 0)
+    return struct.pack("!HHIIBBHHH", t.sport, t.dport, 1, 1, 5 << 4, 0x10, 65535, 0, 0)
+
+
+@dataclass
+class Tracer:
+    """Traces flows on a running, quiet fabric (no agents yet) by sending each flow's probe
+    packets and reading which link ends sent them (:class:`testbed.counters.LinkCounters`)."""
+
+    fabric: object
+    probes: int = PROBES
+    counters: object = None
+
+    def __post_init__(self):
+        from testbed.counters import LinkCounters
+        self.counters = self.counters or LinkCounters(self.fabric)
+
+    def __enter__(self) -> "Tracer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def _tx(self) -> dict[tuple[str, str], int]:
+        return {(r["link"], r["node"]): r["tx_packets"] for r in self.counters.read()}
+
+    def _send(self, host: str, t: FiveTuple) -> None:
+        with self.fabric.inside(host):
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_RAW, PROTOS[t.proto])
+        with sock:
+            sock.bind((t.src, 0))
+            packet = probe_packet(t)
+            for _ in range(self.probes):
+                sock.sendto(packet, (t.dst, 0))
+
+    def trace(self, flow: Flow) -> TracedFlow:
+        """Hops of ``flow`` (see the module docstring); a flow with known ``links`` (SRv6) is
+        returned as :func:`static_path`. A link end that sent the probes twice or more means
+        a loop. Raises TraceError if the probes cannot be sent."""
+        if flow.tuple is None:
+            return static_path(self.fabric.topo, flow)
+        before = self._tx()
+        try:
+            self._send(flow.src_host, flow.tuple)
+        except OSError as exc:
+            raise TraceError(f"{flow.label}: probes from {flow.src_host}: {exc}") from exc
+        after = self._tx()
+        sent = {end: after[end] - before[end] for end in after if after[end] - before[end] >= self.probes}
+        return _chain(self.fabric.topo, flow, sent, self.probes)
+
+
+def _chain(topo: Topology, flow: Flow, sent: dict[tuple[str, str], int], probes: int) -> TracedFlow:
+    """Order the link ends that sent a flow's probes into hops from its source host."""
+    by_node: dict[str, list[str]] = {}
+    for link, node in sent:
+        by_node.setdefault(node, []).append(link)
+    hops, node = [], flow.src_host
+    looped = any(n >= 2 * probes for n in sent.values())
+    for _ in range(MAX_HOPS):
+        out = by_node.get(node, [])
+        if len(out) != 1:   # none: dropped here; several: the probes split (should not happen)
+            break
+        link = topo.link_by_name[out[0]]
+        nxt = link.peer_of(node).node
+        hops.append(Hop(node, link.name, nxt))
+        if nxt == flow.dst_host:
+            return TracedFlow(flow, tuple(hops), "loop" if looped else "delivered")
+        node = nxt
+    return TracedFlow(flow, tuple(hops), "loop" if looped else "dropped", node)
+
+
+def trace_flows(fabric, flows: list[Flow]) -> list[TracedFlow]:
+    """Trace every flow on ``fabric`` (a started :class:`testbed.fabric.Fabric`)."""
+    with Tracer(fabric) as tracer:
+        return [tracer.trace(f) for f in flows]
