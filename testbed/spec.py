@@ -42,8 +42,10 @@ unique, from ``mrc rc tcp``), ``seed`` (int >= 0), ``timeout`` (duration),
 exactly one action: ``link_down: LINK``, ``link_up: LINK``, ``flap: {link,
 period, count}``, ``loss: {link, percent, duration?}``, ``rate: {link, rate,
 duration?}``, ``blackhole: {link, duration?}``). LINK is a link name
-(``a0_0-c0_0``, either direction) or a selector ``random <role>-<role>``,
-resolved with ``random.Random(seed)`` in timeline order at load time.
+(``a0_0-c0_0``, either direction), a selector ``random <role>-<role>``,
+resolved with ``random.Random(seed)`` in timeline order at load time, or a flow
+target ``{crossed_by: "rc 3->4" | [rc, tcp], hop?: core-aggregation | unrepaired}``
+(:mod:`testbed.targets`), checked here and resolved by the runner on the fabric.
 """
 
 from __future__ import annotations
@@ -54,10 +56,11 @@ import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from yaml.nodes import MappingNode, Node
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from . import units
 from .kernel import KernelFeatures, features as probe_features
+from .targets import HOPS, UNREPAIRED, FlowTarget, check_hop, parse_selector
 from .topology import (IFNAME_MAX, LinkDecl, LinkParams, NodeDecl, Role, Topology, TopologyError,
                        fat_tree, from_explicit, leaf_spine)
 from .yamlread import Problem, Reader, SpecError, join
@@ -309,10 +312,13 @@ class TimelineEvent:
     plus ``after_s``), ``action`` (one of ACTIONS), resolved ``link`` name and
     its ``selector`` text if it was chosen by one. Action parameters: flap
     ``period_s`` (one down+up cycle) and ``count``; loss ``loss_pct``; rate
-    ``rate_bps``; loss/rate/blackhole optional ``duration_s`` (auto-revert)."""
+    ``rate_bps``; loss/rate/blackhole optional ``duration_s`` (auto-revert).
+    ``target``: a :class:`testbed.targets.FlowTarget` when the link is given by the
+    flows crossing it; ``link`` is then None until the runner resolves it on the
+    running fabric (:func:`testbed.targets.resolve`)."""
 
     action: str
-    link: str
+    link: str | None
     at_s: float | None = None
     at_iteration: int | None = None
     after_s: float = 0.0
@@ -322,6 +328,7 @@ class TimelineEvent:
     loss_pct: float | None = None
     rate_bps: int | None = None
     duration_s: float | None = None
+    target: "FlowTarget | None" = None
 
 
 @dataclass(frozen=True)
@@ -352,7 +359,7 @@ class Scenario:
             "reconverge_after_s": self.reconverge_after_s,
             "workload": {**vars(self.workload), "hosts": list(self.workload.hosts),
                          "sizes_bytes": list(self.workload.sizes_bytes)},
-            "timeline": [vars(e).copy() for e in self.timeline],
+            "timeline": [{**vars(e), "target": str(e.target) if e.target else None} for e in self.timeline],
         }
 
 
@@ -507,8 +514,8 @@ def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.
         if action == "loss" and not (feats.nftables or feats.netem):
             r.error(m[action], apath, feats.lacks("loss", "nftables (numgen) or sch_netem"))
             ok = False
-    link = _link_ref(r, ref_node, ref_path, topo, rng, fields)
-    return TimelineEvent(link=link, **fields) if ok and link is not None else None
+    link = _link_ref(r, ref_node, ref_path, topo, rng, fields, workload)
+    return TimelineEvent(link=link or None, **fields) if ok and link is not None else None
 
 
 def _trigger(r: Reader, node: Node, m: dict[str, Node], path: str, fields: dict,
@@ -554,7 +561,15 @@ def _action_params(r: Reader, am: dict[str, Node], path: str, action: str, field
 
 
 def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
-              fields: dict) -> str | None:
+              fields: dict, workload: Workload | None = None) -> str | None:
+    """A link name, a ``random <role>-<role>`` selector, or a flow target mapping
+    (:mod:`testbed.targets`: sets ``fields["target"]`` and returns "" for "resolved later")."""
+    if isinstance(node, MappingNode):
+        target = _flow_target(r, node, path, topo, workload)
+        if target is None:
+            return None
+        fields["target"] = target
+        return ""
     ref = r.text(node, path)
     if ref is None or topo is None:
         return None
@@ -579,6 +594,42 @@ def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: rand
                             f"{_did_you_mean(ref, list(names))}")
         return None
     return names[ref]
+
+
+def _flow_target(r: Reader, node: Node, path: str, topo: Topology | None,
+                 workload: Workload | None) -> FlowTarget | None:
+    m = r.mapping(node, path, ["crossed_by"], ["hop"])
+    if m is None or "crossed_by" not in m or topo is None or workload is None:
+        return None
+    hop = r.text(m["hop"], join(path, "hop")) if "hop" in m else UNREPAIRED
+    if hop is not None and hop not in HOPS:
+        r.error(m["hop"], join(path, "hop"), f"unknown hop {hop!r} (one of: {', '.join(HOPS)})")
+        return None
+    cb = m["crossed_by"]
+    items = r.seq(cb, join(path, "crossed_by")) if not isinstance(cb, ScalarNode) else [cb]
+    if not items or hop is None:
+        if items == []:
+            r.error(cb, join(path, "crossed_by"), "needs at least one flow selector")
+        return None
+    hosts = list(workload.hosts)
+    selectors = []
+    for i, item in enumerate(items):
+        where = join(path, "crossed_by") if isinstance(cb, ScalarNode) else join(join(path, "crossed_by"), i)
+        text = r.text(item, where)
+        if text is None:
+            return None
+        try:
+            sel = parse_selector(text, len(hosts))
+        except ValueError as exc:
+            r.error(item, where, str(exc))
+            return None
+        if sel.src_rank is not None:
+            why = check_hop(topo, hosts[sel.src_rank], hosts[sel.dst_rank], hop)
+            if why:
+                r.error(item, where, why)
+                return None
+        selectors.append(sel)
+    return FlowTarget(tuple(selectors), hop)
 
 
 # -- either -------------------------------------------------------------------

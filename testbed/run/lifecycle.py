@@ -29,6 +29,7 @@ keeps partial results.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -37,6 +38,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from agents.protocol import Done, Event, Failed, Iteration, Message, Ready, Sample, Start, Stop
 
 from ..counters import LinkCounters
 from ..fabric import Fabric
@@ -47,6 +50,7 @@ from ..spec import Scenario
 from ..timeline import Step, Timeline, sweep_warmups
 from .control import ControlServer, control_socket_path
 from .progress import Display, Progress
+from . import records
 from .records import TransportRecords, agent_log, base_manifest, new_run_dir, write_manifest
 from .sampling import LINK_SAMPLE_S, CpuSampler
 
@@ -129,8 +133,29 @@ class TransportRun:
         if reach.lost:
             raise RunnerError(f"fabric check: {len(reach.lost)} ring paths unreachable before the run "
                               f"(e.g. {sorted(reach.lost)[0]})")
+        self._trace_paths()
         self.faults = LinkFaults(self.fabric)
         self.counters = LinkCounters(self.fabric)
+
+    def _trace_paths(self) -> None:
+        """Trace the ring's flows on the quiet fabric into ``paths.json`` (:mod:`testbed.paths`)
+        and resolve the flow-aimed fault targets (:mod:`testbed.targets`); journaled."""
+        from ..targets import TargetError, trace_and_resolve
+        t0 = time.perf_counter()
+        try:
+            events, traced, resolved = trace_and_resolve(self.fabric, self.scenario, self.transport)
+        except TargetError as exc:
+            raise RunnerError(f"fault target: {exc}") from None
+        (self.dir / "paths.json").write_text(json.dumps(
+            {"transport": self.transport, "flows": [tf.to_dict() for tf in traced]}, indent=1) + "\n")
+        for rec in resolved:
+            self.journal({"kind": "target", **rec})
+            self.say(f"timeline[{rec['index']}] {rec['action']}: {rec['target']} -> {rec['link']} "
+                     f"(crossed by {', '.join(rec['flows'])})")
+        self.journal({"kind": "paths", "flows": len(traced), "seconds": round(time.perf_counter() - t0, 3)})
+        wl = self.scenario.workload
+        self.timeline = Timeline(events, sweep_warmups(len(wl.sizes_bytes), wl.iterations, wl.warmup),
+                                 reconverge_after_s=self.scenario.reconverge_after_s)
 
     def _start_agents(self) -> None:
         self.progress.status = "starting agents"
@@ -191,39 +216,47 @@ class TransportRun:
             if self.status:
                 return
 
-    def _on_message(self, msg: dict) -> None:
-        kind, rank = msg.get("type"), msg["rank"]
-        if kind == "sample":
-            self.samples.write({"t": msg["t"], "rank": rank, "flows": msg.get("flows", [])})
-        elif kind == "iteration":
-            rec = {k: v for k, v in msg.items() if k != "type"}
-            self.events.write({"t": msg["t_end"], "kind": "iteration", **rec})
-            self.progress.iteration(msg)
-            self.timeline.iteration_done(int(msg["seq"]), time.monotonic())
-        elif kind == "event":
-            rec = {k: v for k, v in msg.items() if k != "type"}
-            self.events.write(rec)
-            if rec.get("kind") == "qp_error":
-                self.say(f"rank {rank}: {rec.get('reason')}", head="QP error", head_style="red")
-        elif kind == "ready":
-            self.ready.add(rank)
-            self.journal({"kind": "agent", "rank": rank, "status": "ready"})
-            if len(self.ready) == len(self.world) and not self.started:
-                self._start()
-        elif kind == "done":
-            self.done.add(rank)
-            self.journal({"kind": "agent", "rank": rank, "status": "done", "summary": msg.get("summary")})
-        elif kind == "failed":
-            self.failed[rank] = str(msg.get("reason"))
-            self.journal({"kind": "agent", "rank": rank, "status": "failed", "reason": msg.get("reason")})
-        else:
-            log.warning("rank %d: unknown control message %r", rank, kind)
+    def _on_message(self, msg: Message) -> None:
+        if not 0 <= msg.rank < len(self.world):
+            log.warning("control message from rank %d, not in the ring: %r", msg.rank, msg)
+            return
+        self._handlers[type(msg)](self, msg)
+
+    def _on_sample(self, msg: Sample) -> None:
+        self.samples.write(records.sample_record(msg))
+
+    def _on_iteration(self, msg: Iteration) -> None:
+        self.events.write(records.iteration_record(msg))
+        self.progress.iteration(msg)
+        self.timeline.iteration_done(msg.seq, time.monotonic())
+
+    def _on_event(self, msg: Event) -> None:
+        self.events.write(records.event_record(msg))
+        if msg.kind == "qp_error":
+            self.say(f"rank {msg.rank}: {msg.reason}", head="QP error", head_style="red")
+
+    def _on_ready(self, msg: Ready) -> None:
+        self.ready.add(msg.rank)
+        self.journal({"kind": "agent", "rank": msg.rank, "status": "ready"})
+        if len(self.ready) == len(self.world) and not self.started:
+            self._start()
+
+    def _on_done(self, msg: Done) -> None:
+        self.done.add(msg.rank)
+        self.journal({"kind": "agent", "rank": msg.rank, "status": "done", "summary": msg.summary})
+
+    def _on_failed(self, msg: Failed) -> None:
+        self.failed[msg.rank] = msg.reason
+        self.journal({"kind": "agent", "rank": msg.rank, "status": "failed", "reason": msg.reason})
+
+    _handlers = {Sample: _on_sample, Iteration: _on_iteration, Event: _on_event, Ready: _on_ready,
+                 Done: _on_done, Failed: _on_failed}
 
     def _start(self) -> None:
         self.started = True
         self._t_wall_start = time.time()
         self.journal({"kind": "run", "phase": "start", "transport": self.transport, "world": self.world})
-        self.server.broadcast({"type": "start"})
+        self.server.broadcast(Start())
         self.timeline.start(time.monotonic())
         self.progress.t_start = time.monotonic()
         self.progress.status = "running"
@@ -303,7 +336,7 @@ class TransportRun:
         status = self.status or "interrupted"
         try:
             if self.server is not None:
-                self.server.broadcast({"type": "stop"})
+                self.server.broadcast(Stop())
                 deadline = time.monotonic() + STOP_GRACE_S
                 while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
                     for msg in self.server.poll(0.05):

@@ -1,0 +1,107 @@
+"""Flow-aimed fault targets: selector parsing, spec errors, resolution on traced paths (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.paths import Flow, Hop, TracedFlow, static_path
+from testbed.spec import SpecError, load_scenario
+from testbed.targets import FlowSelector, FlowTarget, TargetError, crossed_at, parse_selector, resolve
+from testbed.topology import LinkParams, fat_tree
+
+LP = LinkParams(10_000_000, 32)
+TOPO = fat_tree(4, host_link=LP, fabric_link=LP)
+
+
+def _flow(transport, s, d, nodes):
+    """A traced data flow over ``nodes`` (host ... host) of the k4 fat-tree."""
+    links = []
+    for a, b in zip(nodes, nodes[1:]):
+        links.append(next(l.name for l in TOPO.links_of[a] if l.peer_of(a).node == b))
+    f = Flow(f"{transport} {s}->{d}", transport, s, d, "data", nodes[0], nodes[-1], links=tuple(links))
+    return static_path(TOPO, f)
+
+
+RC_3_4 = _flow("rc", 3, 4, ["h0_1_1", "e0_1", "a0_0", "c0_0", "a1_0", "e1_0", "h1_0_0"])
+RC_7_8 = _flow("rc", 7, 8, ["h1_1_1", "e1_1", "a1_0", "c0_0", "a2_0", "e2_0", "h2_0_0"])
+TCP_7_8 = _flow("tcp", 7, 8, ["h1_1_1", "e1_1", "a1_0", "c0_0", "a2_0", "e2_0", "h2_0_0"])
+TCP_1_2 = _flow("tcp", 1, 2, ["h0_0_1", "e0_0", "a0_0", "e0_1", "h0_1_0"])
+
+
+def test_parse_selector():
+    assert parse_selector("rc", 16) == FlowSelector("rc")
+    assert parse_selector("tcp 15->0", 16) == FlowSelector("tcp", 15, 0)
+    for bad, why in (("udp", "not '<transport>'"), ("rc 3->5", "rank 3 sends to rank 4"),
+                     ("rc 3-4", "ring order"), ("rc 16->17", "ranks 0..15")):
+        with pytest.raises(ValueError, match=why):
+            parse_selector(bad, 16)
+
+
+def test_unrepaired_hop_is_the_core_to_aggregation_hop_on_a_fat_tree():
+    ecmp = TOPO.ecmp_next_hops()
+    assert crossed_at(TOPO, RC_3_4, "unrepaired", ecmp) == "a1_0-c0_0"
+    assert crossed_at(TOPO, RC_3_4, "aggregation-core", ecmp) == "a0_0-c0_0"
+    assert crossed_at(TOPO, TCP_1_2, "unrepaired", ecmp) == "e0_1-a0_0"   # intra-pod: agg -> edge
+    assert crossed_at(TOPO, TCP_1_2, "core-aggregation", ecmp) is None
+
+
+def test_resolve_needs_every_selector_and_names_the_crossing_flows():
+    traced = [RC_3_4, RC_7_8, TCP_7_8, TCP_1_2]
+    both = FlowTarget((FlowSelector("rc"), FlowSelector("tcp")))
+    assert resolve(both, traced, TOPO, seed=1, index=0) == ("a2_0-c0_0", ["rc 7->8", "tcp 7->8"])
+    one = FlowTarget((FlowSelector("rc", 3, 4),), "core-aggregation")
+    assert resolve(one, traced, TOPO, seed=1, index=0) == ("a1_0-c0_0", ["rc 3->4"])
+    with pytest.raises(TargetError, match="no link"):
+        resolve(FlowTarget((FlowSelector("tcp", 1, 2),), "core-aggregation"), traced, TOPO, seed=1, index=0)
+
+
+def test_several_candidates_are_a_seeded_choice():
+    traced = [RC_3_4, RC_7_8]
+    target = FlowTarget((FlowSelector("rc"),))
+    picks = {resolve(target, traced, TOPO, seed=s, index=0)[0] for s in range(20)}
+    assert picks == {"a1_0-c0_0", "a2_0-c0_0"}
+    assert resolve(target, traced, TOPO, seed=3, index=0) == resolve(target, traced, TOPO, seed=3, index=0)
+
+
+def test_dropped_flows_do_not_count():
+    dropped = TracedFlow(RC_3_4.flow, RC_3_4.hops[:3], "dropped", "c0_0")
+    with pytest.raises(TargetError):
+        resolve(FlowTarget((FlowSelector("rc"),)), [dropped], TOPO, seed=1, index=0)
+
+
+SCENARIO = """
+name: t
+topology: {topo}
+transports: [mrc, rc, tcp]
+seed: 1
+timeout: 60s
+workload: {{collective: all_reduce, hosts: all, min_bytes: 1MiB, max_bytes: 1MiB, factor: 2,
+           iterations: 3, warmup: 1}}
+timeline:
+  - at_iteration: 1
+    {action}
+"""
+
+
+@pytest.mark.parametrize("action, message", [
+    ("link_down: {crossed_by: [rc, tcp]}", None),
+    ("flap: {link: {crossed_by: 'rc 3->4', hop: core-aggregation}, period: 1s, count: 2}", None),
+    ("link_down: {crossed_by: 'rc 0->1', hop: core-aggregation}",
+     "timeline[0].link_down.crossed_by: the flow h0_0_0 -> h0_0_1 crosses no core-aggregation hop"),
+    ("link_down: {crossed_by: [rc, 'udp 1->2']}", "timeline[0].link_down.crossed_by[1]: 'udp 1->2' is not"),
+    ("link_down: {crossed_by: rc, hop: sideways}", "timeline[0].link_down.hop: unknown hop 'sideways'"),
+    ("link_down: {hop: unrepaired}", "crossed_by"),
+])
+def test_spec_checks_flow_targets(tmp_path, action, message):
+    from pathlib import Path
+    topo = Path(__file__).resolve().parents[2] / "topologies" / "fat-tree-k4.yaml"
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.format(topo=topo, action=action))
+    if message is None:
+        s = load_scenario(path)
+        assert s.timeline[0].link is None and s.timeline[0].target is not None
+        assert "crossed_by" in s.to_dict()["timeline"][0]["target"]
+        return
+    with pytest.raises(SpecError) as err:
+        load_scenario(path)
+    assert message in str(err.value) and "s.yaml:11" in str(err.value)
