@@ -5,12 +5,12 @@ Started by the runner inside a host's network namespace. Contract:
 Job spec (JSON object; unknown keys rejected, every problem reported)::
 
     {"run_id": str, "rank": int, "world": [host, ...]  (ring order, >= 2, distinct),
-     "host": str (== world[rank]), "transport": "mrc" | "rc" | "tcp",
+     "host": str (== world[rank]), "transport": "mrc" | "rc" | "tcp" (protocol.TRANSPORTS),
      "control_socket": "/abs/path.sock", "seed": int,
      "sizes": [bytes, ...]  (each >= 4 * len(world); rounded down to float32 elements),
      "iterations": int >= 1, "warmup": int >= 0,
-     "sample_interval_s": 0.01, "port": 4791 (this agent's UDP port), "mtu": 1500,
-     "bind_addr": this host's ECMP address, "tcp_port": 5201 (this agent's TCP port),
+     "sample_interval_s": 0.01, "port": 4791 (this agent's UDP port, protocol.UDP_PORT), "mtu": 1500,
+     "bind_addr": this host's ECMP address, "tcp_port": 5201 (this agent's TCP port, protocol.TCP_PORT),
      "next": PEER, "prev": PEER,
      "qp": {"mpr", "mpr_dest", "max_wimm", "max_wimm_dest", "timeout", "retry_linear",
             "retry_exp" (mrc.h attributes), "ev_min_active", and QPConfig emulation
@@ -28,25 +28,9 @@ prev) with the same EV ids prev uses towards us; our SACKs and probe
 responses for prev's QP leave on them. rc uses EV 0 (the first) only;
 tcp ignores EVs and connects to ``next.ecmp_addr``.
 
-Control (Unix stream socket ``control_socket``, newline-delimited JSON;
-times are wall clock ``time.time()`` seconds)::
-
-    agent -> runner  {"type": "ready", "rank"}        once the channel is connected
-    runner -> agent  {"type": "start"}                the barrier: every rank is ready
-    agent -> runner  {"type": "iteration", "rank", "size", "iter", "seq", "warmup",
-                      "t_start", "t_end", "seconds", "wrong"}
-                     ("iter": index within this size among warm-ups or among timed
-                      iterations; "seq": index over the whole sweep)
-    agent -> runner  {"type": "sample", "rank", "t", "flows": [{"peer", "dir": "tx"|"rx",
-                      "bytes", "retransmits", "rtt_s", "cwnd_bytes",
-                      "evs": [{"ev_id", "state", "sent", "lost"}]}]}
-                     cumulative counters, at most one per sample_interval_s
-    agent -> runner  {"type": "event", "rank", "t", "kind": "ev_state", "peer", "dir",
-                      "qpn", "ev_id", "old", "new", "cause"}
-    agent -> runner  {"type": "event", "rank", "t", "kind": "qp_error", "reason"}
-    agent -> runner  {"type": "done", "rank", "summary": {...}}  every write acknowledged
-    agent -> runner  {"type": "failed", "rank", "reason"}
-    runner -> agent  {"type": "stop"}                 at any time: exit promptly
+Control: a Unix stream socket at ``control_socket``, newline-delimited JSON; the
+messages (``ready``, ``start``, ``iteration``, ``sample``, ``event``, ``done``,
+``failed``, ``stop``) and their framing are defined once in :mod:`agents.protocol`.
 
 After ``done`` the agent lingers (still acknowledging the previous rank)
 until ``stop``, EOF on the control socket, or ``linger_s``.

@@ -5,8 +5,8 @@ tcp: :class:`TCPChannel`) -> wait until the channel is connected -> send
 ``ready`` -> wait for ``start`` -> run the :class:`agents.collectives.Workload`
 -> when every all-reduce is done and every write acknowledged, send ``done``
 -> linger (keep acknowledging the previous rank's retransmissions) until
-``stop``, EOF on the control socket, or ``linger_s``. The protocol is in
-:mod:`agents.__main__`.
+``stop``, EOF on the control socket, or ``linger_s``. The messages are in
+:mod:`agents.protocol`.
 
 One single-threaded loop (:class:`agents.io.EventLoop`) serves the data
 path, the control socket and the sample timer; control output is queued
@@ -21,6 +21,7 @@ from .collectives import IterationResult, Workload
 from .control import ControlClient, ControlError
 from .io import EventLoop
 from .jobspec import JobSpec
+from .protocol import Done, Event, Failed, Iteration, Message, Ready, Sample, Start, Stop
 
 log = logging.getLogger(__name__)
 
@@ -60,43 +61,38 @@ class Agent:
         """Loop (monotonic) time -> wall-clock seconds (time.time())."""
         return t_loop + self.wall_offset_s
 
-    def send(self, msg: dict) -> None:
-        self.control.send({**msg, "rank": self.spec.rank} if "rank" not in msg else msg)
+    def send(self, msg: Message) -> None:
+        self.control.send(msg)
 
     def _on_control(self) -> None:
         self.control.on_readable()
         while self.control.inbox:
             msg = self.control.inbox.popleft()
-            kind = msg["type"]
-            if kind == "start":
+            if isinstance(msg, Start):
                 self.started = True
-            elif kind == "stop":
+            elif isinstance(msg, Stop):
                 self.stop_requested = True
-            else:
-                log.warning("rank %d: ignoring control message %r", self.spec.rank, kind)
         if self.control.closed:
             self.stop_requested = True
 
     def _on_ev_event(self, ev, side: str) -> None:
         self.ev_transitions += 1
         peer = self.spec.next.host if side == "tx" else self.spec.prev.host
-        self.send({"type": "event", "t": self.wall(ev.time), "kind": "ev_state",
-                   "peer": peer, "dir": side, "qpn": ev.qpn, "ev_id": ev.ev,
-                   "old": ev.old.name, "new": ev.new.name, "cause": ev.cause.value})
+        self.send(Event(self.spec.rank, self.wall(ev.time), "ev_state", peer=peer, dir=side, qpn=ev.qpn,
+                        ev_id=ev.ev, old=ev.old.name, new=ev.new.name, cause=ev.cause.value))
 
     def _on_iteration(self, r: IterationResult) -> None:
         key = (r.size_bytes, r.warmup)
         idx = self._per_size_index.get(key, 0)
         self._per_size_index[key] = idx + 1
-        self.send({"type": "iteration", "size": r.size_bytes, "iter": idx, "seq": r.iteration,
-                   "warmup": r.warmup, "t_start": r.t_start, "t_end": r.t_end,
-                   "seconds": r.seconds, "wrong": r.wrong})
+        self.send(Iteration(self.spec.rank, size=r.size_bytes, iter=idx, seq=r.iteration, warmup=r.warmup,
+                            t_start=r.t_start, t_end=r.t_end, seconds=r.seconds, wrong=r.wrong))
 
     def _sample(self, now: float, force: bool = False) -> None:
         if not force and now < self._next_sample:
             return
         self._next_sample = now + self.spec.sample_interval_s
-        self.send({"type": "sample", "t": self.wall(now), "flows": self.channel.flows()})
+        self.send(Sample(self.spec.rank, self.wall(now), self.channel.flows()))
 
     def _make_channel(self):
         spec = self.spec
@@ -162,9 +158,8 @@ class Agent:
         try:
             from .mrcchannel import QPChannelError
             if isinstance(exc, QPChannelError):
-                self.send({"type": "event", "t": time.time(), "kind": "qp_error",
-                           "reason": str(exc)})
-            self.send({"type": "failed", "reason": reason})
+                self.send(Event(self.spec.rank, time.time(), "qp_error", reason=str(exc)))
+            self.send(Failed(self.spec.rank, reason))
             self.control.flush_blocking(1.0)
         except (ControlError, OSError) as cexc:
             log.error("rank %d: could not report the failure: %s", self.spec.rank, cexc)
@@ -177,13 +172,13 @@ class Agent:
         self.channel = self._make_channel()
         self._spin(lambda: self.channel.connected, timeout_s=spec.connect_timeout_s + 1,
                    what="connection to the ring neighbours")
-        self.send({"type": "ready"})
+        self.send(Ready(spec.rank))
         self._spin(lambda: self.started, what="start")
         log.info("rank %d: start", spec.rank)
         self.workload.start(time.time())
         self._spin(lambda: self.workload.done and self.channel.idle)
         self._sample(self.loop.time(), force=True)
-        self.send({"type": "done", "summary": self.summary()})
+        self.send(Done(spec.rank, self.summary()))
         self.started = False                       # no samples after done
         self.control.flush_blocking()
         log.info("rank %d: done", spec.rank)

@@ -1,23 +1,26 @@
 """The agent's side of the control channel: newline-delimited JSON over a Unix stream socket.
 
-The socket is a filesystem path, so it works across network namespaces.
+The messages and their framing are in :mod:`agents.protocol` (the runner's side is
+:mod:`testbed.run.control`). The socket is a filesystem path, so it works across network
+namespaces.
+
 Outgoing messages are queued and flushed without blocking (the data path
 must not wait for the runner); :meth:`ControlClient.flush_blocking` is used
 only for the last messages before exit. Incoming messages are parsed on
-:meth:`ControlClient.on_readable` (registered with the event loop).
+:meth:`ControlClient.on_readable` (registered with the event loop); anything that is not
+a runner's message raises :class:`ControlError`.
 """
 from __future__ import annotations
 
-import json
 import logging
 import select
 import socket
 import time
 from collections import deque
 
-log = logging.getLogger(__name__)
+from .protocol import RUNNER_MESSAGES, LineFramer, Message, ProtocolError
 
-MAX_LINE_BYTES = 1 << 20
+log = logging.getLogger(__name__)
 
 
 class ControlError(RuntimeError):
@@ -39,16 +42,16 @@ class ControlClient:
                                f"{exc.strerror or exc}") from None
         self.sock.setblocking(False)
         self._out = bytearray()
-        self._in = bytearray()
-        self.inbox: deque[dict] = deque()
+        self._framer = LineFramer(RUNNER_MESSAGES)
+        self.inbox: deque[Message] = deque()
         self.closed = False
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send(self, msg: dict) -> None:
-        """Queue one message (a JSON object) and try to write it without blocking."""
-        self._out += json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+    def send(self, msg: Message) -> None:
+        """Queue one message and try to write it without blocking."""
+        self._out += self._framer.encode(msg)
         self.flush()
 
     @property
@@ -78,7 +81,10 @@ class ControlClient:
             self.flush()
 
     def on_readable(self) -> None:
-        """Read what arrived; queue parsed messages in ``inbox``; EOF sets ``closed``."""
+        """Read what arrived; queue the runner's messages in ``inbox``; EOF sets ``closed``.
+
+        Raises ControlError if the runner sent something else (the messages before it are
+        queued)."""
         while True:
             try:
                 data = self.sock.recv(65536)
@@ -90,21 +96,11 @@ class ControlClient:
             if not data:
                 self.closed = True
                 break
-            self._in += data
-            if len(self._in) > MAX_LINE_BYTES and b"\n" not in self._in:
-                raise ControlError("control message longer than 1 MiB")
-        while b"\n" in self._in:
-            line, _, rest = bytes(self._in).partition(b"\n")
-            self._in = bytearray(rest)
-            if not line.strip():
-                continue
             try:
-                msg = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ControlError(f"bad control message {line[:80]!r}: {exc}") from None
-            if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-                raise ControlError(f"control message without a type: {line[:80]!r}")
-            self.inbox.append(msg)
+                self.inbox.extend(self._framer.feed(data))
+            except ProtocolError as exc:
+                self.inbox.extend(exc.messages)
+                raise ControlError(str(exc)) from None
 
     def close(self) -> None:
         self.closed = True

@@ -47,11 +47,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from .protocol import UDP_PORT as ROCEV2_PORT
+
 log = logging.getLogger(__name__)
 
 UDP_NO_CHECK6_TX = 101
 UDP_NO_CHECK6_RX = 102
-ROCEV2_PORT = 4791
 RECV_BATCH = 256
 SOCKET_BUFFER_BYTES = 4 << 20
 

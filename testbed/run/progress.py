@@ -16,6 +16,8 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from agents.protocol import Iteration
+
 from ..metrics import bandwidths
 
 PROGRESS_S = 0.25           # live display refresh, s
@@ -37,17 +39,17 @@ class Progress:
     faults: int = 0
     wrong: int = 0
 
-    def iteration(self, msg: dict) -> None:
-        self.wrong += int(msg.get("wrong") or 0)
-        if msg.get("warmup"):
+    def iteration(self, msg: Iteration) -> None:
+        """Count an agent's iteration report."""
+        self.wrong += msg.wrong
+        if msg.warmup:
             return
-        rank = msg["rank"]
-        self.measured_done[rank] = self.measured_done.get(rank, 0) + 1
-        key = (msg["size"], msg["iter"])
+        self.measured_done[msg.rank] = self.measured_done.get(msg.rank, 0) + 1
+        key = (msg.size, msg.iter)
         secs = self.per_iter.setdefault(key, [])
-        secs.append(float(msg["seconds"]))
+        secs.append(float(msg.seconds))
         if len(secs) == self.world:       # slowest rank, as metrics does (nccl-tests -a 3)
-            self.last_busbw_mbit = bandwidths(msg["size"], max(secs), self.world)["busbw_mbit_per_s"]
+            self.last_busbw_mbit = bandwidths(msg.size, max(secs), self.world)["busbw_mbit_per_s"]
             del self.per_iter[key]
 
     def row(self) -> list[str]:

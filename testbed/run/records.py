@@ -49,6 +49,8 @@ import sys
 import time
 from pathlib import Path
 
+from agents.protocol import Event, Iteration, Sample
+
 from .. import __version__
 from ..jobs import host_bandwidth_bps, host_link_rate_bps
 from ..kernel import features
@@ -110,6 +112,22 @@ class TransportRecords:
     def close(self) -> None:
         for w in self.writers:
             w.close()
+
+
+# -- records from the agents' messages ----------------------------------------------
+def sample_record(msg: Sample) -> dict:
+    """A ``samples.jsonl`` record."""
+    return {"t": msg.t, "rank": msg.rank, "flows": msg.flows}
+
+
+def iteration_record(msg: Iteration) -> dict:
+    """An ``events.jsonl`` record of kind ``iteration``: the report's fields, ``t`` = its ``t_end``."""
+    return {"t": msg.t_end, "kind": "iteration", **msg.as_dict()}
+
+
+def event_record(msg: Event) -> dict:
+    """An ``events.jsonl`` record of an agent's event (kind ``ev_state`` or ``qp_error``)."""
+    return msg.as_dict()
 
 
 # -- manifest.json -------------------------------------------------------------------

@@ -289,3 +289,14 @@ def test_rc_pinned_to_a_dead_path_crashes_the_job(tmp_path, runner_for):
     for msgs in run.messages.values():
         assert any(m["type"] == "event" and m["kind"] == "qp_error" for m in msgs)
         assert "ERR" in msgs[-1]["reason"]
+
+
+def test_garbage_from_the_runner_fails_the_agent_with_a_control_error(tmp_path, runner_for):
+    jobs = make_jobs(tmp_path, "mrc", world_size=2)
+    run = runner_for(jobs)
+    run.pump(_all(run, "ready"), timeout_s=10)
+    for conn in run.conns.values():
+        conn.sendall(b'{"type": "start"}\n{"type": "teleport"}\n')
+    assert run.wait_exit(10) == [1, 1]
+    err = run.procs[0].stderr.read()
+    assert "unknown control message type 'teleport'" in err, err

@@ -1,0 +1,316 @@
+"""The control channel between the runner and its agents: one typed definition, one framer.
+
+Imported by both ends (:mod:`agents.control`, the agent's; :mod:`testbed.run.control`,
+the runner's). Sans-I/O: no socket, no clock here.
+
+Wire format: newline-delimited JSON objects over a Unix stream socket, each with a
+``type``; times are wall clock ``time.time()`` seconds; blank lines are ignored::
+
+    agent -> runner  {"type": "ready", "rank"}        once the channel is connected
+    runner -> agent  {"type": "start"}                the barrier: every rank is ready
+    agent -> runner  {"type": "iteration", "rank", "size", "iter", "seq", "warmup",
+                      "t_start", "t_end", "seconds", "wrong"}
+                     ("iter": index within this size among warm-ups or among timed
+                      iterations; "seq": index over the whole sweep)
+    agent -> runner  {"type": "sample", "rank", "t", "flows": [{"peer", "dir": "tx"|"rx",
+                      "bytes", "retransmits", "retransmitted_bytes", "rtt_s", "cwnd_bytes",
+                      "evs": [{"ev_id", "state", "sent", "lost"}]}],
+                      "loop": {"timers", "late_sum_s", "late_max_s"}}
+                     cumulative counters, at most one per sample_interval_s; "loop": the
+                     agent's event loop (:class:`LoopStats`)
+    agent -> runner  {"type": "event", "rank", "t", "kind": "ev_state", "peer", "dir",
+                      "qpn", "ev_id", "old", "new", "cause"}
+    agent -> runner  {"type": "event", "rank", "t", "kind": "qp_error", "reason"}
+    agent -> runner  {"type": "done", "rank", "summary": {...}}  every write acknowledged
+    agent -> runner  {"type": "failed", "rank", "reason"}
+    runner -> agent  {"type": "stop"}                 at any time: exit promptly
+
+Each message is a frozen dataclass below, its fields named as on the wire (an optional
+field that is None is left out). :class:`LineFramer` turns bytes into messages and
+messages into bytes; anything else (a line over :data:`MAX_LINE_BYTES`, bad JSON, an
+unknown ``type``, a missing, unknown or mistyped field, a message for the other
+direction) raises :class:`ProtocolError`.
+
+Also here: the UDP and TCP ports the agents use and the transport names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable, Union
+
+UDP_PORT = 4791
+"""RoCEv2 destination UDP port (IBTA RoCEv2 annex A17): MRC's datagrams go to it."""
+TCP_PORT = 5201
+"""The TCP baseline's listening port."""
+TRANSPORTS = ("mrc", "rc", "tcp")
+"""Transports an agent runs: MRC (multipath), RoCE-style RC (one path, go-back-N), kernel TCP."""
+MAX_LINE_BYTES = 1 << 20
+"""Longest control message, newline excluded, bytes."""
+EVENT_KINDS = ("ev_state", "qp_error")
+
+
+class ProtocolError(ValueError):
+    """The peer sent something that is not a control message of this protocol.
+
+    ``messages``: the messages decoded from the same :meth:`LineFramer.feed` before the
+    bad input (a receiver may still act on them before dropping the connection)."""
+
+    def __init__(self, reason: str, messages: list | None = None):
+        super().__init__(reason)
+        self.messages = messages or []
+
+
+# -- messages ----------------------------------------------------------------------
+class _Message:
+    TYPE: ClassVar[str]
+
+    def as_dict(self) -> dict:
+        """The message's fields (no ``type``); optional fields that are None left out."""
+        out = {}
+        for name, optional in _FIELDS[type(self)]:
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            out[name] = value.as_dict() if isinstance(value, LoopStats) else value
+        return out
+
+
+@dataclass(frozen=True)
+class LoopStats:
+    """An agent event loop's timers: ``timers`` fired and their summed lateness ``late_sum_s``
+    (cumulative), ``late_max_s`` the largest lateness since the previous sample (s; lateness
+    = when the callback ran - its deadline)."""
+
+    timers: int
+    late_sum_s: float
+    late_max_s: float
+
+    def as_dict(self) -> dict:
+        return {"timers": self.timers, "late_sum_s": self.late_sum_s, "late_max_s": self.late_max_s}
+
+
+@dataclass(frozen=True)
+class Ready(_Message):
+    TYPE: ClassVar[str] = "ready"
+    rank: int
+
+
+@dataclass(frozen=True)
+class Start(_Message):
+    TYPE: ClassVar[str] = "start"
+
+
+@dataclass(frozen=True)
+class Iteration(_Message):
+    TYPE: ClassVar[str] = "iteration"
+    rank: int
+    size: int
+    iter: int
+    seq: int
+    warmup: bool
+    t_start: float
+    t_end: float
+    seconds: float
+    wrong: int
+
+
+@dataclass(frozen=True)
+class Sample(_Message):
+    TYPE: ClassVar[str] = "sample"
+    rank: int
+    t: float
+    flows: list
+    loop: LoopStats | None = None
+
+
+@dataclass(frozen=True)
+class Event(_Message):
+    """``kind`` "ev_state" (an EV transition: ``peer``, ``dir``, ``qpn``, ``ev_id``, ``old``,
+    ``new``, ``cause``) or "qp_error" (``reason``). Raises ValueError if a field is missing."""
+
+    TYPE: ClassVar[str] = "event"
+    rank: int
+    t: float
+    kind: str
+    peer: str | None = None
+    dir: str | None = None
+    qpn: int | None = None
+    ev_id: int | None = None
+    old: str | None = None
+    new: str | None = None
+    cause: str | None = None
+    reason: str | None = None
+
+    def __post_init__(self):
+        need = {"ev_state": ("peer", "dir", "qpn", "ev_id", "old", "new", "cause"),
+                "qp_error": ("reason",)}.get(self.kind)
+        if need is None:
+            raise ValueError(f"event kind must be one of {', '.join(EVENT_KINDS)}, got {self.kind!r}")
+        missing = [n for n in need if getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"{self.kind} event without {', '.join(missing)}")
+
+
+@dataclass(frozen=True)
+class Done(_Message):
+    TYPE: ClassVar[str] = "done"
+    rank: int
+    summary: dict
+
+
+@dataclass(frozen=True)
+class Failed(_Message):
+    TYPE: ClassVar[str] = "failed"
+    rank: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stop(_Message):
+    TYPE: ClassVar[str] = "stop"
+
+
+Message = Union[Ready, Start, Iteration, Sample, Event, Done, Failed, Stop]
+AGENT_MESSAGES = (Ready, Iteration, Sample, Event, Done, Failed)
+"""What an agent sends (the runner's framer accepts these)."""
+RUNNER_MESSAGES = (Start, Stop)
+"""What the runner sends (an agent's framer accepts these)."""
+MESSAGES = AGENT_MESSAGES + RUNNER_MESSAGES
+
+_FIELDS = {cls: tuple((f.name, f.default is None) for f in dataclasses.fields(cls))
+           for cls in (*MESSAGES, LoopStats)}
+"""Per class, its fields in order as (name, optional)."""
+_KINDS = {cls: {f.name: str(f.type).removesuffix(" | None") for f in dataclasses.fields(cls)}
+          for cls in _FIELDS}
+"""Per class, field name -> its annotation without `` | None`` (a key of _CHECKS, or LoopStats)."""
+_BY_TYPE = {cls.TYPE: cls for cls in MESSAGES}
+
+
+# -- decoding ----------------------------------------------------------------------
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_CHECKS = {  # annotation (as written above) -> (check, what the field must be)
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "float": (_number, "a finite number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "dict": (lambda v: isinstance(v, dict), "an object"),
+    "list": (lambda v: isinstance(v, list), "an array"),
+}
+
+
+def _decode_fields(cls: type, obj: dict, where: str) -> dict:
+    kinds = _KINDS[cls]
+    unknown = sorted(set(obj) - set(kinds))
+    if unknown:
+        raise ProtocolError(f"{where}: unknown field {unknown[0]!r}")
+    out = {}
+    for name, optional in _FIELDS[cls]:
+        if name not in obj:
+            if optional:
+                continue
+            raise ProtocolError(f"{where}: missing field {name!r}")
+        value = obj[name]
+        kind = kinds[name]
+        if value is None and optional:
+            out[name] = None
+        elif kind == "LoopStats":
+            if not isinstance(value, dict):
+                raise ProtocolError(f"{where}: {name} must be an object")
+            out[name] = LoopStats(**_decode_fields(LoopStats, value, f"{where}.{name}"))
+        else:
+            check, what = _CHECKS[kind]
+            if not check(value):
+                raise ProtocolError(f"{where}: {name} must be {what}, got {value!r:.40}")
+            out[name] = value
+    return out
+
+
+def decode(obj: Any, accepts: Iterable[type] = MESSAGES) -> Message:
+    """A parsed JSON value -> the message it is; ProtocolError if it is none of ``accepts``."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+        raise ProtocolError(f"control message without a type: {str(obj)[:80]!r}")
+    cls = _BY_TYPE.get(obj["type"])
+    if cls is None:
+        raise ProtocolError(f"unknown control message type {obj['type'][:40]!r}")
+    if cls not in accepts:
+        raise ProtocolError(f"{cls.TYPE!r} goes the other way (not a message this end receives)")
+    fields = _decode_fields(cls, {k: v for k, v in obj.items() if k != "type"}, cls.TYPE)
+    try:
+        return cls(**fields)
+    except ValueError as exc:
+        raise ProtocolError(f"{cls.TYPE}: {exc}") from None
+
+
+def encode(msg: Message) -> bytes:
+    """One message as its line on the wire (compact JSON, newline-terminated)."""
+    return json.dumps({"type": msg.TYPE, **msg.as_dict()}, separators=(",", ":")).encode() + b"\n"
+
+
+# -- framing -----------------------------------------------------------------------
+class LineFramer:
+    """Newline-delimited JSON messages from a byte stream, and back.
+
+    ``accepts``: the message classes this end may receive (:data:`AGENT_MESSAGES` at the
+    runner, :data:`RUNNER_MESSAGES` at an agent). After a :class:`ProtocolError` the
+    stream cannot be trusted: every later :meth:`feed` raises too.
+    """
+
+    def __init__(self, accepts: Iterable[type] = MESSAGES, *, max_line_bytes: int = MAX_LINE_BYTES):
+        self.accepts = frozenset(accepts)
+        self.max_line_bytes = max_line_bytes
+        self._buf = bytearray()
+        self._error: str | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of an incomplete line held back."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Message]:
+        """The messages completed by ``data``, in order; ProtocolError on bad input."""
+        if self._error is not None:
+            raise ProtocolError(f"stream unusable after an earlier error ({self._error})")
+        buf = self._buf
+        buf += data
+        if b"\n" not in data:
+            self._check_partial()
+            return []
+        *lines, rest = bytes(buf).split(b"\n")
+        self._buf = bytearray(rest)
+        out: list[Message] = []
+        for line in lines:
+            if len(line) > self.max_line_bytes:
+                self._fail(f"control message longer than {self.max_line_bytes} bytes", out)
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError) as exc:   # JSONDecodeError, UnicodeDecodeError, ...
+                self._fail(f"bad control message {line[:80]!r}: {type(exc).__name__}: {exc}", out)
+            try:
+                out.append(decode(obj, self.accepts))
+            except ProtocolError as exc:
+                self._fail(str(exc), out)
+        self._check_partial(out)
+        return out
+
+    def _check_partial(self, out: list | None = None) -> None:
+        if len(self._buf) > self.max_line_bytes:
+            self._fail(f"control message longer than {self.max_line_bytes} bytes", out or [])
+
+    def _fail(self, reason: str, out: list) -> None:
+        self._error = reason
+        self._buf = bytearray()
+        raise ProtocolError(reason, out)
+
+    @staticmethod
+    def encode(msg: Message) -> bytes:
+        """See :func:`encode`."""
+        return encode(msg)
