@@ -11,6 +11,8 @@ tcp: :class:`TCPChannel`) -> wait until the channel is connected -> send
 One single-threaded loop (:class:`agents.io.EventLoop`) serves the data
 path, the control socket and the sample timer; control output is queued
 and written without blocking, at most one sample per ``sample_interval_s``.
+Each sample carries the loop's timer lateness (:class:`agents.protocol.LoopStats`),
+the agent's view of how starved of CPU the emulation is.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from .collectives import IterationResult, Workload
 from .control import ControlClient, ControlError
 from .io import EventLoop
 from .jobspec import JobSpec
-from .protocol import Done, Event, Failed, Iteration, Message, Ready, Sample, Start, Stop
+from .protocol import Done, Event, Failed, Iteration, LoopStats, Message, Ready, Sample, Start, Stop
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +94,9 @@ class Agent:
         if not force and now < self._next_sample:
             return
         self._next_sample = now + self.spec.sample_interval_s
-        self.send(Sample(self.spec.rank, self.wall(now), self.channel.flows()))
+        loop = self.loop
+        self.send(Sample(self.spec.rank, self.wall(now), self.channel.flows(),
+                         LoopStats(loop.timers_fired, loop.timer_late_sum_s, loop.take_timer_late_max_s())))
 
     def _make_channel(self):
         spec = self.spec

@@ -52,7 +52,7 @@ from .control import ControlServer, control_socket_path
 from .progress import Display, Progress
 from . import records
 from .records import TransportRecords, agent_log, base_manifest, new_run_dir, write_manifest
-from .sampling import LINK_SAMPLE_S, CpuSampler
+from .sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ class TransportRun:
         self.faults = None
         self.server: ControlServer | None = None
         self.procs: dict[int, object] = {}
+        self.ticker: Ticker | None = None
         self.logs: list = []
         self.ready: set[int] = set()
         self.done: set[int] = set()
@@ -177,11 +178,11 @@ class TransportRun:
         self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()}})
 
     def _loop(self) -> None:
-        cpu = CpuSampler()
+        cpu, sched = CpuSampler(), SchedSampler(self.procs)
         n = len(self.world)
         t0 = time.monotonic()
         deadline = t0 + self.scenario.timeout_s
-        next_tick = t0
+        tick = self.ticker = Ticker(LINK_SAMPLE_S, t0)
         self.progress.status = "connecting"
         while True:
             now = time.monotonic()
@@ -191,19 +192,19 @@ class TransportRun:
                 return
             for step in self.timeline.due(now):
                 self._apply(step)
-            if now >= next_tick:
-                next_tick = max(next_tick + LINK_SAMPLE_S, now)
+            if tick.due(now):
+                self._check_processes()
                 if self.started:
                     self._sample_links()
                     self.records.cpu.write(cpu.sample())
+                    self.records.sched.write(sched.sample())
                 else:
                     cpu.sample()
-                self._check_processes()
                 self.records.flush()
                 self.refresh()
                 if self.status:
                     return
-            wake = min(next_tick, deadline, self.timeline.next_time() or deadline)
+            wake = min(tick.next, deadline, self.timeline.next_time() or deadline)
             for msg in self.server.poll(wake - time.monotonic()):
                 self._on_message(msg)
             if len(self.done) == n:
@@ -334,6 +335,9 @@ class TransportRun:
     # -- the end -------------------------------------------------------------------------
     def _finish(self) -> None:
         status = self.status or "interrupted"
+        if self.ticker is not None and self.ticker.skipped:
+            log.warning("%s: the runner missed %d sampling ticks of %g s (starved; the records' t show the gaps)",
+                        self.transport, self.ticker.skipped, LINK_SAMPLE_S)
         try:
             if self.server is not None:
                 self.server.broadcast(Stop())

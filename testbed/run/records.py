@@ -10,6 +10,7 @@ Layout (DESIGN.md "Scenario run directory")::
             samples.jsonl        agent flow samples
             links.jsonl          kernel link counters
             cpu.jsonl            host CPU use
+            sched.jsonl          the agent processes' scheduler statistics
             jobs/rank<r>.json    the agents' job specs (:mod:`testbed.jobs`)
             agents/rank<r>.log   each agent's stdout and stderr
 
@@ -24,19 +25,32 @@ seconds. Counters are cumulative (readers take differences).
 * ``agent`` ``{"rank", "status": "ready" | "done" | "failed" | "crashed", "summary" | "reason" | "exit"}``;
 * ``run`` ``{"phase": "start", "transport", "world"}`` and ``{"phase": "end", "status", "reason",
   "exit_codes": {rank: code | None}}``;
-* ``iteration``: an agent's iteration report (its message's fields, ``t`` = ``t_end``);
-* ``ev_state`` / ``qp_error``: an agent's event (its message's fields);
+* ``iteration``: an agent's iteration report (:class:`agents.protocol.Iteration` fields,
+  ``t`` = ``t_end``);
+* ``ev_state`` / ``qp_error``: an agent's event (:class:`agents.protocol.Event` fields);
 * ``fault`` ``{"action", "link", "phase": "apply" | "revert", "step", "value", "index"}`` (+ the nft
   drop counters when a loss or blackhole ends), ``reconverge`` ``{"links_down"}``;
 * ``timeline`` ``{"not_reached": [step records], "never_triggered": [event index]}``.
 
-``samples.jsonl``: ``{"t", "rank", "flows": [...]}`` (an agent's sample message).
+``samples.jsonl``: ``{"t", "rank", "flows": [...], "loop": {"timers", "late_sum_s", "late_max_s"}}``
+(an agent's :class:`agents.protocol.Sample`; ``loop``, the agent event loop's timer lateness
+in s: ``timers`` fired and ``late_sum_s`` cumulative, ``late_max_s`` the largest since the
+rank's previous sample; absent from agents that do not send it).
 
 ``links.jsonl``: ``{"t", **record}`` per link end and tick, ``record`` from
 :meth:`testbed.counters.LinkCounters.read`.
 
 ``cpu.jsonl``: ``{"t", "busy_fraction", "cores": [fraction, ...]}`` per tick
 (:class:`testbed.run.sampling.CpuSampler`).
+
+``sched.jsonl``: ``{"t", "ranks": {"<rank>": [cpu_ns, wait_ns, slices]}}`` per tick: each
+running agent process's ``/proc/<pid>/schedstat`` (time on a CPU, time waiting on a run
+queue, both ns, and timeslices run; cumulative since the process started; an agent that
+has exited is left out) (:class:`testbed.run.sampling.SchedSampler`).
+
+``links.jsonl``, ``cpu.jsonl`` and ``sched.jsonl`` are written every
+:data:`testbed.run.sampling.LINK_SAMPLE_S` while the workload runs; a tick the runner
+could not keep is not made up, so the gap shows in the records' ``t``.
 """
 
 from __future__ import annotations
@@ -61,9 +75,10 @@ EVENTS = "events.jsonl"
 SAMPLES = "samples.jsonl"
 LINKS = "links.jsonl"
 CPU = "cpu.jsonl"
+SCHED = "sched.jsonl"
 JOBS_DIR = "jobs"
 AGENT_LOGS_DIR = "agents"
-TRANSPORT_FILES = (EVENTS, SAMPLES, LINKS, CPU)
+TRANSPORT_FILES = (EVENTS, SAMPLES, LINKS, CPU, SCHED)
 """The JSONL files of every transport's directory."""
 
 
@@ -100,10 +115,11 @@ class TransportRecords:
         self.samples = JsonlWriter(directory / SAMPLES)
         self.links = JsonlWriter(directory / LINKS)
         self.cpu = JsonlWriter(directory / CPU)
+        self.sched = JsonlWriter(directory / SCHED)
 
     @property
     def writers(self) -> tuple[JsonlWriter, ...]:
-        return (self.events, self.samples, self.links, self.cpu)
+        return (self.events, self.samples, self.links, self.cpu, self.sched)
 
     def flush(self) -> None:
         for w in self.writers:
@@ -117,7 +133,10 @@ class TransportRecords:
 # -- records from the agents' messages ----------------------------------------------
 def sample_record(msg: Sample) -> dict:
     """A ``samples.jsonl`` record."""
-    return {"t": msg.t, "rank": msg.rank, "flows": msg.flows}
+    rec = {"t": msg.t, "rank": msg.rank, "flows": msg.flows}
+    if msg.loop is not None:
+        rec["loop"] = msg.loop.as_dict()
+    return rec
 
 
 def iteration_record(msg: Iteration) -> dict:

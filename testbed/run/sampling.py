@@ -2,15 +2,22 @@
 
 * kernel link counters: :class:`testbed.counters.LinkCounters` (one netlink dump per
   namespace) -> ``links.jsonl``;
-* host CPU use from ``/proc/stat``: :class:`CpuSampler` -> ``cpu.jsonl``.
+* host CPU use from ``/proc/stat``: :class:`CpuSampler` -> ``cpu.jsonl``;
+* every agent process's scheduler statistics from ``/proc/<pid>/schedstat``:
+  :class:`SchedSampler` -> ``sched.jsonl`` (how long each agent waited for a CPU: on a
+  2-core machine emulating a fabric, the measure of emulation starvation).
 
-Record formats are in :mod:`testbed.run.records`. Every record carries the wall-clock
-time at which it was read.
+:class:`Ticker` keeps the period. Record formats are in :mod:`testbed.run.records`. Every
+record carries the wall-clock time at which it was read, so a late tick shows as a gap.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from typing import Mapping
+
+log = logging.getLogger(__name__)
 
 LINK_SAMPLE_S = 0.100       # kernel link counters and CPU, s (metrics.LINK_BIN_S)
 
@@ -37,3 +44,62 @@ class CpuSampler:
             fracs.append(round(1.0 - idle / total, 4) if total > 0 else 0.0)
         self._last = now
         return {"t": time.time(), "busy_fraction": fracs[0], "cores": fracs[1:]}
+
+
+def read_schedstat(pid: int) -> list[int] | None:
+    """``[cpu_ns, wait_ns, slices]`` of ``pid`` from ``/proc/<pid>/schedstat``: time spent on a
+    CPU, time spent waiting on a run queue (ns) and timeslices run, cumulative (kernel
+    Documentation/scheduler/sched-stats.rst); None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            fields = f.read().split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return [int(v) for v in fields[:3]] if len(fields) >= 3 else None
+
+
+class SchedSampler:
+    """Scheduler statistics of the agents: ``procs`` maps rank -> its process (a Popen whose
+    ``pid`` is the agent's python: Mininet's ``mnexec`` execs the command, it does not fork)."""
+
+    def __init__(self, procs: Mapping[int, object]):
+        self.procs = procs
+
+    def sample(self) -> dict:
+        """``{"t", "ranks": {"<rank>": [cpu_ns, wait_ns, slices]}}``; exited agents left out."""
+        ranks = {}
+        for rank, proc in self.procs.items():
+            if proc.poll() is not None:
+                continue
+            stat = read_schedstat(proc.pid)
+            if stat is not None:
+                ranks[str(rank)] = stat
+        return {"t": time.time(), "ranks": ranks}
+
+
+class Ticker:
+    """A period on a monotonic clock: :meth:`due` is true once per ``period_s`` from ``start``.
+
+    A tick the caller reaches late fires once (no burst of catch-up ticks, no tick right
+    after another); if it is late by a period or more, the ticks it missed are counted in
+    ``skipped`` and the next one is a full period later. The records a tick writes carry
+    the time they are read, so the gap shows in the data.
+    """
+
+    def __init__(self, period_s: float, start: float):
+        self.period_s = period_s
+        self.next = start
+        self.skipped = 0
+
+    def due(self, now: float) -> bool:
+        if now < self.next:
+            return False
+        late = now - self.next
+        if late >= self.period_s:
+            missed = int(late // self.period_s)
+            self.skipped += missed
+            log.debug("sampling tick %.3f s late: %d tick(s) skipped", late, missed)
+            self.next = now + self.period_s
+        else:
+            self.next += self.period_s
+        return True

@@ -160,6 +160,13 @@ def test_three_agents_all_reduce_on_loopback(tmp_path, runner_for, transport):
         assert 0 <= flow["tx"]["retransmitted_bytes"] <= flow["tx"]["bytes"] // 10
         ts = [m["t"] for m in samples]
         assert ts == sorted(ts)
+        loops = [m["loop"] for m in samples]      # the event loop's timer lateness
+        assert all(set(lp) == {"timers", "late_sum_s", "late_max_s"} for lp in loops)
+        assert all(lp["late_max_s"] >= 0 for lp in loops)
+        assert [lp["timers"] for lp in loops] == sorted(lp["timers"] for lp in loops)
+        assert loops[-1]["late_sum_s"] >= max(lp["late_max_s"] for lp in loops)
+        if transport != "tcp":
+            assert loops[-1]["timers"] > 0          # QP timers (RTO, SACK delay) went through the loop
 
 
 def test_stop_ends_agents_promptly(tmp_path, runner_for):

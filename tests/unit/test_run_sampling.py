@@ -1,0 +1,71 @@
+"""The runner's own samplers and records without a fabric: the tick, /proc/<pid>/schedstat, record shapes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agents.protocol import Iteration, LoopStats, Sample
+from testbed.run import records
+from testbed.run.sampling import LINK_SAMPLE_S, SchedSampler, Ticker, read_schedstat
+
+
+def test_ticker_keeps_its_period_when_on_time():
+    tick = Ticker(0.1, 10.0)
+    assert tick.due(10.0) and not tick.due(10.05)
+    assert tick.due(10.13)                    # a little late: the phase is kept
+    assert tick.next == pytest.approx(10.2) and tick.skipped == 0
+
+
+def test_a_late_tick_fires_once_counts_what_it_missed_and_waits_a_full_period():
+    tick = Ticker(0.1, 10.0)
+    assert tick.due(10.0)
+    assert tick.due(10.43)                    # 0.33 s late: ticks at 10.2, 10.3, 10.4 were missed
+    assert tick.skipped == 3
+    assert not tick.due(10.43) and not tick.due(10.52)   # no catch-up burst, no tick right after
+    assert tick.due(10.53)
+
+
+def test_schedstat_of_a_running_process_and_of_none():
+    stat = read_schedstat(os.getpid())
+    assert stat is not None and len(stat) == 3 and all(isinstance(v, int) and v >= 0 for v in stat)
+    assert stat[0] > 0 and stat[2] > 0        # this process has run
+    assert read_schedstat(2 ** 22 + 12345) is None
+
+
+def test_sched_sampler_leaves_exited_agents_out():
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    try:
+        rec = SchedSampler({0: running, 1: exited}).sample()
+    finally:
+        running.kill()
+        running.wait()
+    assert set(rec) == {"t", "ranks"} and list(rec["ranks"]) == ["0"]
+    cpu_ns, wait_ns, slices = rec["ranks"]["0"]
+    assert cpu_ns > 0 and wait_ns >= 0 and slices >= 1
+    json.dumps(rec)
+
+
+def test_records_of_agent_messages():
+    s = Sample(2, 5.5, [{"peer": "h1"}], LoopStats(10, 0.25, 0.01))
+    assert records.sample_record(s) == {"t": 5.5, "rank": 2, "flows": [{"peer": "h1"}],
+                                        "loop": {"timers": 10, "late_sum_s": 0.25, "late_max_s": 0.01}}
+    assert "loop" not in records.sample_record(Sample(2, 5.5, []))
+    it = Iteration(1, size=8, iter=0, seq=1, warmup=True, t_start=1.0, t_end=2.0, seconds=1.0, wrong=0)
+    assert records.iteration_record(it) == {"t": 2.0, "kind": "iteration", "rank": 1, "size": 8, "iter": 0,
+                                            "seq": 1, "warmup": True, "t_start": 1.0, "t_end": 2.0,
+                                            "seconds": 1.0, "wrong": 0}
+    assert records.SCHED in records.TRANSPORT_FILES and LINK_SAMPLE_S == 0.1
+
+
+def test_transport_records_create_every_file(tmp_path):
+    recs = records.TransportRecords(tmp_path / "mrc")
+    recs.sched.write({"t": 1.0, "ranks": {"0": [1, 2, 3]}})
+    recs.close()
+    assert sorted(p.name for p in (tmp_path / "mrc").glob("*.jsonl")) == sorted(records.TRANSPORT_FILES)
+    assert json.loads((tmp_path / "mrc" / records.SCHED).read_text()) == {"t": 1.0, "ranks": {"0": [1, 2, 3]}}
