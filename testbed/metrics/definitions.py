@@ -9,6 +9,13 @@ SMOOTH_BINS = 5             # rolling-median window for recovery, bins (50 ms)
 RECOVERY_FRACTION = 0.9     # "recovered" = smoothed aggregate goodput >= 90 % of baseline
 DIP_HORIZON_S = 1.0         # a fault's dip must start within this long after it, s
 MIN_DIP_BINS = 3            # a dip is at least this many consecutive smoothed bins below threshold
+FLOW_DIP_HORIZON_S = 2.0    # per-flow recovery: dips starting this long after the fault count, s
+RECOVERY_WINDOW_RTTS = 4    # per-flow recovery: sliding window of this many base RTTs ...
+RECOVERY_WINDOW_MIN_S = 0.1  # ... and at least this long, s
+BOUNDARY_MARGIN_S = 1.0     # warn when a fault lands this close to the end of its iteration, s
+SCHED_DELAY_MAX_RTT = 0.1   # invalid: agents' p95 scheduling delay per wakeup >= this many base RTTs
+TIMER_LATE_MAX_RTT = 0.25   # invalid: agents' p99 timer lateness >= this many base RTTs
+SAMPLER_COVERAGE_MIN = 0.9  # invalid: the runner's samplers kept < 90% of their period
 LINK_BIN_S = 0.100          # link throughput bin width, s
 ACHIEVED_WINDOW_S = 1.0     # achieved link rate: best sliding window of this length, s
 BUSIEST_LINKS = 5           # link ends reported in the fidelity section
@@ -28,18 +35,42 @@ DEFINITIONS = {
                               "reach at most 1/n",
     "wrong": "elements differing from the expected sum, summed over ranks and all iterations (warm-up too)",
     "qp_errors": "qp_error events (retries exhausted: the job would crash); count",
-    "detect_s": "first fault apply -> first EV going from GOOD (or SKIP) to ASSUMED_BAD/DENIED/UNKNOWN; s; "
-                "null without EVs",
-    "recovery_s": "fault apply -> smoothed (centred 50 ms rolling median) aggregate goodput back to >= 90% of "
-                  "the pre-fault median, after a dip below it of >= 30 ms starting within 1 s; 0 if no dip; s; "
-                  "null if not recovered before the workload ended; iteration gaps excluded",
-    "longest_stall_s": "longest run of consecutive 10 ms bins with zero aggregate goodput while a collective "
+    "detect_s": "first disruptive fault apply -> first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN transition of an EV "
+                "whose path (job spec links, SRv6) crosses the faulted link; s; null without EVs or if no such EV "
+                "was retired",
+    "false_retirements": "retirements (GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN) of EVs whose path crosses no faulted "
+                         "link: count and total time until each came back to GOOD; s",
+    "flow_kpis": "per rx flow r->s, on its own 10 ms progress bins inside its active time (per iteration: sender's "
+                 "start .. receiver's end): longest_stall_s = longest run of bins with no progress; recovery = "
+                 f"rate over sliding windows of max({RECOVERY_WINDOW_RTTS} base RTTs, {RECOVERY_WINDOW_MIN_S:g} s) "
+                 f"against the median pre-fault window rate: a dip is >= {MIN_DIP_BINS} windows below "
+                 f"{RECOVERY_FRACTION:.0%} starting within {FLOW_DIP_HORIZON_S:g} s of the first fault (a ring drains hop "
+                 "by hop), recovery = first window back above it after the last such dip - fault time; 'no dip' "
+                 "when none",
+    "worst_stall": "the flow with the longest stall (flow_kpis); s, and in base RTTs",
+    "worst_recovery": "the flow that recovered last (a flow that never recovered is worse); s, and in base RTTs; "
+                      "dip false = no flow dipped",
+    "healthy_gap_p99_s": "p99 (nearest rank) of every flow's no-progress runs that overlap no fault window: the "
+                         "stall a healthy ring shows anyway; s",
+    "faulted_iteration": "the measured iteration in progress at the first fault: its time (slowest rank) / median "
+                         "time of the measured iterations of that size overlapping no fault window - 1; percent",
+    "base_rtt_s": "unloaded RTT of the ring's longest path (job spec cc_params.base_rtt_s: serialisation of one "
+                  "packet and its SACK per link + agent time); s",
+    "recovery_s": "aggregate view, kept for comparison: fault apply -> smoothed (50 ms rolling median) aggregate "
+                  "goodput back to >= 90% of the pre-fault median after a >= 30 ms dip; 0 if no dip; null if not "
+                  "recovered; iteration gaps excluded",
+    "longest_stall_s": "aggregate view: longest run of 10 ms bins with zero aggregate goodput while a collective "
                        "runs (iteration gaps excluded); s",
     "retransmits": "sum of the transports' cumulative retransmission counters over tx flows; packets "
-                   "(segments for tcp)",
+                   "(segments for tcp); split at the first fault into retransmits_startup (before it: start-up "
+                   "and healthy running) and retransmits_after_fault",
     "retransmitted_bytes": "sum of flows' retransmitted_bytes counters when agents report them, else null; bytes",
-    "cpu_busy": "host CPU busy fraction (all cores) in the workload window, mean and p95; 0..1; "
-                f"p95 >= {CPU_SATURATED_P95} marks the run invalid",
+    "cpu_busy": "host CPU busy fraction (all cores) in the workload window, mean and p95; 0..1; reported "
+                "beside validity, not deciding it (any neighbour process counts there)",
+    "validity": "the emulation was not starved: agents' p95 scheduling delay per timeslice (/proc/PID/schedstat "
+                f"run-queue wait / timeslices, per 100 ms) < {SCHED_DELAY_MAX_RTT:g} base RTT, p99 timer lateness "
+                f"(agent event loop) < {TIMER_LATE_MAX_RTT:g} base RTT, and the runner's link samplers covered >= "
+                f"{SAMPLER_COVERAGE_MIN:.0%} of their 100 ms periods; a measure not recorded is null and not judged",
     "links": f"per link end: tx bytes and drops per {LINK_BIN_S * 1000:.0f} ms bin from kernel counters; "
              f"achieved_bps = best {ACHIEVED_WINDOW_S:g} s sliding-window mean throughput (single bins carry "
              "HTB bursts and sampling jitter), compared with the configured rate_bps",

@@ -131,8 +131,12 @@ class SampleTable:
     Build with :meth:`from_records` (raises :class:`MetricsError` on a sample without
     ``t``/``rank``/``flows``)."""
 
-    def __init__(self, t: np.ndarray, ranks: set, flows: dict[FlowKey, _FlowColumns]):
+    def __init__(self, t: np.ndarray, ranks: set, flows: dict[FlowKey, _FlowColumns],
+                 loop: list[tuple] | None = None):
         self.t, self.ranks, self._flows = t, ranks, flows
+        #: (t, rank, late_max_s) of every sample carrying the agent's event-loop stats
+        #: (``"loop": {"timers", "late_sum_s", "late_max_s"}``): timer lateness since the last sample
+        self.loop = loop or []
 
     def __len__(self) -> int:
         return len(self.t)
@@ -142,6 +146,7 @@ class SampleTable:
         cols: dict[FlowKey, _FlowColumns] = {}
         ts: list = []
         ranks: set = set()
+        loop: list[tuple] = []
         add_t, missing, ev_id = ts.append, _MISSING, _EV_ID
         for n, s in enumerate(records):
             try:
@@ -150,6 +155,9 @@ class SampleTable:
                 raise MetricsError(f"samples.jsonl record {n + 1}: needs t, rank, flows ({exc})") from exc
             add_t(t)
             ranks.add(rank)
+            ls = s.get("loop")
+            if ls:
+                loop.append((t, rank, float(ls.get("late_max_s") or 0.0)))
             for f in flows:
                 key = (rank, f.get("peer"), f.get("dir", "rx"))
                 c = cols.get(key)
@@ -173,7 +181,7 @@ class SampleTable:
                             c.ev_lists.append(c.ev_last)
                         c.ev_ids = ids
                     c.ev_last, c.ev_row, c.ev_t = evs, len(c.t) - 1, t
-        return cls(np.array(ts, dtype=float), ranks, cols)
+        return cls(np.array(ts, dtype=float), ranks, cols, loop)
 
     def flows(self, t0_s: float) -> dict:
         """``{(rank, peer, dir): FlowSeries}`` with times relative to ``t0_s``, each flow's
@@ -243,14 +251,19 @@ class LinkTable:
 
 @dataclass
 class TransportRecords:
-    """Parsed records of one transport: ``events``, ``cpu`` as lists of dicts (as in the files),
-    ``samples`` a :class:`SampleTable`, ``links`` a :class:`LinkTable` (lists of dicts given
-    here are converted)."""
+    """Parsed records of one transport: ``events``, ``cpu``, ``sched`` (agents' schedstat
+    samples) as lists of dicts (as in the files), ``samples`` a :class:`SampleTable`, ``links``
+    a :class:`LinkTable` (lists of dicts given here are converted); ``jobs`` the agents' job
+    specs in rank order (``jobs/rank<r>.json``) and ``paths`` the traced flows (``paths.json``
+    ``flows``), both empty when absent."""
     name: str
     events: list[dict] = field(default_factory=list)
     samples: SampleTable | list[dict] = field(default_factory=list)
     links: LinkTable | list[dict] = field(default_factory=list)
     cpu: list[dict] = field(default_factory=list)
+    sched: list[dict] = field(default_factory=list)
+    jobs: list[dict] = field(default_factory=list)
+    paths: list[dict] = field(default_factory=list)
 
     def __post_init__(self):
         if not isinstance(self.samples, SampleTable):
@@ -259,9 +272,22 @@ class TransportRecords:
             self.links = LinkTable.from_records(self.links)
 
 
+def _load_json(path: Path, default):
+    """A JSON file's content, ``default`` if it is missing; MetricsError if it is not JSON."""
+    if not path.is_file():
+        return default
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise MetricsError(f"{path}: not JSON: {exc.msg}") from exc
+
+
 def load_transport(run_dir: Path, name: str) -> TransportRecords:
-    """The four JSONL files of transport ``name`` (missing files are empty)."""
+    """The JSONL files, job specs and traced paths of transport ``name`` (missing files are empty)."""
     d = Path(run_dir) / name
+    jobs = sorted((_load_json(p, {}) for p in (d / "jobs").glob("rank*.json")), key=lambda j: j.get("rank", 0))
     return TransportRecords(name, load_jsonl(d / "events.jsonl"),
                             SampleTable.from_records(iter_jsonl(d / "samples.jsonl")),
-                            LinkTable.from_records(iter_jsonl(d / "links.jsonl")), load_jsonl(d / "cpu.jsonl"))
+                            LinkTable.from_records(iter_jsonl(d / "links.jsonl")), load_jsonl(d / "cpu.jsonl"),
+                            load_jsonl(d / "sched.jsonl"), jobs,
+                            _load_json(d / "paths.json", {}).get("flows", []))

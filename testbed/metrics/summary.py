@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from .collectives import _stats, completion, expected_measured_iterations, size_table
-from .definitions import CPU_SATURATED_P95, DEFINITIONS, LINK_BIN_S
-from .fidelity import busiest_links, cpu_fidelity
+from .definitions import DEFINITIONS, LINK_BIN_S
+from .fidelity import busiest_links, cpu_fidelity, emulation_validity
+from .kpis import (boundary_warnings, ev_links, ev_retirements, fault_windows, faulted_iteration, flow_kpis,
+                   iteration_spans, p_nearest_rank, worst_recovery, worst_stall)
 from .loading import FlowKey, TransportRecords, load_manifest, load_transport, scenario_name
 from .recovery import (active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time,
                        time_to_detect)
@@ -83,9 +85,10 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     active = active_bins(edges, iteration_gaps(tr.events, t0))
     pre = (edges[:-1] >= window[0] - 1e-9) & (edges[1:] <= t_first + 1e-9) & active
     baseline = float(np.median(goodput[pre])) if pre.any() else 0.0
-    per_fault = [{**f, "detect_s": time_to_detect(trans, f["t_s"]) if has_evs else None,
+    fk = _fault_kpis(tr, t0, window, fl, trans, flows, edges)
+    per_fault = [{**f, "detect_s": fk["detect"][i] if has_evs else None,
                   "recovery_s": recovery_time(edges, goodput, f["t_s"], baseline, window[1], active)}
-                 for f in disruptive]
+                 for i, f in enumerate(disruptive)]
     stall_s, stall_at = longest_stall(edges, goodput, window, active)
     sizes = size_table(tr.events, world_size)
     largest = sizes[-1] if sizes else None
@@ -96,7 +99,8 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     link_edges = bin_edges(0.0, t_last, LINK_BIN_S)
     links = link_series(tr.links, t0, link_edges)
     cpu = cpu_fidelity(tr.cpu, t0, window)
-    invalid = [f"CPU saturated: p95 busy {cpu['p95']:.2f} >= {CPU_SATURATED_P95}"] if cpu and cpu["saturated"] else []
+    validity = emulation_validity(tr.sched, tr.samples.loop, tr.links.t, cpu, t0, window, fk["base_rtt_s"])
+    invalid = validity["reasons"]
     summary = {
         "transport": tr.name, "t0_wall_s": t0, "workload_window_s": list(window),
         "world_size": world_size, "completion": completion(tr.events, world_size, expected_measured),
@@ -114,15 +118,73 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
         "baseline_goodput_bps": baseline,
         "longest_stall_s": stall_s, "longest_stall_at_s": stall_at,
         "retransmits": float(sum(fs.retransmits[-1] for fs in tx if len(fs.retransmits))),
+        "retransmits_startup": _counter_at(tx, t_first),
+        "retransmits_after_fault": (float(sum(fs.retransmits[-1] for fs in tx if len(fs.retransmits)))
+                                    - _counter_at(tx, t_first)) if disruptive else 0.0,
         "retransmitted_bytes": float(sum(a[-1] for a in rtx_bytes if len(a))) if rtx_bytes else None,
         "ev_transitions": len(trans),
         "flows": [_flow_summary(k, fs, window) for k, fs in sorted(flows.items(), key=lambda kv: str(kv[0]))],
         "fidelity": {"cpu_busy": cpu, "busiest_links": busiest_links(links, link_edges, window),
                      "link_drops": float(sum(s["drops"].sum() for s in links.values()))},
-        "valid": not invalid, "invalid_reasons": invalid,
-        "warnings": [] if cpu else ["no CPU samples in the workload window: fidelity unknown"],
+        "valid": not invalid, "invalid_reasons": invalid, "validity": validity,
+        "warnings": ([] if cpu else ["no CPU samples in the workload window: fidelity unknown"]) + fk["warnings"],
+        **{k: fk[k] for k in ("base_rtt_s", "flow_kpis", "worst_stall", "worst_recovery", "healthy_gap_p99_s",
+                              "faulted_iteration", "false_retirements", "fault_flows", "evs_crossing_fault",
+                              "retirements")},
     }
     return TransportAnalysis(tr.name, t0, summary, edges, goodput, flows, link_edges, links)
+
+
+def _counter_at(flows: list[FlowSeries], t_s: float) -> float:
+    """Sum over flows of the cumulative retransmission counter's last sample at or before ``t_s``."""
+    total = 0.0
+    for fs in flows:
+        i = int(np.searchsorted(fs.t_s, t_s, side="right")) - 1
+        total += float(fs.retransmits[i]) if i >= 0 else 0.0
+    return total
+
+
+def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl: list[dict], trans: list[dict],
+                flows: dict, edges: np.ndarray) -> dict:
+    """Per-flow and per-EV failover KPIs (:mod:`testbed.metrics.kpis`) of one transport."""
+    jobs = tr.jobs
+    hosts = list(jobs[0].get("world", [])) if jobs else []
+    base_rtt = (jobs[0].get("qp", {}).get("cc_params", {}).get("base_rtt_s") if jobs else None)
+    spans = iteration_spans(tr.events, t0)
+    windows = fault_windows(fl, window[1])
+    faulted = {w["link"] for w in windows}
+    crossing = {(p["src_rank"], p["dst_rank"]) for p in tr.paths
+                if p.get("kind") == "data" and faulted & set(p.get("links", ()))}
+    evl = ev_links(jobs)
+    if not tr.paths:   # runs from before paths.json: an MRC flow crosses where its EVs do
+        crossing = {(r, (r + 1) % len(hosts)) for (r, d, _), links in evl.items() if d == "tx" and faulted & set(links)}
+    kp = flow_kpis(flows, hosts, spans, edges, windows, crossing, base_rtt)
+    crossing_evs = {k for k, links in evl.items() if faulted & set(links)}
+    rets = ev_retirements(trans, crossing_evs, window[1])
+    detect = []
+    for w in windows:
+        if not evl:   # no job specs (older or synthetic runs): EV paths unknown, any EV counts
+            detect.append(time_to_detect(trans, w["t_s"]))
+            continue
+        mine = {k for k, links in evl.items() if w["link"] in links}
+        detect.append(next((r["t_s"] - w["t_s"] for r in rets if r["t_s"] >= w["t_s"] - 1e-9
+                            and (r["rank"], r["dir"], r["ev_id"]) in mine), None))
+    false = [r for r in rets if not r["crosses_fault"]] if evl else []
+    gaps = [g for k in kp for g in k["healthy_gaps_s"]]
+    return {
+        "base_rtt_s": base_rtt, "detect": detect,
+        "flow_kpis": [{k: v for k, v in f.items() if k != "healthy_gaps_s"} for f in kp],
+        "worst_stall": worst_stall(kp, base_rtt), "worst_recovery": worst_recovery(kp, base_rtt) if windows else None,
+        "healthy_gap_p99_s": p_nearest_rank(gaps, 99),
+        "faulted_iteration": faulted_iteration(spans, windows),
+        "false_retirements": {"count": len(false), "total_s": float(sum(r["duration_s"] for r in false)),
+                              "evs": sorted({(r["rank"], r["dir"], r["ev_id"]) for r in false})},
+        "retirements": rets,
+        "fault_flows": [{"rank": f["dst"], "peer": f["peer"], "dir": "rx", "label": f["flow"]}
+                        for f in kp if f["crosses_fault"]],
+        "evs_crossing_fault": [{"rank": r, "dir": d, "ev_id": e} for r, d, e in sorted(crossing_evs)],
+        "warnings": boundary_warnings(spans, windows),
+    }
 
 
 def comparison_row(s: dict) -> dict:

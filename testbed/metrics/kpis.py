@@ -1,0 +1,254 @@
+"""Failover KPIs measured on each flow's own progress (definitions in :mod:`testbed.metrics`).
+
+A ring all-reduce is a chain: when one ring hop stops, every rank soon waits for it, so the
+aggregate goodput dips only once the ring has drained, and an idle flow at the end of an
+iteration looks like a stall. Here every KPI is computed per rx flow (``rank <- peer``,
+labelled ``"<src rank>-><dst rank>"``) on its own 10 ms progress bins, inside the flow's
+*active* time: per iteration, from its sender's start to its receiver's end (when the
+receiver has everything, the flow is done, not stalled). Then the scenario figure is the
+worst flow, named.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .definitions import (DETECTED_STATES, FLOW_DIP_HORIZON_S, MIN_DIP_BINS, RECOVERY_FRACTION,
+                          RECOVERY_WINDOW_MIN_S, RECOVERY_WINDOW_RTTS)
+from .series import FlowSeries, binned_increments
+
+
+def p_nearest_rank(values, p: float) -> float | None:
+    """The p-th percentile by nearest rank: the ceil(p/100 * n)-th smallest of n values
+    (NIST/Hyndman-Fan definition 1; no interpolation), None for no values."""
+    v = sorted(values)
+    if not v:
+        return None
+    return float(v[max(1, math.ceil(p / 100 * len(v))) - 1])
+
+
+def iteration_spans(events: list[dict], t0_s: float) -> list[dict]:
+    """Per iteration (warm-ups included), in sweep order: ``{seq, size, iter, warmup, start_s
+    (first rank), end_s (last rank), seconds (slowest rank: nccl-tests -a 3), by_rank: {rank:
+    (start_s, end_s)}}``, times relative to ``t0_s``."""
+    its: dict[tuple, dict] = {}
+    for e in events:
+        if e.get("kind") != "iteration":
+            continue
+        key = (int(e["size"]), e["iter"], bool(e.get("warmup")))
+        it = its.setdefault(key, {"seq": e.get("seq"), "size": key[0], "iter": key[1], "warmup": key[2],
+                                  "by_rank": {}, "seconds": 0.0})
+        it["by_rank"][e["rank"]] = (float(e["t_start"]) - t0_s, float(e["t_end"]) - t0_s)
+        it["seconds"] = max(it["seconds"], float(e["seconds"]))
+    out = []
+    for it in its.values():
+        it["start_s"] = min(a for a, _ in it["by_rank"].values())
+        it["end_s"] = max(b for _, b in it["by_rank"].values())
+        out.append(it)
+    return sorted(out, key=lambda it: it["start_s"])
+
+
+def flow_active(edges: np.ndarray, spans: list[dict], src_rank: int, dst_rank: int) -> np.ndarray:
+    """Bool per bin: the bin lies inside an iteration's span for this flow, from the sender's
+    start to the receiver's end (shape (nbins,))."""
+    start, end = edges[:-1], edges[1:]
+    out = np.zeros(len(start), bool)
+    for it in spans:
+        a = it["by_rank"].get(src_rank, (it["start_s"], None))[0]
+        b = it["by_rank"].get(dst_rank, (None, it["end_s"]))[1]
+        out |= (start >= a - 1e-9) & (end <= b + 1e-9)
+    return out
+
+
+def zero_runs(progress: np.ndarray, active: np.ndarray, edges: np.ndarray) -> list[tuple[float, float]]:
+    """(start_s, duration_s) of every maximal run of active bins with no progress."""
+    zero = np.concatenate([[False], active & (progress <= 0.0), [False]])
+    d = np.diff(zero.astype(int))
+    starts, stops = np.nonzero(d == 1)[0], np.nonzero(d == -1)[0]
+    return [(float(edges[a]), float(edges[b] - edges[a])) for a, b in zip(starts, stops)]
+
+
+def window_rate(progress: np.ndarray, active: np.ndarray, k: int, bin_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Mean rate (progress units per s) over ``k`` consecutive bins starting at each bin, and
+    whether all ``k`` bins are active; shapes (nbins,) (the last k-1 bins are never valid)."""
+    n = len(progress)
+    csum = np.concatenate([[0.0], np.cumsum(progress)])
+    acts = np.concatenate([[0], np.cumsum(active.astype(int))])
+    rate = np.zeros(n)
+    ok = np.zeros(n, bool)
+    if n >= k:
+        rate[: n - k + 1] = (csum[k:] - csum[:-k]) / (k * bin_s)
+        ok[: n - k + 1] = (acts[k:] - acts[:-k]) == k
+    return rate, ok
+
+
+def flow_recovery(edges: np.ndarray, progress: np.ndarray, active: np.ndarray, t_fault_s: float,
+                  window_s: float, t_until_s: float | None = None) -> dict:
+    """Recovery of one flow from a fault at ``t_fault_s`` that lasts until ``t_until_s``: its
+    rate over sliding windows of ``window_s`` (whole windows of active bins only) against the
+    median window rate before the fault. A dip is a run of >= MIN_DIP_BINS windows below
+    RECOVERY_FRACTION of it; the dips that count start within FLOW_DIP_HORIZON_S of the fault
+    (and before it ends, ``t_until_s``): in a ring the stall reaches a flow only once the
+    ranks before it have drained (measured: 1.2 s round a 16-rank ring at 5 Mbit/s). Recovery
+    is the start of the first valid window back at or above the threshold after the last such
+    dip, minus ``t_fault_s``: how long until the flow ran normally again.
+
+    Returns ``{"dip": bool, "recovered": bool, "s": float|None, "baseline_bytes_per_s"}``
+    (``s`` None when there is no dip or no recovery before the data ends)."""
+    bin_s = float(edges[1] - edges[0]) if len(edges) > 1 else 0.01
+    k = max(1, round(window_s / bin_s))
+    rate, ok = window_rate(progress, active, k, bin_s)
+    start = edges[:-1]
+    pre = ok & (start + k * bin_s <= t_fault_s + 1e-9)
+    baseline = float(np.median(rate[pre])) if pre.any() else 0.0
+    out = {"dip": False, "recovered": False, "s": None, "baseline_bytes_per_s": baseline}
+    if baseline <= 0:
+        return out
+    thr = RECOVERY_FRACTION * baseline
+    horizon = min(t_fault_s + FLOW_DIP_HORIZON_S, t_until_s if t_until_s is not None else math.inf)
+    below = (ok & (rate < thr)).astype(int)
+    runs = np.convolve(below, np.ones(MIN_DIP_BINS, int), "valid") == MIN_DIP_BINS
+    t = start[: len(runs)]
+    dips = np.nonzero(runs & (t >= t_fault_s - 1e-9) & (t < horizon))[0]
+    if len(dips) == 0:
+        return out
+    j = int(dips[-1])
+    out["dip"] = True
+    back = np.nonzero(ok[j:] & (rate[j:] >= thr))[0]
+    if len(back):
+        out.update(recovered=True, s=float(start[j + back[0]] - t_fault_s))
+    return out
+
+
+def recovery_window_s(base_rtt_s: float | None) -> float:
+    """Sliding window of :func:`flow_recovery`: RECOVERY_WINDOW_RTTS base RTTs, at least
+    RECOVERY_WINDOW_MIN_S (a handful of packets per window at the emulated rates)."""
+    return max(RECOVERY_WINDOW_MIN_S, RECOVERY_WINDOW_RTTS * (base_rtt_s or 0.0))
+
+
+def fault_windows(faults: list[dict], t_end_s: float) -> list[dict]:
+    """Per disruptive fault: ``{t_s, link, action, until_s}``, ``until_s`` the next fault
+    event on the same link that ends it (a revert phase, or a ``link_up``), else ``t_end_s``."""
+    out = []
+    for i, f in enumerate(faults):
+        if not f["disruptive"]:
+            continue
+        until = next((g["t_s"] for g in faults[i + 1:] if g["link"] == f["link"]
+                      and (g["phase"] == "revert" or g["action"] == "link_up")), t_end_s)
+        out.append({"t_s": f["t_s"], "link": f["link"], "action": f["action"], "until_s": until})
+    return out
+
+
+def ev_links(jobs: list[dict]) -> dict[tuple, tuple[str, ...]]:
+    """``(rank, dir, ev_id) -> links`` of every EV of the job specs: "tx" the requester's EVs
+    towards ``next``, "rx" the responder's (SACK) EVs towards ``prev``."""
+    out = {}
+    for job in jobs:
+        for direction, side in (("tx", "next"), ("rx", "prev")):
+            for ev in job.get(side, {}).get("evs", []):
+                out[(job["rank"], direction, ev["ev_id"])] = tuple(ev.get("links") or ())
+    return out
+
+
+def ev_retirements(transitions: list[dict], crossing: set[tuple], t_end_s: float) -> list[dict]:
+    """Every GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN transition: ``{t_s, rank, dir, ev_id,
+    crosses_fault, duration_s}`` (until the EV's next return to GOOD, else ``t_end_s``).
+    ``crossing``: the (rank, dir, ev_id) whose path crosses a faulted link."""
+    out = []
+    for i, e in enumerate(transitions):
+        if e["old"] in ("GOOD", "SKIP") and e["new"] in DETECTED_STATES:
+            key = (e["rank"], e["dir"] or "tx", e["ev_id"])
+            back = next((g["t_s"] for g in transitions[i + 1:] if (g["rank"], g["dir"] or "tx", g["ev_id"]) == key
+                         and g["new"] == "GOOD"), t_end_s)
+            out.append({"t_s": e["t_s"], "rank": e["rank"], "dir": key[1], "ev_id": e["ev_id"],
+                        "crosses_fault": key in crossing, "duration_s": max(0.0, back - e["t_s"])})
+    return out
+
+
+def flow_kpis(flows: dict, hosts: list[str], spans: list[dict], edges: np.ndarray, windows: list[dict],
+              crossing: set[tuple[int, int]], base_rtt_s: float | None) -> list[dict]:
+    """Per rx flow: label, ranks, longest stall (s, start), recovery from the first disruptive
+    fault (see :func:`flow_recovery`), whether its traced path crosses a faulted link (its
+    ``(src, dst)`` ranks in ``crossing``), and its zero-progress runs in fault-free time
+    (``healthy_gaps_s``)."""
+    rank_of = {h: r for r, h in enumerate(hosts)}
+    t_first = windows[0]["t_s"] if windows else None
+    win_s = recovery_window_s(base_rtt_s)
+    out = []
+    for (rank, peer, direction), fs in sorted(flows.items(), key=lambda kv: str(kv[0])):
+        if direction != "rx" or peer not in rank_of:
+            continue
+        src = rank_of[peer]
+        progress = binned_increments(fs.t_s, fs.bytes, edges)
+        active = flow_active(edges, spans, src, rank)
+        runs = zero_runs(progress, active, edges)
+        longest = max(runs, key=lambda r: r[1], default=(None, 0.0))
+        healthy = [d for a, d in runs if not any(w["t_s"] - 1e-9 <= a + d and a <= w["until_s"] for w in windows)]
+        label = f"{src}->{rank}"
+        rec = (flow_recovery(edges, progress, active, t_first, win_s, windows[0]["until_s"]) if t_first is not None
+               else {"dip": False, "recovered": False, "s": None, "baseline_bytes_per_s": None})
+        out.append({"flow": label, "src": src, "dst": rank, "peer": peer,
+                    "crosses_fault": (src, rank) in crossing,
+                    "longest_stall_s": longest[1], "stall_at_s": longest[0], "recovery": rec,
+                    "healthy_gaps_s": healthy})
+    return out
+
+
+def worst_stall(kpis: list[dict], base_rtt_s: float | None) -> dict | None:
+    """The flow with the longest stall: ``{s, rtts, flow, at_s}``; None without flows."""
+    if not kpis:
+        return None
+    k = max(kpis, key=lambda f: f["longest_stall_s"])
+    return {"s": k["longest_stall_s"], "rtts": k["longest_stall_s"] / base_rtt_s if base_rtt_s else None,
+            "flow": k["flow"], "at_s": k["stall_at_s"]}
+
+
+def worst_recovery(kpis: list[dict], base_rtt_s: float | None) -> dict | None:
+    """Over flows: a flow that dipped and never recovered is the worst; else the longest
+    recovery; ``{"dip": False}`` when no flow dipped. None without flows."""
+    if not kpis:
+        return None
+    dipped = [k for k in kpis if k["recovery"]["dip"]]
+    if not dipped:
+        return {"s": None, "rtts": None, "flow": None, "dip": False, "recovered": True}
+    stuck = [k for k in dipped if not k["recovery"]["recovered"]]
+    k = stuck[0] if stuck else max(dipped, key=lambda f: f["recovery"]["s"])
+    s = k["recovery"]["s"]
+    return {"s": s, "rtts": s / base_rtt_s if s is not None and base_rtt_s else None, "flow": k["flow"],
+            "dip": True, "recovered": not stuck, "flows_dipped": len(dipped)}
+
+
+def faulted_iteration(spans: list[dict], windows: list[dict]) -> dict | None:
+    """The measured iteration in progress when the first disruptive fault hit, against the
+    median of the healthy measured iterations of the same size (those overlapping no fault
+    window): ``{slowdown_pct, seconds, healthy_median_s, size, iter, healthy_n}``; None
+    without a fault, a faulted measured iteration or a healthy one."""
+    if not windows:
+        return None
+    t = windows[0]["t_s"]
+    measured = [it for it in spans if not it["warmup"]]
+    hit = next((it for it in measured if it["start_s"] <= t <= it["end_s"]), None)
+    if hit is None:
+        return None
+    healthy = [it["seconds"] for it in measured if it["size"] == hit["size"]
+               and not any(it["start_s"] <= w["until_s"] and w["t_s"] <= it["end_s"] for w in windows)]
+    if not healthy:
+        return None
+    med = float(np.median(healthy))
+    return {"slowdown_pct": (hit["seconds"] / med - 1) * 100, "seconds": hit["seconds"], "healthy_median_s": med,
+            "size": hit["size"], "iter": hit["iter"], "healthy_n": len(healthy)}
+
+
+def boundary_warnings(spans: list[dict], windows: list[dict], margin_s: float = 1.0) -> list[str]:
+    """A warning per fault that lands within ``margin_s`` of the end of the iteration it hits:
+    the ring drains there anyway, so the fault's dip mixes with the boundary's."""
+    out = []
+    for w in windows:
+        it = next((it for it in spans if it["start_s"] <= w["t_s"] <= it["end_s"]), None)
+        if it is not None and it["end_s"] - w["t_s"] < margin_s:
+            out.append(f"{w['action']} {w['link']} at {w['t_s']:.3f} s lands {it['end_s'] - w['t_s']:.3f} s before "
+                       f"the end of iteration {it['iter']} (size {it['size']}): its effect mixes with the ring "
+                       f"draining at the boundary")
+    return out

@@ -1,0 +1,84 @@
+"""Per-flow failover KPIs (pure): active time, stalls, recovery, faulted iteration, EV retirements."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from testbed.metrics import bin_edges
+from testbed.metrics.kpis import (ev_retirements, fault_windows, faulted_iteration, flow_active, flow_recovery,
+                                  iteration_spans, p_nearest_rank, zero_runs)
+
+T0 = 1000.0
+
+
+def _its(spans):
+    """iteration events: spans = [(start, {rank: end})...], two ranks, measured after the first."""
+    out = []
+    for k, (start, ends) in enumerate(spans):
+        for rank, end in ends.items():
+            out.append({"kind": "iteration", "rank": rank, "size": 4096, "iter": k, "seq": k, "warmup": k == 0,
+                        "t_start": T0 + start, "t_end": T0 + end, "seconds": end - start})
+    return out
+
+
+def test_nearest_rank_percentile():
+    assert p_nearest_rank([], 99) is None
+    assert p_nearest_rank([3, 1, 2], 50) == 2
+    assert p_nearest_rank(list(range(1, 101)), 99) == 99
+    assert p_nearest_rank([5.0], 99) == 5.0
+
+
+def test_a_flow_is_not_stalled_after_its_receiver_finished():
+    spans = iteration_spans(_its([(0.0, {0: 1.0, 1: 0.6}), (1.2, {0: 2.0, 1: 2.0})]), T0)
+    edges = bin_edges(0.0, 2.0)
+    active = flow_active(edges, spans, 0, 1)          # flow 0 -> 1: receiver 1 ends at 0.6 in iteration 0
+    progress = np.where((edges[:-1] < 0.6) | (edges[:-1] >= 1.2), 1000.0, 0.0)
+    assert zero_runs(progress, active, edges) == []   # 0.6 .. 1.2 idles outside the flow's active time
+    progress[150:170] = 0.0                           # 1.5 .. 1.7: a real stall
+    (run,) = zero_runs(progress, active, edges)
+    assert run == pytest.approx((1.5, 0.2))
+
+
+def test_flow_recovery():
+    edges = bin_edges(0.0, 6.0)
+    active = np.ones(len(edges) - 1, bool)
+    flat = np.full(len(edges) - 1, 1000.0)
+    assert flow_recovery(edges, flat, active, 3.0, 0.1)["dip"] is False
+    dip = flat.copy()
+    dip[300:350] = 0.0                                # 3.0 .. 3.5 dead
+    rec = flow_recovery(edges, dip, active, 3.0, 0.1)
+    assert rec["dip"] and rec["recovered"] and rec["s"] == pytest.approx(0.5, abs=0.011)
+    dead = flat.copy()
+    dead[300:] = 0.0
+    rec = flow_recovery(edges, dead, active, 3.0, 0.1)
+    assert rec["dip"] and not rec["recovered"] and rec["s"] is None
+    late = flat.copy()
+    late[300:320] = 0.0
+    late[450:500] = 0.0                               # a second, longer dip 1.5 s later: the ring draining
+    assert flow_recovery(edges, late, active, 3.0, 0.1)["s"] == pytest.approx(2.0, abs=0.011)
+    late[550:600] = 0.0                               # beyond the 2 s horizon: not this fault's
+    assert flow_recovery(edges, late, active, 3.0, 0.1)["s"] == pytest.approx(2.0, abs=0.011)
+
+
+def test_faulted_iteration_slowdown_against_healthy_median():
+    spans = iteration_spans(_its([(0, {0: 1, 1: 1}), (1, {0: 2, 1: 2}), (2, {0: 3, 1: 3}),
+                                  (3, {0: 5, 1: 5}), (5, {0: 6, 1: 6}), (6, {0: 7.2, 1: 7})]), T0)
+    faults = [{"t_s": 3.5, "link": "x", "action": "link_down", "phase": "apply", "disruptive": True},
+              {"t_s": 4.5, "link": "x", "action": "link_up", "phase": "apply", "disruptive": False}]
+    windows = fault_windows(faults, 8.0)
+    assert windows == [{"t_s": 3.5, "link": "x", "action": "link_down", "until_s": 4.5}]
+    fi = faulted_iteration(spans, windows)
+    assert fi["iter"] == 3 and fi["seconds"] == 2.0 and fi["healthy_n"] == 4
+    assert fi["healthy_median_s"] == pytest.approx(1.0) and fi["slowdown_pct"] == pytest.approx(100.0)
+    assert faulted_iteration(spans, []) is None
+
+
+def test_false_retirements_are_evs_off_the_faulted_path():
+    tr = [{"t_s": 1.0, "rank": 0, "dir": "tx", "ev_id": 1, "old": "GOOD", "new": "ASSUMED_BAD"},
+          {"t_s": 1.1, "rank": 0, "dir": "tx", "ev_id": 2, "old": "SKIP", "new": "ASSUMED_BAD"},
+          {"t_s": 1.2, "rank": 0, "dir": "tx", "ev_id": 2, "old": "ASSUMED_BAD", "new": "GOOD"},
+          {"t_s": 1.3, "rank": 0, "dir": "tx", "ev_id": 3, "old": "GOOD", "new": "SKIP"}]
+    rets = ev_retirements(tr, {(0, "tx", 1)}, 5.0)
+    assert [(r["ev_id"], r["crosses_fault"], round(r["duration_s"], 3)) for r in rets] == [(1, True, 4.0),
+                                                                                           (2, False, 0.1)]
