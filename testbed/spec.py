@@ -34,7 +34,8 @@ Scenario file
 ``name``?, ``description``?, ``topology`` (path, relative to the scenario's
 directory first, then the current directory), ``transports`` (non-empty,
 unique, from ``mrc rc tcp``), ``seed`` (int >= 0), ``timeout`` (duration),
-``reconverge_after``? (duration), ``workload`` (``collective: all_reduce``,
+``reconverge_after``? (duration), ``trials``? (int >= 1: seeds seed, seed+1, ..., each on
+fresh fabrics), ``workload`` (``collective: all_reduce``,
 ``hosts: all`` or a list of >= 2 hosts, ``min_bytes``, ``max_bytes``,
 ``factor`` (int >= 2), ``iterations`` (>= 1), ``warmup`` (>= 0), ``evs``?,
 ``mtu``?) and ``timeline``? (a list; each item has exactly one trigger, ``at:
@@ -346,6 +347,7 @@ class Scenario:
     reconverge_after_s: float | None
     workload: Workload
     timeline: tuple[TimelineEvent, ...] = ()
+    trials: int = 1
 
     def to_dict(self) -> dict:
         """JSON-able resolved spec for manifest.json (topology summarized, not inlined)."""
@@ -355,7 +357,8 @@ class Scenario:
             "topology": {"name": topo.name, "path": self.topology_path, "kind": topo.kind,
                          "params": dict(topo.params), "nodes": len(topo.nodes), "links": len(topo.links),
                          "hosts": len(topo.hosts)},
-            "transports": list(self.transports), "seed": self.seed, "timeout_s": self.timeout_s,
+            "transports": list(self.transports), "seed": self.seed, "trials": self.trials,
+            "timeout_s": self.timeout_s,
             "reconverge_after_s": self.reconverge_after_s,
             "workload": {**vars(self.workload), "hosts": list(self.workload.hosts),
                          "sizes_bytes": list(self.workload.sizes_bytes)},
@@ -363,14 +366,16 @@ class Scenario:
         }
 
 
-def load_scenario(path: str | os.PathLike, *, features: KernelFeatures | None = None) -> Scenario:
-    """Load and validate a scenario file and the topology it names.
+def load_scenario(path: str | os.PathLike, *, features: KernelFeatures | None = None,
+                  seed: int | None = None) -> Scenario:
+    """Load and validate a scenario file and the topology it names; ``seed`` replaces the
+    file's (a trial of ``trials: N``: seeded choices such as ``random`` links follow it).
 
     Raises SpecError listing every problem of both files.
     """
     reader = Reader(str(path))
     root = reader.compose(Path(path))
-    scenario = _scenario(reader, root, Path(path), features or probe_features()) if root else None
+    scenario = _scenario(reader, root, Path(path), features or probe_features(), seed) if root else None
     if reader.problems or scenario is None:
         raise SpecError(_sorted(reader))
     return scenario
@@ -381,9 +386,10 @@ def _find_topology(ref: str, scenario_path: Path) -> Path | None:
     return next((c for c in candidates if c.is_file()), None)
 
 
-def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures) -> Scenario | None:
+def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
+              seed_override: int | None = None) -> Scenario | None:
     m = r.mapping(root, "", ["topology", "transports", "seed", "timeout", "workload"],
-                  ["name", "description", "reconverge_after", "timeline"])
+                  ["name", "description", "reconverge_after", "timeline", "trials"])
     if m is None:
         return None
     name = r.text(m.get("name"), "name") or path.stem
@@ -403,16 +409,19 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures) -> Scena
                 r.problems.extend(exc.problems)
     transports = _transports(r, m.get("transports"))
     seed = r.integer(m.get("seed"), "seed", minimum=0)
+    if seed_override is not None and seed is not None:
+        seed = seed_override
+    trials = r.integer(m["trials"], "trials", minimum=1) if "trials" in m else 1
     timeout_s = r.unit(m.get("timeout"), "timeout", units.parse_duration)
     if timeout_s == 0:
         r.error(m["timeout"], "timeout", "must be > 0")
     reconverge = r.unit(m.get("reconverge_after"), "reconverge_after", units.parse_duration)
     workload = _workload(r, m.get("workload"), topo)
     timeline = _timeline(r, m.get("timeline"), topo, seed, timeout_s, workload, feats)
-    if r.problems or None in (topo, transports, seed, timeout_s, workload, timeline):
+    if r.problems or None in (topo, transports, seed, timeout_s, workload, timeline, trials):
         return None
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
-                    reconverge, workload, timeline)
+                    reconverge, workload, timeline, trials)
 
 
 def _transports(r: Reader, node: Node | None) -> tuple[str, ...] | None:

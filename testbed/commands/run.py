@@ -5,6 +5,9 @@ exit 2, nothing built). Then each transport runs (:mod:`testbed.run`) with live
 progress, and the report (side-by-side comparison, per-size tables, fidelity,
 plots) is rendered from the run directory, as ``testbed report RUN_DIR`` would.
 
+``--trials N`` (or ``trials: N`` in the scenario) runs N seeds and prints every KPI as
+median [min-max] (n) per transport (``trials.json``).
+
 Exit status: 0 every transport reached an outcome (done, or a reported failure such
 as a QP in ERR, or the timeout: results, not testbed errors) and no element was
 wrong; 1 the testbed failed (an agent crashed, a fault could not be applied) or an
@@ -36,6 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transport", action="append", choices=TRANSPORTS, dest="transports",
                    help="run only this transport (repeatable; default: the scenario's list)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write PNG plots")
+    p.add_argument("--trials", type=int, default=None, metavar="N",
+                   help="run N trials with seeds seed, seed+1, ... (default: the scenario's 'trials', else 1)")
     p.set_defaults(func=run)
 
 
@@ -53,6 +58,12 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[red]testbed run[/]: {args.scenario}: transports: {', '.join(unknown)} not in the "
                   f"scenario's list ({', '.join(scenario.transports)})")
         return 2
+    trials = args.trials if args.trials is not None else scenario.trials
+    if trials < 1:
+        err.print(f"[red]testbed run[/]: --trials must be >= 1, got {trials}")
+        return 2
+    if trials > 1:
+        return _run_trials(args, scenario, transports, trials, console, err)
     result = run_scenario(scenario, runs_root=args.runs_dir, console=console, transports=transports)
     status = 130 if result.interrupted else 0
     if any(s in ("crashed", "error") for s in result.status.values()):
@@ -67,4 +78,47 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[red]wrong all-reduce results[/]: {wrong}")
         status = status or 1
     console.print(f"run directory: {result.run_dir}")
+    return status
+
+
+def _run_trials(args, scenario, transports: list[str], trials: int, console: Console, err: Console) -> int:
+    """``trials`` runs of the scenario with seeds seed .. seed+trials-1, each transport on a fresh
+    fabric, under ``runs/<scenario>-trials-<stamp>/seed-<s>/``; then ``trials.json`` (medians,
+    ranges, n: :func:`testbed.trials.aggregate`) and its table. Exit status as for one run,
+    the worst over the trials."""
+    import json
+    import time
+
+    from ..report import load_summary
+    from ..trials import aggregate, trials_table
+
+    parent = args.runs_dir / f"{scenario.name}-trials-{time.strftime('%Y%m%d-%H%M%S')}"
+    parent.mkdir(parents=True, exist_ok=False)
+    summaries, status = [], 0
+    for i in range(trials):
+        seed = scenario.seed + i
+        sc = load_scenario(args.scenario, features=features(), seed=seed)
+        console.print(f"[bold]trial {i + 1}/{trials}[/]: seed {seed}")
+        result = run_scenario(sc, runs_root=parent / f"seed-{seed}", console=console, transports=transports)
+        if any(s in ("crashed", "error") for s in result.status.values()):
+            status = status or 1
+        try:
+            summary = load_summary(result.run_dir, recompute=True)
+        except MetricsError as exc:
+            err.print(f"[red]report of seed {seed} failed[/]: {escape(str(exc))}")
+            status = status or 1
+            continue
+        summary["seed"] = seed
+        summaries.append(summary)
+        if any(t.get("wrong") for t in summary.get("transports", {}).values()):
+            err.print(f"[red]wrong all-reduce results[/] with seed {seed}")
+            status = status or 1
+        if result.interrupted:
+            status = 130
+            break
+    if summaries:
+        agg = aggregate(summaries)
+        (parent / "trials.json").write_text(json.dumps(agg, indent=1, default=str) + "\n")
+        console.print(trials_table(agg))
+    console.print(f"trials directory: {parent}")
     return status
