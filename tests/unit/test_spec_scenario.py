@@ -95,7 +95,7 @@ BAD = [
     ("unknown keys", HEAD + """
     colour: blue
     """, ["14: colour: unknown key (allowed: topology, transports, seed, timeout, workload, name, description, "
-          "reconverge_after, timeline)"]),
+          "reconverge_after, timeline, trials)"]),
     ("transports", HEAD.replace("[mrc, rc]", "[mrc, roce, mrc]"),
      ["2: transports[1]: 'roce' is not one of mrc, rc, tcp", "2: transports[2]: duplicate transport 'mrc'"]),
     ("no transports", HEAD.replace("[mrc, rc]", "[]"), ["2: transports: must name at least one of mrc, rc, tcp"]),
