@@ -8,7 +8,7 @@ SCENARIO   ?= scenarios/core-link-failure.yaml
 TOPO       ?= topologies/fat-tree-k4.yaml
 PYTEST_ARGS ?=
 
-.PHONY: setup run report up test test-unit test-netns test-e2e bench validate clean distclean
+.PHONY: setup run report up test test-unit test-netns test-e2e bench validate lint clean distclean
 
 setup: .stamp-apt .stamp-venv
 
@@ -52,6 +52,10 @@ test-netns: setup
 
 test-e2e: setup
 	$(PY) -m pytest $(PYTEST_ARGS) tests/e2e
+
+# Static checks (pyflakes + pycodestyle errors, see [tool.ruff] in pyproject.toml); CI runs it first.
+lint: setup
+	$(PY) -m ruff check testbed agents tests
 
 bench: setup
 	$(PY) -m testbed.bench

@@ -17,7 +17,7 @@ import numpy as np
 
 from .definitions import (DETECTED_STATES, FLOW_DIP_HORIZON_S, MIN_DIP_BINS, RECOVERY_FRACTION,
                           RECOVERY_WINDOW_MIN_S, RECOVERY_WINDOW_RTTS)
-from .series import FlowSeries, binned_increments
+from .series import binned_increments
 
 
 def p_nearest_rank(values, p: float) -> float | None:

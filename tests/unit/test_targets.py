@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.paths import Flow, Hop, TracedFlow, static_path
+from testbed.paths import Flow, TracedFlow, static_path
 from testbed.spec import SpecError, load_scenario
 from testbed.targets import FlowSelector, FlowTarget, TargetError, crossed_at, parse_selector, resolve
 from testbed.topology import LinkParams, fat_tree
