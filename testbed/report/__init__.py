@@ -1,0 +1,86 @@
+"""Run reports: the files of a run directory, tables and PNG plots.
+
+:func:`write_outputs` turns the raw records (see :mod:`testbed.metrics`) into, in the
+run directory (one row per bin; ``t_s`` = bin start, seconds from the transport's run start):
+
+- ``flows.csv``: ``transport,rank,peer,dir,t_s,bytes,rate_bps,retransmits,rtt_s,cwnd_bytes``;
+  per flow and 10 ms bin: bytes counted in the bin (rx: goodput; tx: sent), its rate in
+  bits/s, retransmissions in the bin (packets), last RTT (s) and cwnd (bytes) sampled in
+  the bin (empty if none).
+- ``goodput.csv``: ``transport,t_s,goodput_bps,smoothed_bps``; aggregate goodput per 10 ms
+  bin (bits/s) and its 50 ms rolling median (the series recovery time is measured on).
+- ``links.csv``: ``transport,link,end,t_s,tx_bytes,throughput_bps,drops,rate_bps``; per link
+  end and 100 ms bin, from kernel counters; ``rate_bps`` is the configured rate.
+- ``summary.json``: :func:`testbed.metrics.analyze_run` (per transport, side by side in
+  ``comparison``, metric definitions in ``definitions``).
+
+:func:`render` prints the tables and re-writes the plots from those files only (and
+``<transport>/events.jsonl``): ``goodput.png`` (with a zoom on each fault),
+``fault-flows.png``, ``iteration-cdf.png``, ``ev-timeline-<transport>[-rank<r>].png``.
+Tables fit the console's width, also at 80 columns and when piped (:mod:`.layout`); each
+transport's per-size results are also printed as plain nccl-tests text for its parsers.
+
+Modules: :mod:`.files` (CSV and summary.json), :mod:`.fmt` (number formats), :mod:`.layout`
+(width-fitting tables), :mod:`.tables`, :mod:`.plots`, :mod:`.evplot`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from .evplot import STATE_COLOURS, ev_segments, plot_ev_timelines
+from .files import _cell, _float_cells, _time_cells, _write_csv, load_summary, write_outputs
+from .fmt import fmt_count, fmt_num, fmt_pct, fmt_s, fmt_sig
+from .layout import Grid
+from .plots import fault_windows, plot_fault_flows, plot_goodput, plot_iteration_cdf
+from .tables import busbw_by_size_table, comparison_table, links_table, nccl_tests_block, validity_table
+
+__all__ = [
+    "STATE_COLOURS", "Grid", "busbw_by_size_table", "comparison_table", "ev_segments", "fault_windows",
+    "fmt_count", "fmt_num", "fmt_pct", "fmt_s", "fmt_sig", "links_table", "load_summary", "nccl_tests_block",
+    "plot_ev_timelines", "plot_fault_flows", "plot_goodput", "plot_iteration_cdf", "render", "render_tables",
+    "validity_table", "write_outputs", "write_plots",
+]
+_ = (_cell, _float_cells, _time_cells, _write_csv)   # CSV internals, tested through this package
+
+
+def write_plots(run_dir: Path, summary: dict, rank: int | None = None) -> list[Path]:
+    """All PNGs of a run (see the module docstring); returns their paths. ``rank``: the rank
+    whose EVs the EV timelines show (default: the ranks with EVs crossing the fault)."""
+    run_dir = Path(run_dir)
+    paths = [plot_goodput(run_dir, summary)]
+    paths += [p for p in (plot_fault_flows(run_dir, summary), plot_iteration_cdf(run_dir, summary)) if p]
+    for name in summary["transports"]:
+        paths += plot_ev_timelines(run_dir, summary, name, rank)
+    return paths
+
+
+def render_tables(summary: dict, console: Console) -> None:
+    """Print a summary's tables: side by side, busbw by size, nccl-tests text per transport,
+    fidelity (host, links) and warnings; nothing wider than the console, nothing cut."""
+    console.print(comparison_table(summary))
+    console.print(busbw_by_size_table(summary))
+    for s in summary["transports"].values():
+        # Plain text, never wrapped or cropped: nccl-tests parsers read it line by line.
+        console.print(Text(nccl_tests_block(s)), soft_wrap=True)
+    console.print(validity_table(summary))
+    console.print(links_table(summary))
+    for name, s in summary["transports"].items():
+        for w in s.get("warnings") or ():
+            console.print(Text.assemble(("warning", "yellow"), f" {name}: {w}"))
+
+
+def render(run_dir: Path, console: Console, *, recompute: bool = False, rank: int | None = None,
+           plots: bool = True) -> dict:
+    """Print the tables of a run (:func:`render_tables`) and (re)write its PNGs
+    (:func:`write_plots`), from the run directory's files only. Returns the summary.
+    Raises metrics.RunDirError / metrics.MetricsError."""
+    summary = load_summary(run_dir, recompute=recompute)
+    render_tables(summary, console)
+    if plots:
+        paths = write_plots(Path(run_dir), summary, rank)
+        console.print(Text(f"plots in {run_dir}: " + ", ".join(p.name for p in paths)))
+    return summary

@@ -1,0 +1,144 @@
+"""Several trials of one scenario (runs with different seeds) aggregated into medians and ranges.
+
+Pure functions on summary.json dicts (:func:`testbed.metrics.analyze_run`); the runner loads
+them and prints :func:`trials_table`. A KPI missing from a trial's summary (older versions,
+a transport that did not run) or None there counts as "no value": ``n`` says how many trials
+gave one.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from .report.fmt import fmt_count, fmt_sig
+from .report.layout import Grid
+
+
+
+def _count(x: float | None) -> str:
+    """A count, or the median of counts (which may end in .5)."""
+    return fmt_count(x) if x is None or float(x).is_integer() else f"{x:.1f}"
+
+
+def _scaled(scale: float):
+    return lambda x: fmt_sig(None if x is None else x * scale)
+
+
+# KPI (a dotted path into a transport summary) -> (table label with its unit, value formatter):
+# bare numbers (3 significant figures, counts whole), so "median [min-max] (n)" stays short.
+KPIS: dict[str, tuple[str, object]] = {
+    "busbw_mbit_per_s": ("busbw (Mbit/s)", fmt_sig),
+    "busbw_fraction_of_host": ("busbw / host (%)", _scaled(100)),
+    "faulted_iteration.slowdown_pct": ("faulted iteration slowdown (%)", fmt_sig),
+    "detect_s": ("time to detect (ms)", _scaled(1e3)),
+    "false_retirements.count": ("false retirements", _count),
+    "worst_stall.s": ("worst flow stall (ms)", _scaled(1e3)),
+    "worst_recovery.s": ("worst flow recovery (ms)", _scaled(1e3)),
+    "healthy_gap_p99_s": ("healthy gap p99 (ms)", _scaled(1e3)),
+    "retransmits_after_fault": ("retransmits after fault (pkts)", _count),
+    "iteration_s.p50": ("iteration p50 (s)", fmt_sig),
+    "wrong": ("#wrong", _count),
+    "qp_errors": ("QP errors", _count),
+}
+
+
+def kpi_value(s: dict, kpi: str) -> float | None:
+    """The value of a dotted KPI path in a transport summary; None if any step is missing or None.
+    ``worst_recovery.s`` only counts when the slowest flow dipped and recovered."""
+    if kpi == "worst_recovery.s":
+        r = s.get("worst_recovery")
+        return r.get("s") if r and r.get("dip") and r.get("recovered") else None
+    v = s
+    for part in kpi.split("."):
+        if not isinstance(v, dict):
+            return None
+        v = v.get(part)
+    return None if v is None or isinstance(v, bool) else float(v)
+
+
+def stats(values: list) -> dict:
+    """``{median, min, max, n}`` of the values that are not None (median of an even count: the
+    mean of the middle two); all None when there is none."""
+    v = [float(x) for x in values if x is not None]
+    if not v:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+
+
+def first_faulted_link(s: dict) -> str | None:
+    """The link of a transport's first disruptive fault (by time), None without one."""
+    hit = [f for f in s.get("faults") or () if f.get("disruptive") and f.get("link")]
+    return min(hit, key=lambda f: f.get("t_s", 0.0))["link"] if hit else None
+
+
+def _transport(trials: list[dict | None]) -> dict:
+    out = {kpi: stats([kpi_value(s, kpi) if s else None for s in trials]) for kpi in KPIS}
+    rec = [s.get("worst_recovery") for s in trials if s and "worst_recovery" in s]
+    out["worst_recovery.s"]["no_dip"] = sum(1 for r in rec if r is not None and not r.get("dip"))
+    out["worst_recovery.s"]["not_recovered"] = sum(1 for r in rec if r and r.get("dip") and not r.get("recovered"))
+    links: dict[str, int] = {}
+    for s in trials:
+        if s and (link := first_faulted_link(s)):
+            links[link] = links.get(link, 0) + 1
+    out["faulted_link"] = dict(sorted(links.items()))
+    return out
+
+
+def aggregate(summaries: list[dict]) -> dict:
+    """Aggregate summary.json dicts of trials of one scenario.
+
+    Returns ``{"scenario", "trials": n, "seeds": [...] (each summary's "seed", where present),
+    "faulted_link": {link: trials},
+    "transports": {name: {kpi: {"median", "min", "max", "n"}, ..., "faulted_link": {link: trials}}}}``
+    for the KPIs of :data:`KPIS` (``worst_recovery.s`` over the trials whose slowest flow
+    recovered, plus ``no_dip`` and ``not_recovered`` trial counts); ``faulted_link`` counts the
+    link of each trial's first disruptive fault (top-level ``faulted_link``: that of the
+    trial's first transport with one). Transports in order of first appearance.
+    Raises ValueError for no summaries, or summaries of different scenarios."""
+    if not summaries:
+        raise ValueError("no trials to aggregate")
+    scenarios = sorted({str(s.get("scenario")) for s in summaries})
+    if len(scenarios) > 1:
+        raise ValueError(f"trials of different scenarios: {', '.join(scenarios)}")
+    names: list[str] = []
+    for s in summaries:
+        names += [n for n in s.get("transports") or {} if n not in names]
+    links: dict[str, int] = {}
+    for s in summaries:
+        first = [f for t in (s.get("transports") or {}).values() if (f := first_faulted_link(t))]
+        if first:
+            links[first[0]] = links.get(first[0], 0) + 1
+    return {"scenario": summaries[0].get("scenario"), "trials": len(summaries),
+            "seeds": [s["seed"] for s in summaries if s.get("seed") is not None],
+            "faulted_link": dict(sorted(links.items())),
+            "transports": {n: _transport([(s.get("transports") or {}).get(n) for s in summaries])
+                           for n in names}}
+
+
+def fmt_stats(st: dict, fmt=fmt_sig) -> str:
+    """"median [min-max] (n)"; "- (0)" when no trial gave a value."""
+    if not st.get("n"):
+        return f"- ({st.get('n', 0)})"
+    return f"{fmt(st['median'])} [{fmt(st['min'])}-{fmt(st['max'])}] ({st['n']})"
+
+
+def _recovery_cell(st: dict, fmt) -> str:
+    text = fmt_stats(st, fmt)
+    extra = [f"{st[k]} {k.replace('_', ' ')}" for k in ("no_dip", "not_recovered") if st.get(k)]
+    return text + ("; " + ", ".join(extra) if extra else "")
+
+
+def trials_table(agg: dict) -> Grid:
+    """KPIs (rows) per transport (columns) as "median [min-max] (n)"; a renderable that fits the
+    console width like the report's tables (:class:`testbed.report.layout.Grid`)."""
+    names = list(agg["transports"])
+    rows = []
+    for kpi, (label, fmt) in KPIS.items():
+        cells = [_recovery_cell(agg["transports"][n][kpi], fmt) if kpi == "worst_recovery.s"
+                 else fmt_stats(agg["transports"][n][kpi], fmt) for n in names]
+        rows.append([label, *cells])
+    rows.append(["faulted link (trials)", *(", ".join(f"{k}: {v}" for k, v in agg["transports"][n]["faulted_link"]
+                                                      .items()) or "-" for n in names)])
+    seeds = f", seeds {', '.join(map(str, agg['seeds']))}" if agg.get("seeds") else ""
+    title = f"{agg.get('scenario')}: {agg['trials']} trials{seeds}: median [min-max] (n)"
+    return Grid(title, ["KPI", *names], rows, split="columns", shrink_first=(0,))
