@@ -12,15 +12,17 @@ Triggers (:class:`testbed.spec.TimelineEvent`):
   the event fires ``after_s`` later. With no warm-up before iteration 0 it fires
   ``after_s`` after the start.
 
-Expansion into :class:`Step` s (``phase`` "apply" starts a disruption, "revert"
+Expansion into :class:`Step` s, each carrying one typed change of
+:mod:`testbed.faults.steps` (``phase`` "apply" starts a disruption, "revert"
 ends it; :mod:`testbed.metrics` reads the same words):
 
-* ``link_down`` / ``link_up``: one ``link`` step (apply).
+* ``link_down`` / ``link_up``: one :class:`LinkState` step (apply).
 * ``flap {period, count}``: ``count`` cycles of down at ``T + i*period`` (apply) and
   up half a period later (revert).
-* ``loss`` / ``rate`` / ``blackhole``: apply at T; with ``duration`` a revert at
-  ``T + duration`` (``value`` None).
-* ``reconverge`` steps are scheduled by :meth:`Timeline.link_changed`
+* ``loss`` / ``rate`` / ``blackhole``: a :class:`Loss` / :class:`Rate` / :class:`Blackhole`
+  apply at T; with ``duration`` a revert at ``T + duration`` (loss None, rate None:
+  the topology's, blackhole off).
+* :class:`Reconverge` steps are scheduled by :meth:`Timeline.link_changed`
   ``reconverge_after_s`` after each link state change: routing converges on the
   state the fabric is in *then* (a flap shorter than the delay is never seen).
 """
@@ -29,28 +31,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
+from .faults.steps import Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
 from .spec import TimelineEvent
 
-
-@dataclass(frozen=True)
-class Step:
-    """One primitive change at ``t`` (the runner's clock, s).
-
-    ``kind``: "link" (``value`` True = up), "loss" (percent, None = clear), "rate"
-    (bits/s, None = configured), "blackhole" (bool), "reconverge" (``link`` None).
-    ``action``/``phase``/``index``: the timeline event it comes from (index in the file).
-    """
-
-    t: float
-    kind: str
-    link: str | None
-    value: Any
-    action: str
-    phase: str
-    index: int | None
+__all__ = ["Step", "Timeline", "sweep_warmups"]
 
 
 def sweep_warmups(sizes: int, iterations: int, warmup: int) -> list[bool]:
@@ -94,8 +80,7 @@ class Timeline:
     def link_changed(self, now: float) -> None:
         """A link went down or up at ``now``: schedule a reconvergence if configured."""
         if self.reconverge_after_s is not None:
-            self._push(Step(now + self.reconverge_after_s, "reconverge", None, None, "reconverge",
-                            "apply", None))
+            self._push(Step(now + self.reconverge_after_s, Reconverge(), "reconverge", "apply", None))
 
     # -- outputs ---------------------------------------------------------------
     def due(self, now: float) -> list[Step]:
@@ -123,16 +108,20 @@ class Timeline:
     def _fire(self, i: int, t: float) -> None:
         self._fired.add(i)
         e = self.events[i]
-        step = lambda dt, kind, value, phase: self._push(  # noqa: E731
-            Step(t + dt, kind, e.link, value, e.action, phase, i))
+
+        def step(dt: float, change: Change, phase: str) -> None:
+            self._push(Step(t + dt, change, e.action, phase, i))
+
         if e.action in ("link_down", "link_up"):
-            step(0.0, "link", e.action == "link_up", "apply")
+            step(0.0, LinkState(e.link, up=e.action == "link_up"), "apply")
         elif e.action == "flap":
             for c in range(e.count):
-                step(c * e.period_s, "link", False, "apply")
-                step(c * e.period_s + e.period_s / 2, "link", True, "revert")
+                step(c * e.period_s, LinkState(e.link, up=False), "apply")
+                step(c * e.period_s + e.period_s / 2, LinkState(e.link, up=True), "revert")
         else:
-            value = {"loss": e.loss_pct, "rate": e.rate_bps, "blackhole": True}[e.action]
-            step(0.0, e.action, value, "apply")
+            apply, revert = {"loss": (Loss(e.link, e.loss_pct), Loss(e.link, None)),
+                             "rate": (Rate(e.link, e.rate_bps), Rate(e.link, None)),
+                             "blackhole": (Blackhole(e.link, True), Blackhole(e.link, False))}[e.action]
+            step(0.0, apply, "apply")
             if e.duration_s is not None:
-                step(e.duration_s, e.action, False if e.action == "blackhole" else None, "revert")
+                step(e.duration_s, revert, "revert")

@@ -7,10 +7,10 @@ For each transport:
 2. listen on a Unix control socket in the run directory (:mod:`testbed.run.control`) and
    start one agent (``python -m agents --job rank<r>.json``) in each ring host's namespace;
 3. when every rank is ``ready``, send ``start`` (the barrier; time zero of the
-   timeline) and play the timeline (:mod:`testbed.timeline`): link state through
-   the fabric, loss / blackhole / rate through :mod:`testbed.faults`, routing
-   reconvergence after ``reconverge_after``; every change is journaled in
-   ``events.jsonl`` with its wall-clock time;
+   timeline) and play the timeline (:mod:`testbed.timeline`): every typed step (link
+   down/up, loss, blackhole, rate, routing reconvergence after ``reconverge_after``)
+   goes through the transport's :class:`testbed.faults.FaultInjector`, which owns the
+   fault state and journals each change in ``events.jsonl`` with its wall-clock time;
 4. meanwhile record agent samples, iterations and EV events, and what the runner samples
    itself every :data:`testbed.run.sampling.LINK_SAMPLE_S` (:mod:`testbed.run.sampling`),
    and show live progress (:mod:`testbed.run.progress`);
@@ -43,7 +43,7 @@ from agents.protocol import Done, Event, Failed, Iteration, Message, Ready, Samp
 
 from ..counters import LinkCounters
 from ..fabric import Fabric
-from ..faults import LinkFaults
+from ..faults import FaultInjector, LinkState, Reconverge
 from ..jobs import build_jobs, write_jobs
 from ..kernel import features
 from ..spec import Scenario
@@ -81,7 +81,7 @@ class TransportRun:
         self.timeline = Timeline(scenario.timeline, sweep_warmups(len(wl.sizes_bytes), wl.iterations, wl.warmup),
                                  reconverge_after_s=scenario.reconverge_after_s)
         self.fabric: Fabric | None = None
-        self.faults = None
+        self.faults: FaultInjector | None = None
         self.server: ControlServer | None = None
         self.procs: dict[int, object] = {}
         self.ticker: Ticker | None = None
@@ -135,7 +135,7 @@ class TransportRun:
             raise RunnerError(f"fabric check: {len(reach.lost)} ring paths unreachable before the run "
                               f"(e.g. {sorted(reach.lost)[0]})")
         self._trace_paths()
-        self.faults = LinkFaults(self.fabric)
+        self.faults = FaultInjector(self.fabric, record=self.journal)
         self.counters = LinkCounters(self.fabric)
 
     def _trace_paths(self) -> None:
@@ -279,58 +279,26 @@ class TransportRun:
                 return
 
     # -- faults ------------------------------------------------------------------------
-    def _nft_drops(self, link: str) -> dict:
-        """The nftables drop counters of ``link`` (before its rules change), {} if none."""
-        try:
-            return self.faults.counters().get(link, {})
-        except Exception as exc:  # noqa: BLE001 - a counter read never stops a run
-            log.warning("fault counters of %s: %s", link, exc)
-            return {}
-
     def _apply(self, step: Step) -> None:
-        fab, faults = self.fabric, self.faults
-        extra = self._nft_drops(step.link) if step.kind in ("loss", "blackhole") and step.phase == "revert" else {}
-        if step.kind == "link":
-            fab.set_link(step.link, up=step.value)
-            self.timeline.link_changed(time.monotonic())
-        elif step.kind == "loss":
-            faults.set_loss(step.link, step.value) if step.value else faults.clear_loss(step.link)
-        elif step.kind == "rate":
-            faults.set_rate(step.link, step.value)
-        elif step.kind == "blackhole":
-            faults.set_blackhole(step.link, bool(step.value))
-        elif step.kind == "reconverge":
-            fab.reconverge()
-            self.journal({"kind": "reconverge", "links_down": sorted(fab.links_down)})
-            self.say(f"routing reconverged around {', '.join(sorted(fab.links_down)) or 'no failed link'}")
+        """Apply a due timeline step through the injector (which journals it) and show it."""
+        self.faults.apply_step(step)
+        change = step.change
+        if isinstance(change, Reconverge):
+            self.say(f"routing reconverged around {', '.join(sorted(self.faults.links_down)) or 'no failed link'}")
             return
-        self.journal({"kind": "fault", "action": step.action, "link": step.link, "phase": step.phase,
-                      "step": step.kind, "value": step.value, "index": step.index, **extra})
+        if isinstance(change, LinkState):
+            self.timeline.link_changed(time.monotonic())
         self.progress.faults += step.phase == "apply"
-        what = {"link": "up" if step.value else "down", "loss": f"loss {step.value}%" if step.value else "loss off",
-                "rate": f"rate {step.value / 1e6:g} Mbit/s" if step.value else "rate restored",
-                "blackhole": "blackhole on" if step.value else "blackhole off"}[step.kind]
-        self.say(f"{step.link}: {what} ({step.phase})", head=step.action)
+        self.say(f"{change.link}: {change.describe()} ({step.phase})", head=step.action)
 
     def _revert_all(self) -> None:
-        """Undo every fault still applied (journaled as phase revert, action end)."""
-        if self.fabric is None:
+        """Undo every fault still applied (journaled by the injector as phase revert, action end)."""
+        if self.faults is None:
             return
-        for link in sorted(self.fabric.links_down):
-            try:
-                self.fabric.set_link(link, up=True)
-                self.journal({"kind": "fault", "action": "end", "link": link, "phase": "revert", "step": "link",
-                              "value": True})
-            except Exception as exc:  # noqa: BLE001 - teardown follows anyway
-                log.warning("revert %s: %s", link, exc)
-        if self.faults is not None:
-            try:
-                drops = self.faults.counters() if self.faults.active else {}
-                self.faults.revert_all()
-                self.journal({"kind": "fault", "action": "end", "link": None, "phase": "revert", "step": "all",
-                              "nft_drops": drops})
-            except Exception as exc:  # noqa: BLE001
-                log.warning("revert faults: %s", exc)
+        try:
+            self.faults.revert_all()
+        except Exception as exc:  # noqa: BLE001 - teardown follows anyway
+            log.warning("revert faults: %s", exc)
 
     # -- the end -------------------------------------------------------------------------
     def _finish(self) -> None:
@@ -351,7 +319,7 @@ class TransportRun:
             pending = self.timeline.pending()
             unfired = self.timeline.unfired()
             if pending or unfired:
-                self.journal({"kind": "timeline", "not_reached": [vars(s) for s in pending
+                self.journal({"kind": "timeline", "not_reached": [s.record() for s in pending
                                                                    if s.kind != "reconverge"],
                               "never_triggered": unfired})
             self._revert_all()

@@ -1,4 +1,4 @@
-"""Root tier: link faults (nftables loss/blackhole, HTB rate) on real namespaces."""
+"""Root tier: link faults (link down/up, nftables loss/blackhole, HTB rate) on real namespaces."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from testbed import faults as faults_mod
 from testbed.counters import LinkCounters
-from testbed.faults import FaultError, LinkFaults
+from testbed.faults import FaultError, FaultInjector, LinkState, Reconverge, Step, nft
 from testbed.verify import probe
 from tests.netns.conftest import small_fat_tree
 
@@ -24,7 +24,7 @@ HOST_LINK = "h0_0_0-e0_0"
 
 @pytest.fixture
 def faults(k4):
-    lf = LinkFaults(k4)
+    lf = FaultInjector(k4)
     try:
         yield lf
     finally:
@@ -66,7 +66,7 @@ def test_loss_rate_within_0_15_points_of_the_set_rate():
     sd_points = 100 * math.sqrt(pct / 100 * (1 - pct / 100) / n)
     assert tol_points >= 4 * sd_points
     with small_fat_tree(1_000_000_000) as fabric:   # 1 Gbit/s: no queue drops at the sender
-        lf = LinkFaults(fabric)
+        lf = FaultInjector(fabric)
         counters = LinkCounters(fabric)
         try:
             lf.set_loss(HOST_LINK, pct)
@@ -199,7 +199,7 @@ def test_set_rate_changes_throughput_and_none_restores_it(k4, faults):
 
 
 def test_revert_all_leaves_no_table_and_restores_rates(k4):
-    lf = LinkFaults(k4)
+    lf = FaultInjector(k4)
     counters = LinkCounters(k4)
     try:
         lf.set_loss(FABRIC_LINK, 1.5)
@@ -238,7 +238,7 @@ def test_unknown_link_and_bad_values(k4, faults):
 def test_kernel_refusal_raises_fault_error_and_undoes_the_first_end(k4, faults, monkeypatch):
     """The b end's transaction fails: FaultError carries nft's message, the a end is put back."""
     link = k4.topo.link_by_name[FABRIC_LINK]
-    real = faults_mod.transition
+    real = nft.transition
 
     def broken(name, ifname, old, new):
         cmds = real(name, ifname, old, new)
@@ -247,7 +247,7 @@ def test_kernel_refusal_raises_fault_error_and_undoes_the_first_end(k4, faults, 
                                           "expr": [{"drop": None}]}}})
         return cmds
 
-    monkeypatch.setattr(faults_mod, "transition", broken)
+    monkeypatch.setattr(nft, "transition", broken)
     with pytest.raises(FaultError, match="No such file or directory"):
         faults.set_loss(FABRIC_LINK, 10)
     for node, _ in link_ends(k4, FABRIC_LINK):
@@ -277,7 +277,7 @@ def test_revert_all_after_the_fabric_stopped_logs_instead_of_raising(caplog):
     fabric = small_fat_tree(10_000_000)
     fabric.start()
     try:
-        lf = LinkFaults(fabric)
+        lf = FaultInjector(fabric)
         lf.set_loss(HOST_LINK, 20)
         lf.set_rate(FABRIC_LINK, 5_000_000)
     finally:
@@ -291,9 +291,9 @@ def test_revert_all_after_the_fabric_stopped_logs_instead_of_raising(caplog):
 
 def test_nft_binary_fallback_behaves_like_the_binding(k4, monkeypatch):
     """Without python3-nftables, ``nft -j -f -`` runs under nsenter with the same transactions."""
-    monkeypatch.setattr(faults_mod, "have_nft_binding", lambda: False)
-    lf = LinkFaults(k4)
-    assert lf._run is faults_mod._run_nft_binary
+    monkeypatch.setattr(nft, "have_nft_binding", lambda: False)
+    lf = FaultInjector(k4)
+    assert lf._run is nft.run_nft_binary
     try:
         lf.set_loss(FABRIC_LINK, 100)
         lf.set_blackhole(FABRIC_LINK, True)
@@ -309,3 +309,28 @@ def test_nft_binary_fallback_behaves_like_the_binding(k4, monkeypatch):
         lf.revert_all()
     for node, _ in link_ends(k4, FABRIC_LINK):
         assert nft_tables(k4, node) == []
+
+
+def test_link_down_up_is_owned_by_the_injector_and_reverted(k4):
+    """A link taken down by a step is down in the kernel and in the injector's state; reconvergence
+    is journaled with it; revert_all brings it up (journaled) and traffic crosses it again."""
+    recs = []
+    lf = FaultInjector(k4, record=recs.append)
+    (a_node, a_if), (b_node, b_if) = link_ends(k4, FABRIC_LINK)
+    try:
+        lf.apply_step(Step(0.0, LinkState(FABRIC_LINK, up=False), "link_down", "apply", 0))
+        assert operstate(k4, a_node, a_if) == "DOWN" and operstate(k4, b_node, b_if) != "UP"
+        assert lf.links_down == {FABRIC_LINK}
+        result = probe(k4, ecmp=False)
+        assert result.lost_evs() == {k for k, ev in result.evs.items() if FABRIC_LINK in ev.links} != set()
+        lf.apply_step(Step(0.1, Reconverge(), "reconverge", "apply", None))
+        assert not probe(k4, srv6=False).lost            # ECMP routes went around it
+    finally:
+        lf.revert_all()
+    assert lf.links_down == frozenset()
+    assert operstate(k4, a_node, a_if) == "UP"
+    k4.reconverge()
+    assert not probe(k4, ecmp=False).lost and not probe(k4, srv6=False).lost
+    assert [(r["kind"], r.get("step"), r.get("phase")) for r in recs] == [
+        ("fault", "link", "apply"), ("reconverge", None, None), ("fault", "link", "revert"), ("fault", "all", "revert")]
+    assert recs[1]["links_down"] == [FABRIC_LINK]

@@ -1,4 +1,5 @@
-"""Link faults without a kernel: numgen thresholds, nftables transactions, the journal and undo logic."""
+"""Link faults without a kernel: numgen thresholds, nftables transactions, the injector's state,
+journal, typed steps and undo logic."""
 
 from __future__ import annotations
 
@@ -10,12 +11,19 @@ import pytest
 
 from testbed import faults
 from testbed.faults import (
+    Blackhole,
     FaultError,
+    FaultInjector,
     FaultState,
-    LinkFaults,
+    LinkState,
+    Loss,
+    Rate,
+    Reconverge,
+    Step,
     loss_threshold,
     transition,
 )
+from testbed.netlink import NetlinkBatchError
 from testbed.topology import LinkParams, fat_tree
 
 LINK = "a0_0-c0_0"
@@ -74,24 +82,37 @@ def test_current_rate_defaults_to_the_topology():
     fabric = SimpleNamespace(topo=None)
     link = SimpleNamespace(name=LINK, params=LinkParams(20_000_000))
     assert faults.current_rate_bps(fabric, link) == 20_000_000
-    fabric._fault_rate_bps = {LINK: 5}
-    assert faults.current_rate_bps(fabric, link) == 5
 
 
 class FakeFabric:
+    """What the injector uses of a Fabric: topo, have_netem, nsfd, set_link, reconverge."""
+
     def __init__(self):
         lp = LinkParams(20_000_000, 64)
         self.topo = fat_tree(4, host_link=lp, fabric_link=lp)
         self.have_netem = False
         self.fds = {name: 100 + i for i, name in enumerate(self.topo.nodes)}
+        self.link_calls: list[tuple[str, bool]] = []
+        self.refuse_links = False
+        self.reconverged = 0
 
     def nsfd(self, node):
         return self.fds[node]   # KeyError once "stopped"
 
+    def set_link(self, name, up):
+        node = self.topo.link_by_name[name].a.node
+        self.fds[node]          # KeyError once "stopped", as Fabric.set_link
+        if self.refuse_links:
+            raise NetlinkBatchError(f"{name} {'up' if up else 'down'}", [("link set", 1)])
+        self.link_calls.append((name, up))
 
-def fake_faults(fail_on=None):
+    def reconverge(self):
+        self.reconverged += 1
+
+
+def fake_faults(fail_on=None, record=None):
     fabric = FakeFabric()
-    lf = LinkFaults(fabric)
+    lf = FaultInjector(fabric, record=record)
     lf.calls = []
     node_of_fd = {fd: n for n, fd in fabric.fds.items()}
 
@@ -143,7 +164,9 @@ def test_revert_all_deletes_tables_and_is_idempotent():
     lf.set_blackhole("h0_0_0-e0_0", True)
     lf.calls.clear()
     lf.revert_all()
-    assert sorted(node for node, _ in lf.calls) == ["a0_0", "c0_0", "e0_0", "h0_0_0"]
+    assert sorted(node for node, cmds in lf.calls if cmds == [("add", "table"), ("delete", "table")]) == \
+        ["a0_0", "c0_0", "e0_0", "h0_0_0"]
+    assert len(lf.calls) == 8      # and the drop counters of each end, read first for the journal
     assert lf.active == {}
     lf.calls.clear()
     lf.revert_all()
@@ -159,19 +182,20 @@ def test_revert_all_retries_what_failed_and_raises_once():
     failing["on"] = False
     lf.calls.clear()
     lf.revert_all()
-    assert len(lf.calls) == 2
+    assert [cmds for _, cmds in lf.calls].count([("add", "table"), ("delete", "table")]) == 2
 
 
 def test_revert_all_after_stop_logs_instead_of_raising(caplog):
     fabric, lf = fake_faults()
     lf.set_loss(LINK, 10)
-    fabric.fds.clear()   # what Fabric.stop() does
-    fabric.__dict__["_fault_rate_bps"] = {LINK: 1_000_000}
+    lf.set_link(LINK, False)
+    lf._rates[LINK] = 1_000_000      # as set_rate leaves it (its netlink part needs a kernel)
     lf._rate_dirty.add(LINK)
+    fabric.fds.clear()   # what Fabric.stop() does
     with caplog.at_level(logging.INFO, logger="testbed.faults"):
         lf.revert_all()
-    assert "gone" in caplog.text
-    assert lf.active == {} and fabric._fault_rate_bps == {}
+    assert "gone" in caplog.text and "fabric stopped" in caplog.text
+    assert lf.active == {} and lf.rates == {} and lf.links_down == frozenset()
 
 
 def test_set_rate_rejects_non_positive_or_non_int():
@@ -179,3 +203,96 @@ def test_set_rate_rejects_non_positive_or_non_int():
     for bad in (0, -1, 2.5, True, "10"):
         with pytest.raises(ValueError):
             lf.set_rate(LINK, bad)
+
+
+def test_rate_in_force_is_the_owning_injectors():
+    fabric, lf = fake_faults()
+    link = fabric.topo.link_by_name[LINK]
+    assert faults.current_rate_bps(fabric, link) == 20_000_000
+    lf._rates[LINK] = 5_000_000                      # what set_rate records once the kernel took it
+    assert faults.current_rate_bps(fabric, link) == 5_000_000 == lf.rate_bps(link)
+    assert not hasattr(fabric, "_fault_rate_bps")    # nothing written onto the fabric
+    newer = FaultInjector(fabric)                    # the latest injector made for a fabric owns it
+    assert faults.current_rate_bps(fabric, link) == 20_000_000
+    del newer
+    other = FakeFabric()
+    assert faults.current_rate_bps(other, other.topo.link_by_name[LINK]) == 20_000_000
+
+
+def test_link_state_goes_through_the_fabric_and_is_owned_by_the_injector():
+    fabric, lf = fake_faults()
+    lf.set_link(LINK, False)
+    lf.set_link("h0_0_0-e0_0", False)
+    lf.set_link("h0_0_0-e0_0", True)
+    assert fabric.link_calls == [(LINK, False), ("h0_0_0-e0_0", False), ("h0_0_0-e0_0", True)]
+    assert lf.links_down == {LINK}
+    with pytest.raises(KeyError, match="nope"):
+        lf.set_link("nope", False)
+    fabric.refuse_links = True
+    with pytest.raises(FaultError, match="link set"):
+        lf.set_link("a1_0-c0_0", False)
+    assert lf.links_down == {LINK}
+
+
+def test_typed_changes_name_their_kind_value_and_description():
+    assert [(c.kind, c.link, c.value, c.describe()) for c in (
+        LinkState(LINK, False), LinkState(LINK, True), Loss(LINK, 2.5), Loss(LINK, None),
+        Rate(LINK, 5_000_000), Rate(LINK, None), Blackhole(LINK, True), Blackhole(LINK, False), Reconverge())] == [
+        ("link", LINK, False, "down"), ("link", LINK, True, "up"), ("loss", LINK, 2.5, "loss 2.5%"),
+        ("loss", LINK, None, "loss off"), ("rate", LINK, 5_000_000, "rate 5 Mbit/s"),
+        ("rate", LINK, None, "rate restored"), ("blackhole", LINK, True, "blackhole on"),
+        ("blackhole", LINK, False, "blackhole off"), ("reconverge", None, None, "routing reconverged")]
+    step = Step(1.5, Rate(LINK, 7), "rate", "apply", 3)
+    assert step.record() == {"t": 1.5, "kind": "rate", "link": LINK, "value": 7, "action": "rate",
+                             "phase": "apply", "index": 3}
+
+
+def test_steps_are_applied_and_journaled_with_drop_counters_on_revert():
+    recs = []
+    fabric, lf = fake_faults(record=recs.append)
+    listing = {"nftables": [{"counter": {"name": "loss_dropped", "packets": 4}},
+                            {"counter": {"name": "blackhole_dropped", "packets": 0}}]}
+    run = lf._run
+    lf._run = lambda fd, cmds: (0, listing, "") if "list" in cmds[0] else run(fd, cmds)
+    lf.apply_step(Step(1.0, LinkState(LINK, False), "flap", "apply", 0))
+    lf.apply_step(Step(1.1, Reconverge(), "reconverge", "apply", None))
+    lf.apply_step(Step(2.0, Loss("h0_0_0-e0_0", 10.0), "loss", "apply", 1))
+    lf.apply_step(Step(3.0, Loss("h0_0_0-e0_0", None), "loss", "revert", 1))
+    assert recs == [
+        {"kind": "fault", "action": "flap", "link": LINK, "phase": "apply", "step": "link", "value": False,
+         "index": 0},
+        {"kind": "reconverge", "links_down": [LINK]},
+        {"kind": "fault", "action": "loss", "link": "h0_0_0-e0_0", "phase": "apply", "step": "loss",
+         "value": 10.0, "index": 1},
+        {"kind": "fault", "action": "loss", "link": "h0_0_0-e0_0", "phase": "revert", "step": "loss",
+         "value": None, "index": 1, "loss_dropped": 8, "blackhole_dropped": 0}]   # both ends summed
+    assert fabric.reconverged == 1 and lf.active == {}
+
+
+def test_revert_all_brings_links_up_then_journals_the_rest():
+    recs = []
+    fabric, lf = fake_faults(record=recs.append)
+    lf.apply(LinkState(LINK, False))
+    lf.apply(Blackhole("h0_0_0-e0_0", True))
+    lf.revert_all()
+    assert fabric.link_calls[-1] == (LINK, True) and lf.links_down == frozenset() and lf.active == {}
+    assert [r["step"] for r in recs] == ["link", "all"]
+    assert recs[0] == {"kind": "fault", "action": "end", "link": LINK, "phase": "revert", "step": "link",
+                       "value": True}
+    assert set(recs[1]["nft_drops"]) == {"h0_0_0-e0_0"}
+    recs.clear()
+    lf.revert_all()                                   # idempotent: nothing but the closing record
+    assert recs == [{"kind": "fault", "action": "end", "link": None, "phase": "revert", "step": "all",
+                     "nft_drops": {}}]
+
+
+def test_revert_all_keeps_a_link_it_could_not_bring_up_and_raises():
+    fabric, lf = fake_faults()
+    lf.set_link(LINK, False)
+    fabric.refuse_links = True
+    with pytest.raises(FaultError, match=f"link up {LINK}"):
+        lf.revert_all()
+    assert lf.links_down == {LINK}
+    fabric.refuse_links = False
+    lf.revert_all()
+    assert lf.links_down == frozenset()

@@ -89,3 +89,16 @@ def test_events_never_triggered_are_reported():
     tl.iteration_done(0, 0.5)
     assert tl.unfired() == [0]
     assert [s.kind for s in tl.pending()] == ["link"]
+
+
+def test_steps_carry_typed_changes():
+    from testbed.faults import Blackhole, LinkState, Loss, Rate, Reconverge
+    tl = Timeline([ev("flap", at_s=0.0, period_s=1.0, count=1), ev("blackhole", at_s=0.5, duration_s=1.0),
+                   ev("loss", at_s=0.5, loss_pct=3.0), ev("rate", at_s=0.7, rate_bps=10, duration_s=1.0)],
+                  sweep_warmups(1, 1, 0), reconverge_after_s=0.1)
+    tl.start(0.0)
+    tl.link_changed(0.0)
+    assert [s.change for s in tl.due(10)] == [
+        LinkState("a0_0-c0_0", up=False), Reconverge(), LinkState("a0_0-c0_0", up=True),
+        Blackhole("a0_0-c0_0", True), Loss("a0_0-c0_0", 3.0), Rate("a0_0-c0_0", 10),
+        Blackhole("a0_0-c0_0", False), Rate("a0_0-c0_0", None)]

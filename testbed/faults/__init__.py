@@ -1,0 +1,34 @@
+"""Runtime faults on fabric links, owned by one :class:`FaultInjector` per fabric.
+
+* :mod:`.steps`    -- typed changes (:class:`LinkState`, :class:`Loss`, :class:`Rate`,
+  :class:`Blackhole`, :class:`Reconverge`) and the timeline's :class:`Step` (pure);
+* :mod:`.nft`      -- loss and blackhole as nftables transactions on each link end's
+  ingress (pure plans, and the two ways of running them);
+* :mod:`.injector` -- :class:`FaultInjector`: applies every primitive and step, keeps the
+  state in force (links down, nftables faults, HTB rates), journals, reverts all.
+
+Link down/up goes through :meth:`testbed.fabric.Fabric.set_link` (the fabric re-plans its
+routes); rate changes replace the HTB class rate (and burst) on both ends. The rate now in
+force is the injector's: :func:`current_rate_bps`, where :class:`testbed.counters.LinkCounters`
+reads it.
+"""
+
+from .injector import FaultError, FaultInjector, current_rate_bps
+from .nft import (
+    BLACKHOLE_COUNTER,
+    LOSS_COUNTER,
+    LOSS_MOD,
+    FaultState,
+    have_nft_binding,
+    loss_threshold,
+    table_name,
+    transition,
+)
+from .steps import FAULTS, Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
+
+LinkFaults = FaultInjector
+"""The name before the injector owned link state too (tests/netns/test_counters.py uses it)."""
+
+__all__ = ["BLACKHOLE_COUNTER", "FAULTS", "LOSS_COUNTER", "LOSS_MOD", "Blackhole", "Change", "FaultError",
+           "FaultInjector", "FaultState", "LinkFaults", "LinkState", "Loss", "Rate", "Reconverge", "Step",
+           "current_rate_bps", "have_nft_binding", "loss_threshold", "table_name", "transition"]

@@ -1,0 +1,125 @@
+"""Typed fault changes and timeline steps (pure): what :class:`testbed.timeline.Timeline` schedules
+and :class:`testbed.faults.FaultInjector` applies.
+
+One small frozen dataclass per kind of change; each knows its ``kind`` (the word the run
+journal and :mod:`testbed.metrics` use: ``link``, ``loss``, ``rate``, ``blackhole``,
+``reconverge``), its ``value`` as journaled, and a short description for the console.
+A :class:`Step` is one change at a time ``t``, tagged with the timeline event it comes from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Union
+
+
+@dataclass(frozen=True)
+class LinkState:
+    """Take ``link`` administratively down (``up`` False) or bring it back up."""
+
+    kind: ClassVar[str] = "link"
+    link: str
+    up: bool
+
+    @property
+    def value(self) -> bool:
+        return self.up
+
+    def describe(self) -> str:
+        return "up" if self.up else "down"
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Drop ``percent`` % (0 < percent <= 100) of ``link``'s packets both ways; None: no loss."""
+
+    kind: ClassVar[str] = "loss"
+    link: str
+    percent: float | None
+
+    @property
+    def value(self) -> float | None:
+        return self.percent
+
+    def describe(self) -> str:
+        return "loss off" if self.percent is None else f"loss {self.percent}%"
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Shape ``link`` to ``rate_bps`` bits/s both ways; None: the topology's rate."""
+
+    kind: ClassVar[str] = "rate"
+    link: str
+    rate_bps: int | None
+
+    @property
+    def value(self) -> int | None:
+        return self.rate_bps
+
+    def describe(self) -> str:
+        return "rate restored" if self.rate_bps is None else f"rate {self.rate_bps / 1e6:g} Mbit/s"
+
+
+@dataclass(frozen=True)
+class Blackhole:
+    """Drop every packet of ``link`` both ways (``on``) while carrier and routes stay up."""
+
+    kind: ClassVar[str] = "blackhole"
+    link: str
+    on: bool
+
+    @property
+    def value(self) -> bool:
+        return self.on
+
+    def describe(self) -> str:
+        return "blackhole on" if self.on else "blackhole off"
+
+
+@dataclass(frozen=True)
+class Reconverge:
+    """Recompute the ECMP routes around the links down now (emulated routing convergence)."""
+
+    kind: ClassVar[str] = "reconverge"
+    link: ClassVar[None] = None
+    value: ClassVar[None] = None
+
+    def describe(self) -> str:
+        return "routing reconverged"
+
+
+Change = Union[LinkState, Loss, Rate, Blackhole, Reconverge]
+"""Every change a step makes."""
+FAULTS = (LinkState, Loss, Rate, Blackhole)
+"""The changes that are faults on a link (every kind but :class:`Reconverge`)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """``change`` at ``t`` (the runner's clock, s). ``action``/``phase``/``index``: the timeline
+    event it comes from (its action, "apply" starts a disruption and "revert" ends it, its
+    index in the file; None for a reconvergence)."""
+
+    t: float
+    change: Change
+    action: str
+    phase: str
+    index: int | None
+
+    @property
+    def kind(self) -> str:
+        return self.change.kind
+
+    @property
+    def link(self) -> str | None:
+        return self.change.link
+
+    @property
+    def value(self) -> Any:
+        return self.change.value
+
+    def record(self) -> dict:
+        """The step as the run journal lists it (e.g. steps not reached)."""
+        return {"t": self.t, "kind": self.kind, "link": self.link, "value": self.value,
+                "action": self.action, "phase": self.phase, "index": self.index}
