@@ -48,12 +48,19 @@ def _busiest_rank(transitions: list[dict]) -> int:
 def _plot_rank(path: Path, summary: dict, transport: str, trans: list[dict], rank: int,
                crossing: set[tuple[str, object]]) -> Path:
     s = summary["transports"][transport]
-    evs = {(f["dir"], ev["ev_id"]) for f in s.get("flows") or () if f["rank"] == rank for ev in f.get("evs") or ()}
-    evs |= {(e["dir"] or "tx", e["ev_id"]) for e in trans if e["rank"] == rank}
+    sampled = {(f["dir"], ev["ev_id"]) for f in s.get("flows") or () if f["rank"] == rank
+               for ev in f.get("evs") or ()}
+    moved = {(e["dir"] or "tx", e["ev_id"]) for e in trans if e["rank"] == rank}
+    evs = sampled | moved | crossing
     evs = sorted(evs, key=lambda v: (v[0] != "tx", v[0], str(type(v[1])), v[1]))
     t_end = max([s["workload_window_s"][1]] + [e["t_s"] for e in trans])
     fig, ax = plt.subplots(figsize=(11, 1.5 + 0.24 * max(1, len(evs))))
     for y, (direction, ev) in enumerate(evs):
+        if (direction, ev) not in sampled | moved:     # crossing the fault, but no state ever recorded
+            ax.broken_barh([(0, t_end)], (y - 0.4, 0.8), facecolor="white", edgecolor="tab:gray", hatch="//")
+            ax.annotate("no EV state recorded", (t_end / 2, y), ha="center", va="center", fontsize=7,
+                        bbox={"facecolor": "white", "edgecolor": "none"})
+            continue
         mine = [e for e in trans if e["rank"] == rank and (e["dir"] or "tx") == direction and e["ev_id"] == ev]
         for start, dur, state in ev_segments(mine, t_end):
             ax.broken_barh([(start, dur)], (y - 0.4, 0.8), color=STATE_COLOURS.get(state, "tab:purple"))
