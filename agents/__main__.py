@@ -20,7 +20,8 @@ Job spec (JSON object; unknown keys rejected, every problem reported)::
      "connect_timeout_s": 10.0, "linger_s": 2.0}
     PEER = {"host", "ecmp_addr", "evs": [{"ev_id", "address", "links": [...],
             "src_port" (optional: ECMP entropy as UDP source port)}],
-            "port" (optional, default: ours), "tcp_port" (optional, default: ours)}
+            "port" (optional, default: ours), "tcp_port" (optional, default: ours),
+            "src_port" (optional, ``next`` only: the TCP source port to connect from)}
 
 ``next.evs``: the paths to ``next`` (uSID addresses ending at next); the
 requester sprays over them. ``prev.evs``: the reverse paths (ending at

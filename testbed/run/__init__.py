@@ -6,10 +6,20 @@ One concern per module:
   :func:`run_scenario` (every transport of a scenario, in order);
 * :mod:`.control`   -- the runner's end of the agents' control socket;
 * :mod:`.records`   -- the run directory: file names, record schemas, JSONL writer, manifest;
-* :mod:`.sampling`  -- what the runner samples itself each tick (link counters, CPU);
+* :mod:`.sampling`  -- what the runner samples itself each tick (link counters, CPU, the
+  agents' scheduler statistics) and the tick itself;
 * :mod:`.progress`  -- the live display (the only user of rich here).
+
+Importing :mod:`.records` alone stays light (no fabric, no rich, no metrics): the names
+below load :mod:`.lifecycle` on first use, so :mod:`testbed.metrics` may use the record
+names without an import cycle.
 """
 
-from .lifecycle import OUTCOMES, RunnerError, RunResult, TransportRun, run_scenario
-
 __all__ = ["OUTCOMES", "RunResult", "RunnerError", "TransportRun", "run_scenario"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import lifecycle
+        return getattr(lifecycle, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

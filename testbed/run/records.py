@@ -29,7 +29,9 @@ seconds. Counters are cumulative (readers take differences).
   ``t`` = ``t_end``);
 * ``ev_state`` / ``qp_error``: an agent's event (:class:`agents.protocol.Event` fields);
 * ``fault`` ``{"action", "link", "phase": "apply" | "revert", "step", "value", "index"}`` (+ the nft
-  drop counters when a loss or blackhole ends), ``reconverge`` ``{"links_down"}``;
+  drop counters when a loss or blackhole ends; ``action`` "end" and ``step`` "link" / "all"
+  with ``nft_drops`` when everything still applied is reverted at the end),
+  ``reconverge`` ``{"links_down"}``: written by :class:`testbed.faults.FaultInjector`;
 * ``timeline`` ``{"not_reached": [step records], "never_triggered": [event index]}``.
 
 ``samples.jsonl``: ``{"t", "rank", "flows": [...], "loop": {"timers", "late_sum_s", "late_max_s"}}``
