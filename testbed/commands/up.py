@@ -3,7 +3,9 @@
 Prints a summary (nodes per role, links, EVs per host pair, seconds per build
 phase, reachability over every EV and ECMP pair). ``--no-cli`` waits for
 Ctrl-C instead of opening the Mininet CLI; ``--once`` tears down right after
-the verification (exit 1 if anything was unreachable).
+the verification (exit 1 if anything was unreachable). ``--path
+SRC:DST[:udp|tcp[:SPORT[:DPORT]]]`` (repeatable) prints the links an ECMP flow with
+that 5-tuple crosses, traced on the fabric (:mod:`testbed.paths`), before the CLI opens.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from collections import Counter
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..fabric import Fabric
@@ -31,7 +34,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--no-cli", action="store_true", help="wait for Ctrl-C instead of the Mininet CLI")
     mode.add_argument("--once", action="store_true", help="build, verify and tear down at once")
     p.add_argument("--no-verify", action="store_true", help="skip the reachability probes")
+    p.add_argument("--path", action="append", default=[], metavar="SRC:DST[:PROTO[:SPORT[:DPORT]]]",
+                   help="print the traced path of an ECMP flow between two hosts (proto udp or tcp, "
+                        "default udp:49152:4791; repeatable)")
     p.set_defaults(func=run)
+
+
+def parse_path(text: str, topo: Topology):
+    """``SRC:DST[:PROTO[:SPORT[:DPORT]]]`` -> a :class:`testbed.paths.Flow`; ValueError naming
+    what is wrong."""
+    from ..paths import FiveTuple, Flow
+    parts = text.split(":")
+    if not 2 <= len(parts) <= 5:
+        raise ValueError(f"--path {text!r}: expected SRC:DST[:PROTO[:SPORT[:DPORT]]]")
+    src, dst = parts[0], parts[1]
+    proto = parts[2] if len(parts) > 2 else "udp"
+    for host in (src, dst):
+        if host not in topo.nics:
+            raise ValueError(f"--path {text!r}: {host!r} is not a host of {topo.name}")
+    if proto not in ("udp", "tcp"):
+        raise ValueError(f"--path {text!r}: protocol must be udp or tcp, got {proto!r}")
+    try:
+        sport, dport = (int(parts[3]) if len(parts) > 3 else 49152), (int(parts[4]) if len(parts) > 4 else 4791)
+    except ValueError:
+        raise ValueError(f"--path {text!r}: ports are integers") from None
+    if not (0 < sport < 65536 and 0 < dport < 65536):
+        raise ValueError(f"--path {text!r}: ports are 1..65535")
+    t = FiveTuple(str(topo.nics[src][0].address), str(topo.nics[dst][0].address), proto, sport, dport)
+    return Flow(f"{src}->{dst} {proto} {sport}->{dport}", "path", 0, 0, "data", src, dst, t)
 
 
 def summary_table(topo: Topology) -> Table:
@@ -76,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
+    try:
+        flows = [parse_path(text, topo) for text in args.path]
+    except ValueError as exc:
+        print(f"testbed up: {exc}", file=sys.stderr)
+        return 2
     console.print(summary_table(topo))
     status = 0
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -90,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
             for src, dst, ev_id in sorted(result.lost)[:10]:
                 console.print(f"  lost: {src} -> {dst} " + (f"EV {ev_id}" if ev_id >= 0 else "ECMP"))
             status = 1 if result.lost else 0
+        if flows:
+            from ..paths import trace_flows
+            for tf in trace_flows(fabric, flows):
+                hops = " ".join([tf.flow.src_host] + [h.next for h in tf.hops])
+                console.print(f"path {escape(tf.flow.label)}: {escape(hops)} ({tf.outcome})", highlight=False)
         if args.once:
             return status
         if args.no_cli:

@@ -105,3 +105,15 @@ def test_spec_checks_flow_targets(tmp_path, action, message):
     with pytest.raises(SpecError) as err:
         load_scenario(path)
     assert message in str(err.value) and "s.yaml:11" in str(err.value)
+
+
+def test_up_path_option_parses_a_five_tuple():
+    from testbed.commands.up import parse_path
+    f = parse_path("h0_0_0:h3_1_1:tcp:40000:5201", TOPO)
+    assert (f.src_host, f.dst_host, f.tuple.proto, f.tuple.sport, f.tuple.dport) == \
+        ("h0_0_0", "h3_1_1", "tcp", 40000, 5201)
+    assert parse_path("h0_0_0:h3_1_1", TOPO).tuple.sport == 49152
+    for bad, why in (("h0_0_0", "expected"), ("h0_0_0:e0_0", "not a host"), ("h0_0_0:h0_0_1:sctp", "udp or tcp"),
+                     ("h0_0_0:h0_0_1:udp:x", "integers"), ("h0_0_0:h0_0_1:udp:0", "1..65535")):
+        with pytest.raises(ValueError, match=why):
+            parse_path(bad, TOPO)
