@@ -126,6 +126,10 @@ def _iteration(key: str):
     return lambda s: fmt_s((s.get("iteration_s") or {}).get(key))
 
 
+# The aggregate-goodput recovery and stall (summary keys recovery_s, longest_stall_s) are left
+# out on purpose: a ring drains before its aggregate dips, so they misread a flow black-holed for
+# seconds as a 60 ms blip; the per-flow rows below are the KPIs (cell_recovery and
+# cell_longest_stall still format them for anyone who wants the aggregate view).
 COMPARISON_ROWS = [
     ("size (B)", lambda s: fmt_count(s.get("size_bytes"))),
     ("busbw (Mbit/s)", lambda s: fmt_sig(s.get("busbw_mbit_per_s"))),
@@ -138,9 +142,7 @@ COMPARISON_ROWS = [
     ("QP errors", lambda s: fmt_count(s.get("qp_errors"))),
     ("time to detect", cell_detect),
     ("false retirements", cell_false_retirements),
-    ("recovery (aggregate)", cell_recovery),
     ("worst flow recovery", cell_worst_recovery),
-    ("longest stall (aggregate)", cell_longest_stall),
     ("worst flow stall", cell_worst_stall),
     ("healthy gap p99", lambda s: fmt_s(s.get("healthy_gap_p99_s"))),
     ("base RTT", lambda s: fmt_s(s.get("base_rtt_s"))),
