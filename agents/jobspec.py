@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-TRANSPORTS = ("mrc", "rc", "tcp")
+from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT
+
 
 QP_ATTR_KEYS = {"mpr": "mpr", "mpr_dest": "mpr_dest", "max_wimm": "max_wimm",
                 "max_wimm_dest": "max_wimm_dest", "timeout": "timeout",
@@ -75,9 +76,9 @@ class JobSpec:
     prev: PeerSpec
     bind_addr: str
     sample_interval_s: float = 0.01
-    port: int = 4791
+    port: int = UDP_PORT
     mtu: int = 1500
-    tcp_port: int = 5201
+    tcp_port: int = TCP_PORT
     qp: dict = field(default_factory=dict)
     connect_timeout_s: float = 10.0
     linger_s: float = 2.0
@@ -194,10 +195,10 @@ def parse_job(raw: Any, source: str = "<job>") -> JobSpec:
         "warmup": g(raw, "warmup", "", int, check=lambda v: v >= 0, why="must be >= 0"),
         "bind_addr": g(raw, "bind_addr", "", str),
         "sample_interval_s": g(raw, "sample_interval_s", "", float, default=0.01, **pos),
-        "port": g(raw, "port", "", int, default=4791, check=_port, why="not a port"),
+        "port": g(raw, "port", "", int, default=UDP_PORT, check=_port, why="not a port"),
         "mtu": g(raw, "mtu", "", int, default=1500, check=lambda v: 1280 <= v <= 65535,
                  why="must be in [1280, 65535] (IPv6)"),
-        "tcp_port": g(raw, "tcp_port", "", int, default=5201, check=_port, why="not a port"),
+        "tcp_port": g(raw, "tcp_port", "", int, default=TCP_PORT, check=_port, why="not a port"),
         "qp": g(raw, "qp", "", dict, default={}),
         "connect_timeout_s": g(raw, "connect_timeout_s", "", float, default=10.0, **pos),
         "linger_s": g(raw, "linger_s", "", float, default=2.0,

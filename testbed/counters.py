@@ -19,7 +19,7 @@ Sources of each record's fields:
   (pfifo/netem overflow) to its own counter, so this is HTB + leaf, counted
   once; cumulative since the fabric started.
 * ``rate_bps``: the HTB rate now configured, tracked by
-  :meth:`testbed.faults.LinkFaults.set_rate` (:func:`testbed.faults.current_rate_bps`),
+  :meth:`testbed.faults.FaultInjector.set_rate` (:func:`testbed.faults.current_rate_bps`),
   not read back from the kernel (that would cost a class dump per namespace).
 """
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT  # noqa: F401 (re-exported)
+
 from .spec import Scenario
 from .topology import EV, Topology
 
@@ -44,8 +46,6 @@ def base_rtt_s(topo: Topology, links: list[str] | tuple[str, ...], mtu: int) -> 
     per_link = [topo.link_by_name[name].params.rate_bps for name in links]
     return sum(((mtu + 14) * 8 + SACK_BYTES * 8) / rate for rate in per_link) + SOFTWARE_RTT_S
 
-UDP_PORT = 4791     # RoCEv2 destination port (IBTA RoCEv2 annex A17)
-TCP_PORT = 5201
 ROCE_PMTU_BYTES = 4096   # largest RoCEv2 path MTU (IBTA: 256..4096 bytes of payload)
 SAMPLE_INTERVAL_S = 0.02
 ECMP_SRC_PORTS = (49152, 65535)   # IANA dynamic range, where RoCEv2 source-port entropy lives
@@ -111,7 +111,7 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
                qp_overrides: dict | None = None) -> list[dict]:
     """Job spec dicts, one per rank in ring order. ``qp_overrides`` replace :data:`QP_DEFAULTS`
     keys. Raises ValueError for an unknown transport."""
-    if transport not in ("mrc", "rc", "tcp"):
+    if transport not in TRANSPORTS:
         raise ValueError(f"unknown transport {transport!r}")
     topo, wl = scenario.topology, scenario.workload
     hosts = list(wl.hosts)

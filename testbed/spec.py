@@ -60,6 +60,8 @@ from pathlib import Path
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from . import units
+from agents.protocol import TRANSPORTS
+
 from .kernel import KernelFeatures, features as probe_features
 from .targets import HOPS, UNREPAIRED, FlowTarget, check_hop, parse_selector
 from .topology import (IFNAME_MAX, LinkDecl, LinkParams, NodeDecl, Role, Topology, TopologyError,
@@ -75,7 +77,6 @@ _KIND_KEYS = {"fat-tree": (["k"], []), "leaf-spine": (["leaves", "spines", "host
 _CLASS_KEYS = ["rate", "queue", "delay", "loss", "mtu"]
 #: Host NIC uSIDs 0x1000.. are limited to 0x8000 NICs (topology.py's plan).
 MAX_HOST_NICS = 0x8000
-TRANSPORTS = ("mrc", "rc", "tcp")
 ACTIONS = ("link_down", "link_up", "flap", "loss", "rate", "blackhole")
 SCENARIO_KEYS = ("transports", "timeline", "workload")
 _ACTION_KEYS = {"flap": (["link", "period", "count"], []), "loss": (["link", "percent"], ["duration"]),

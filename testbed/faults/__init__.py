@@ -26,9 +26,6 @@ from .nft import (
 )
 from .steps import FAULTS, Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
 
-LinkFaults = FaultInjector
-"""The name before the injector owned link state too (tests/netns/test_counters.py uses it)."""
-
 __all__ = ["BLACKHOLE_COUNTER", "FAULTS", "LOSS_COUNTER", "LOSS_MOD", "Blackhole", "Change", "FaultError",
-           "FaultInjector", "FaultState", "LinkFaults", "LinkState", "Loss", "Rate", "Reconverge", "Step",
+           "FaultInjector", "FaultState", "LinkState", "Loss", "Rate", "Reconverge", "Step",
            "current_rate_bps", "have_nft_binding", "loss_threshold", "table_name", "transition"]

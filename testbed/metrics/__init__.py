@@ -1,7 +1,7 @@
 """Metrics of one scenario run: raw agent/runner records -> binned series and a summary.
 
 Inputs, per transport, in ``runs/<scenario>-<timestamp>/<transport>/`` (written by the
-runner, :mod:`testbed.scenario`): ``events.jsonl``, ``samples.jsonl`` (agent flow
+runner, :mod:`testbed.run`): ``events.jsonl``, ``samples.jsonl`` (agent flow
 samples, cumulative counters), ``links.jsonl`` (kernel link counters, cumulative),
 ``cpu.jsonl`` (host CPU busy fraction); top level ``manifest.json`` (``scenario``,
 ``transports``, ``world_size``, ``host_link_rate_bps``).

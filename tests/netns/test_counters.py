@@ -10,7 +10,7 @@ import time
 import pytest
 
 from testbed.counters import LinkCounters
-from testbed.faults import LinkFaults
+from testbed.faults import FaultInjector
 
 HOST_LINK = "h0_0_0-e0_0"
 SO_SNDBUFFORCE = 32
@@ -90,7 +90,7 @@ def test_drops_are_the_egress_qdisc_drops(k4):
 
 def test_rate_bps_follows_set_rate(k4):
     counters = LinkCounters(k4)
-    faults = LinkFaults(k4)
+    faults = FaultInjector(k4)
     try:
         faults.set_rate(HOST_LINK, 4_000_000)
         assert {record(counters, HOST_LINK, e)["rate_bps"] for e in "ab"} == {4_000_000}
