@@ -169,7 +169,8 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
         mine = {k for k, links in evl.items() if w["link"] in links}
         detect.append(next((r["t_s"] - w["t_s"] for r in rets if r["t_s"] >= w["t_s"] - 1e-9
                             and (r["rank"], r["dir"], r["ev_id"]) in mine), None))
-    false = [r for r in rets if not r["crosses_fault"]] if evl else []
+    false = [r for r in rets if not r["crosses_fault"]
+             and any(w["t_s"] - 1e-9 <= r["t_s"] <= w["until_s"] for w in windows)] if evl else []
     gaps = [g for k in kp for g in k["healthy_gaps_s"]]
     return {
         "base_rtt_s": base_rtt, "detect": detect,
