@@ -25,8 +25,9 @@ DETECTED_STATES = ("ASSUMED_BAD", "DENIED", "UNKNOWN")
 
 DEFINITIONS = {
     "goodput_bps": "received payload bytes per 10 ms bin (agent rx counters) * 8 / bin width; bits/s",
-    "iteration_s": "per (size, iteration) the slowest rank's collective time (nccl-tests -a 3); p50/p99/max "
-                   "over measured (non-warm-up) iterations of the largest size; s",
+    "iteration_s": "per (size, iteration) the slowest rank's collective time (nccl-tests -a 3); p50/p99 by "
+                   "nearest rank with n, max and mean over measured (non-warm-up) iterations of the largest "
+                   "size; s",
     "time_s": "mean iteration_s over measured iterations of one size (nccl-tests 'time'); s",
     "algbw": "size_bytes / time_s (nccl-tests PERFORMANCE.md); bytes/s and Mbit/s",
     "busbw": "algbw * 2(n-1)/n for all-reduce, n = world size (nccl-tests PERFORMANCE.md); bytes/s and Mbit/s",
