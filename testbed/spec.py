@@ -608,7 +608,7 @@ def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: rand
 
 def _flow_target(r: Reader, node: Node, path: str, topo: Topology | None,
                  workload: Workload | None) -> FlowTarget | None:
-    m = r.mapping(node, path, ["crossed_by"], ["hop"])
+    m = r.mapping(node, path, ["crossed_by"], ["hop", "repairable"])
     if m is None or "crossed_by" not in m or topo is None or workload is None:
         return None
     hop = r.text(m["hop"], join(path, "hop")) if "hop" in m else UNREPAIRED
@@ -639,7 +639,10 @@ def _flow_target(r: Reader, node: Node, path: str, topo: Topology | None,
                 r.error(item, where, why)
                 return None
         selectors.append(sel)
-    return FlowTarget(tuple(selectors), hop)
+    repairable = r.boolean(m["repairable"], join(path, "repairable")) if "repairable" in m else False
+    if repairable is None:
+        return None
+    return FlowTarget(tuple(selectors), hop, repairable)
 
 
 # -- either -------------------------------------------------------------------

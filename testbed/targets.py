@@ -18,6 +18,9 @@ In a scenario, wherever a link name goes (``link_down``, ``link_up``, and the ``
   router next to the failure can route around it (no local repair) and only routing
   reconvergence (``reconverge_after``) or the transport itself can: on a fat-tree, the
   core -> aggregation hop of an inter-pod flow.
+* ``repairable: true``: besides, no flow of the named transports, in either direction
+  (data or acknowledgements), may cross the link at an unrepaired hop: every flow over it
+  is re-hashed by the router next to the failure, so the scenario measures local repair.
 
 The runner resolves a target when the fabric is up and before the agents start: it traces
 the ring flows of the named transports (:mod:`testbed.paths`; their 5-tuples come from the
@@ -69,13 +72,15 @@ class FlowTarget:
 
     crossed_by: tuple[FlowSelector, ...]
     hop: str = UNREPAIRED
+    repairable: bool = False
 
     @property
     def transports(self) -> list[str]:
         return sorted({s.transport for s in self.crossed_by})
 
     def __str__(self) -> str:
-        return f"crossed_by [{', '.join(map(str, self.crossed_by))}] hop {self.hop}"
+        return (f"crossed_by [{', '.join(map(str, self.crossed_by))}] hop {self.hop}"
+                + (" repairable" if self.repairable else ""))
 
 
 def parse_selector(text: str, world: int) -> FlowSelector:
@@ -121,6 +126,15 @@ def check_hop(topo: Topology, src_host: str, dst_host: str, hop: str) -> str | N
     return None
 
 
+def unrepaired_links(topo: Topology, tf: TracedFlow, ecmp: dict) -> set[str]:
+    """Links of every switch-to-switch hop of ``tf`` whose sending switch has a single
+    shortest-path next hop to the flow's last switch (no local repair there)."""
+    dst_switch = tf.hops[-1].node if tf.hops else None
+    return {h.link for h in tf.hops
+            if topo.nodes[h.node].role is not Role.HOST and topo.nodes[h.next].role is not Role.HOST
+            and (h.node == dst_switch or len(ecmp.get(h.node, {}).get(dst_switch, ())) == 1)}
+
+
 def crossed_at(topo: Topology, tf: TracedFlow, hop: str, ecmp: dict) -> str | None:
     """The link ``tf`` crosses at ``hop`` (first such hop), None if it crosses none.
     ``ecmp``: ``topo.ecmp_next_hops()`` (for ``unrepaired``)."""
@@ -153,10 +167,16 @@ def resolve(target: FlowTarget, traced: Iterable[TracedFlow], topo: Topology, *,
                 links.add(link)
                 crossing.setdefault(link, set()).add(tf.flow.label)
         per_selector.append(links)
-    candidates = sorted(set.intersection(*per_selector)) if per_selector else []
+    candidates = set.intersection(*per_selector) if per_selector else set()
+    if target.repairable:
+        named = set(target.transports)
+        candidates -= {link for tf in traced if tf.flow.transport in named
+                       for link in unrepaired_links(topo, tf, ecmp)}
+    candidates = sorted(candidates)
     if not candidates:
         raise TargetError(f"no link is crossed at hop {target.hop} by "
-                          + " and ".join(f"a {s} flow" for s in target.crossed_by))
+                          + " and ".join(f"a {s} flow" for s in target.crossed_by)
+                          + (" and at no unrepaired hop by any of their flows" if target.repairable else ""))
     link = candidates[0] if len(candidates) == 1 else random.Random(f"{seed}:target:{index}").choice(candidates)
     return link, sorted(crossing[link])
 
@@ -174,10 +194,11 @@ def trace_and_resolve(fabric, scenario, transport: str) -> tuple[tuple, list[Tra
 
     topo = scenario.topology
     named = {t for e in scenario.timeline if e.target for t in e.target.transports}
+    both_ways = {t for e in scenario.timeline if e.target and e.target.repairable for t in e.target.transports}
     flows = []
     for t in sorted(named | {transport}):
         jobs = build_jobs(scenario, t, run_id="paths", control_socket="-")
-        flows += [f for f in ring_flows(jobs, topo) if t == transport or f.kind == "data"]
+        flows += [f for f in ring_flows(jobs, topo) if t == transport or t in both_ways or f.kind == "data"]
     with Tracer(fabric) as tracer:
         traced = [tracer.trace(f) for f in flows]
     events, resolved = [], []

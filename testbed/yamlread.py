@@ -199,6 +199,16 @@ class Reader:
             return None
         return value
 
+    def boolean(self, node: Node | None, path: str) -> bool | None:
+        """A YAML boolean (true/false); anything else is a problem (None)."""
+        if node is None:
+            return None
+        value = self.value(node) if isinstance(node, ScalarNode) else None
+        if not isinstance(value, bool):
+            self.error(node, path, f"expected true or false, got {self.describe(node)}")
+            return None
+        return value
+
     def choice(self, node: Node | None, path: str, choices: Iterable[str]) -> str | None:
         value = self.text(node, path)
         choices = list(choices)

@@ -117,3 +117,16 @@ def test_up_path_option_parses_a_five_tuple():
                      ("h0_0_0:h0_0_1:udp:x", "integers"), ("h0_0_0:h0_0_1:udp:0", "1..65535")):
         with pytest.raises(ValueError, match=why):
             parse_path(bad, TOPO)
+
+
+def test_repairable_excludes_links_any_flow_crosses_at_an_unrepaired_hop():
+    # rc 3->4 goes up over a0_0-c0_0 (repairable there); a tcp flow comes down over it into pod 0
+    tcp_15_0 = _flow("tcp", 15, 0, ["h3_1_1", "e3_1", "a3_0", "c0_0", "a0_0", "e0_0", "h0_0_0"])
+    up = FlowTarget((FlowSelector("rc", 3, 4),), "aggregation-core")
+    assert resolve(up, [RC_3_4, tcp_15_0], TOPO, seed=1, index=0)[0] == "a0_0-c0_0"
+    both = FlowTarget((FlowSelector("rc"), FlowSelector("tcp")), "aggregation-core", repairable=True)
+    with pytest.raises(TargetError, match="at no unrepaired hop"):
+        tcp_3_4 = _flow("tcp", 3, 4, ["h0_1_1", "e0_1", "a0_0", "c0_0", "a1_0", "e1_0", "h1_0_0"])
+        resolve(both, [RC_3_4, tcp_15_0, tcp_3_4], TOPO, seed=1, index=0)
+    ok = FlowTarget((FlowSelector("rc"),), "aggregation-core", repairable=True)
+    assert resolve(ok, [RC_3_4, RC_7_8], TOPO, seed=1, index=0)[0] == "a0_0-c0_0"
