@@ -6,7 +6,7 @@ the faulted link, and the distribution of iteration times. EV state timelines ar
 Goodput: grey = 10 ms bins, black = 50 ms rolling median. Markers: red dashed = a
 disruptive fault applied; blue dashed = a link restored (link_up, or a fault reverted);
 green dash-dot = emulated routing reconvergence; orange = the fault detected (first EV
-retired); purple = aggregate goodput recovered; brown = the slowest flow recovered.
+retired); brown = the slowest flow recovered.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .. import metrics  # noqa: E402
 from .fmt import fmt_s  # noqa: E402
 
 APPLY, RESTORE, RECONVERGE = "tab:red", "tab:blue", "tab:green"
-DETECT, RECOVERED, FLOW_RECOVERED = "tab:orange", "tab:purple", "tab:brown"
+DETECT, FLOW_RECOVERED = "tab:orange", "tab:brown"
 RAW, SMOOTH = "#b8b8b8", "black"            # goodput curves: grey 10 ms bins, black rolling median
 ZOOM_BEFORE_S, ZOOM_AFTER_S = 0.5, 2.0     # a fault's window: 0.5 s before .. recovery or 2 s after
 MAX_ZOOMS = 3                               # zoom panels per transport (first fault windows)
@@ -130,9 +130,11 @@ def _mark(ax, t: float, colour: str, text: str):
 
 
 def mark_detection_recovery(ax, s: dict, faults: list[int]) -> list:
-    """Lines at detection (per_fault ``detect_s``), aggregate recovery (``recovery_s``) and the
-    slowest flow's recovery (``worst_recovery``, first fault) of the faults ``faults`` (indexes
-    in ``per_fault``); returns those to name in a legend: the first of each kind."""
+    """Lines at detection (per_fault ``detect_s``) and the slowest flow's recovery
+    (``worst_recovery``, first fault) of the faults ``faults`` (indexes in ``per_fault``);
+    returns those to name in a legend: the first of each kind. (The aggregate recovery is not
+    drawn: a ring drains before its aggregate dips, so it marks a black-holed flow as
+    recovered within 100 ms.)"""
     worst, out, named = recovered_flow(s), [], set()
 
     def mark(t: float, colour: str, text: str) -> None:
@@ -145,8 +147,6 @@ def mark_detection_recovery(ax, s: dict, faults: list[int]) -> list:
         f = s["per_fault"][i]
         if f.get("detect_s") is not None:
             mark(f["t_s"] + f["detect_s"], DETECT, f"detected +{fmt_s(f['detect_s'])}")
-        if f.get("recovery_s"):
-            mark(f["t_s"] + f["recovery_s"], RECOVERED, f"aggregate recovered +{fmt_s(f['recovery_s'])}")
         if worst and i == 0:
             mark(f["t_s"] + worst["s"], FLOW_RECOVERED,
                  f"slowest flow {worst.get('flow') or ''} recovered +{fmt_s(worst['s'])}")
