@@ -82,3 +82,16 @@ def test_false_retirements_are_evs_off_the_faulted_path():
     rets = ev_retirements(tr, {(0, "tx", 1)}, 5.0)
     assert [(r["ev_id"], r["crosses_fault"], round(r["duration_s"], 3)) for r in rets] == [(1, True, 4.0),
                                                                                            (2, False, 0.1)]
+
+
+def test_samplers_that_miss_their_period_invalidate_the_run():
+    from testbed.metrics.fidelity import emulation_validity, sampler_coverage
+    every = np.arange(0.0, 25.0, 0.1) + T0
+    assert sampler_coverage(every, T0, (0.0, 25.0))["coverage"] == pytest.approx(1.0, abs=0.01)
+    sparse = np.array([0.0, 6.0, 12.0, 18.0]) + T0          # 4 samples in 25 s (seen on k8)
+    v = emulation_validity([], [], sparse, None, T0, (0.0, 25.0), 0.04)
+    assert v["valid"] is False and "samplers missed their period" in v["reasons"][0]
+    assert v["sampler_max_gap_s"] == pytest.approx(7.0)
+    late = [(T0 + t, 0, 0.02) for t in np.arange(0.0, 25.0, 0.02)]   # timers 20 ms late, RTT 40 ms
+    v = emulation_validity([], late, every, None, T0, (0.0, 25.0), 0.04)
+    assert v["valid"] is False and "timers late" in v["reasons"][0]
