@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .definitions import (DETECTED_STATES, FLOW_DIP_HORIZON_S, MIN_DIP_BINS, RECOVERY_FRACTION,
+from .definitions import (DETECTED_STATES, FLOW_DIP_HORIZON_S, FLOW_RECOVERY_FRACTION,
                           RECOVERY_WINDOW_MIN_S, RECOVERY_WINDOW_RTTS)
 from .series import binned_increments
 
@@ -88,8 +88,10 @@ def flow_recovery(edges: np.ndarray, progress: np.ndarray, active: np.ndarray, t
                   window_s: float, t_until_s: float | None = None) -> dict:
     """Recovery of one flow from a fault at ``t_fault_s`` that lasts until ``t_until_s``: its
     rate over sliding windows of ``window_s`` (whole windows of active bins only) against the
-    median window rate before the fault. A dip is a run of >= MIN_DIP_BINS windows below
-    RECOVERY_FRACTION of it; the dips that count start within FLOW_DIP_HORIZON_S of the fault
+    median window rate before the fault. A dip is a run of windows below
+    FLOW_RECOVERY_FRACTION of it lasting at least one window (shorter, shallower dips are the
+    healthy ring's own: see the constant's measurement); the dips that count start within
+    FLOW_DIP_HORIZON_S of the fault
     (and before it ends, ``t_until_s``): in a ring the stall reaches a flow only once the
     ranks before it have drained (measured: 1.2 s round a 16-rank ring at 5 Mbit/s). Recovery
     is the start of the first valid window back at or above the threshold after the last such
@@ -106,10 +108,10 @@ def flow_recovery(edges: np.ndarray, progress: np.ndarray, active: np.ndarray, t
     out = {"dip": False, "recovered": False, "s": None, "baseline_bytes_per_s": baseline}
     if baseline <= 0:
         return out
-    thr = RECOVERY_FRACTION * baseline
+    thr = FLOW_RECOVERY_FRACTION * baseline
     horizon = min(t_fault_s + FLOW_DIP_HORIZON_S, t_until_s if t_until_s is not None else math.inf)
     below = (ok & (rate < thr)).astype(int)
-    runs = np.convolve(below, np.ones(MIN_DIP_BINS, int), "valid") == MIN_DIP_BINS
+    runs = np.convolve(below, np.ones(k, int), "valid") == k
     t = start[: len(runs)]
     dips = np.nonzero(runs & (t >= t_fault_s - 1e-9) & (t < horizon))[0]
     if len(dips) == 0:

@@ -48,7 +48,8 @@ def test_flow_recovery():
     dip = flat.copy()
     dip[300:350] = 0.0                                # 3.0 .. 3.5 dead
     rec = flow_recovery(edges, dip, active, 3.0, 0.1)
-    assert rec["dip"] and rec["recovered"] and rec["s"] == pytest.approx(0.5, abs=0.011)
+    # back when a whole window is at >= 75%: up to a quarter of a window (25 ms) before the last dead bin
+    assert rec["dip"] and rec["recovered"] and 0.47 <= rec["s"] <= 0.5
     dead = flat.copy()
     dead[300:] = 0.0
     rec = flow_recovery(edges, dead, active, 3.0, 0.1)
@@ -56,9 +57,12 @@ def test_flow_recovery():
     late = flat.copy()
     late[300:320] = 0.0
     late[450:500] = 0.0                               # a second, longer dip 1.5 s later: the ring draining
-    assert flow_recovery(edges, late, active, 3.0, 0.1)["s"] == pytest.approx(2.0, abs=0.011)
+    assert 1.97 <= flow_recovery(edges, late, active, 3.0, 0.1)["s"] <= 2.0
     late[550:600] = 0.0                               # beyond the 2 s horizon: not this fault's
-    assert flow_recovery(edges, late, active, 3.0, 0.1)["s"] == pytest.approx(2.0, abs=0.011)
+    assert 1.97 <= flow_recovery(edges, late, active, 3.0, 0.1)["s"] <= 2.0
+    short = flat.copy()
+    short[310:314] = 0.0                              # 40 ms dead after the fault: under a window long
+    assert flow_recovery(edges, short, active, 3.0, 0.1)["dip"] is False
 
 
 def test_faulted_iteration_slowdown_against_healthy_median():
