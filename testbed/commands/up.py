@@ -1,9 +1,11 @@
 """``testbed up TOPO``: build a fabric, verify it, open the Mininet CLI, tear down.
 
 Prints a summary (nodes per role, links, EVs per host pair, seconds per build
-phase, reachability over every EV and ECMP pair). ``--no-cli`` waits for
-Ctrl-C instead of opening the Mininet CLI; ``--once`` tears down right after
-the verification (exit 1 if anything was unreachable). ``--path
+phase, reachability over every EV and ECMP pair), then opens Mininet's CLI with
+commands for this fabric (:mod:`testbed.interactive`: ``pingall`` over IPv6, ``net``,
+``links``, ``evs``, ``path``, ``down``/``up``/``rate``/``loss``; faults are reverted
+when it exits). ``--no-cli`` waits for Ctrl-C instead of opening the CLI; ``--once``
+tears down right after the verification (exit 1 if anything was unreachable). ``--path
 SRC:DST[:udp|tcp[:SPORT[:DPORT]]]`` (repeatable) prints the links an ECMP flow with
 that 5-tuple crosses, traced on the fabric (:mod:`testbed.paths`), before the CLI opens.
 """
@@ -43,25 +45,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def parse_path(text: str, topo: Topology):
     """``SRC:DST[:PROTO[:SPORT[:DPORT]]]`` -> a :class:`testbed.paths.Flow`; ValueError naming
     what is wrong."""
-    from ..paths import FiveTuple, Flow
+    from ..interactive import host_flow
     parts = text.split(":")
     if not 2 <= len(parts) <= 5:
         raise ValueError(f"--path {text!r}: expected SRC:DST[:PROTO[:SPORT[:DPORT]]]")
-    src, dst = parts[0], parts[1]
-    proto = parts[2] if len(parts) > 2 else "udp"
-    for host in (src, dst):
-        if host not in topo.nics:
-            raise ValueError(f"--path {text!r}: {host!r} is not a host of {topo.name}")
-    if proto not in ("udp", "tcp"):
-        raise ValueError(f"--path {text!r}: protocol must be udp or tcp, got {proto!r}")
     try:
-        sport, dport = (int(parts[3]) if len(parts) > 3 else 49152), (int(parts[4]) if len(parts) > 4 else 4791)
-    except ValueError:
-        raise ValueError(f"--path {text!r}: ports are integers") from None
-    if not (0 < sport < 65536 and 0 < dport < 65536):
-        raise ValueError(f"--path {text!r}: ports are 1..65535")
-    t = FiveTuple(str(topo.nics[src][0].address), str(topo.nics[dst][0].address), proto, sport, dport)
-    return Flow(f"{src}->{dst} {proto} {sport}->{dport}", "path", 0, 0, "data", src, dst, t)
+        return host_flow(topo, *parts)
+    except ValueError as exc:
+        raise ValueError(f"--path {text!r}: {exc}") from None
 
 
 def summary_table(topo: Topology) -> Table:
@@ -136,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
             console.print("fabric is up; Ctrl-C tears it down")
             signal.pause()
         else:
-            _mininet_cli(fabric)
+            from ..interactive import open_cli
+            open_cli(fabric)
     except KeyboardInterrupt:
         console.print("interrupted")
     finally:
@@ -147,15 +139,3 @@ def run(args: argparse.Namespace) -> int:
 
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
-
-
-def _mininet_cli(fabric: Fabric) -> None:
-    """Open Mininet's CLI on our nodes (hosts and routers; no controller, no OVS)."""
-    from mininet.cli import CLI
-    from mininet.net import Mininet
-
-    net = Mininet(build=False, controller=None, autoSetMacs=False)
-    for name, node in fabric.nodes.items():
-        (net.hosts if fabric.topo.nodes[name].role.value == "host" else net.switches).append(node)
-        net.nameToNode[name] = node
-    CLI(net)
