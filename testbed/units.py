@@ -24,15 +24,51 @@ message names the value and gives examples, e.g.
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["UnitError", "parse_rate", "parse_duration", "parse_size", "parse_percent",
+__all__ = ["UnitError", "show", "parse_rate", "parse_duration", "parse_size", "parse_percent",
            "format_rate", "format_duration", "format_size"]
 
 
 class UnitError(ValueError):
     """A value that is not a valid quantity of the expected kind."""
+
+
+#: Bounds on what a spec may ask for. HTB takes a rate in bytes/s as a u64
+#: (2^64-1 B/s = 1.5e20 bit/s); far below that, a veth pair on one machine moves
+#: a few tens of Gbit/s, so 10Tbit is already absurd.
+MAX_RATE_BPS = 10 * 10**12
+#: Durations: a day. A timeout, a fault time or a netem delay beyond that is a typo.
+MAX_DURATION_S = 86400
+#: Sizes: 1 TiB (the workload bounds its own sizes much lower).
+MAX_SIZE_BYTES = 2**40
+
+
+def show(value: object, limit: int = 60) -> str:
+    """``value`` as YAML would write it, for messages: ``null``, ``true``, ``3``, ``'text'``.
+
+    Strings are quoted with every non-printable character (control, lone surrogate)
+    escaped, so the result prints in any locale; anything longer than ``limit``
+    characters is elided with its length.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+    if isinstance(value, (int, float)):
+        text = str(value) if not isinstance(value, int) or value.bit_length() < 10000 else "a huge number"
+    elif isinstance(value, str):
+        text = repr(value)  # escapes control characters and lone surrogates
+    else:
+        text = f"a {type(value).__name__}"
+    if len(text) > limit:
+        keep = max(limit - 20, 10)
+        text = f"{text[:keep]}... ({len(text)} characters)"
+    return text
 
 
 _NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]+)?)"
@@ -68,10 +104,13 @@ def parse_rate(value: object) -> int:
     text = _text(value)
     m = _RATE_RE.fullmatch(text) if text is not None else None
     if m is None or m["unit"].lower() not in _RATE_UNITS:
-        raise UnitError(f"{value!r} is not a rate ({_RATE_EXAMPLES})")
+        raise UnitError(f"{show(value)} is not a rate ({_RATE_EXAMPLES})")
     bps = Decimal(m["num"]) * _RATE_UNITS[m["unit"].lower()]
+    if bps > MAX_RATE_BPS:
+        raise UnitError(f"{show(value)} is above the largest rate accepted ({format_rate(MAX_RATE_BPS)}; "
+                        "HTB's own limit is 2^64-1 bytes/s)")
     if bps <= 0 or bps != bps.to_integral_value():
-        raise UnitError(f"{value!r} is not a positive whole number of bit/s ({_RATE_EXAMPLES})")
+        raise UnitError(f"{show(value)} is not a positive whole number of bit/s ({_RATE_EXAMPLES})")
     return int(bps)
 
 
@@ -83,8 +122,11 @@ def parse_duration(value: object) -> float:
     text = _text(value)
     m = _DURATION_RE.fullmatch(text) if text is not None else None
     if m is None:
-        raise UnitError(f"{value!r} is not a duration ({_DURATION_EXAMPLES})")
-    return float(Decimal(m["num"]) * _DURATION_UNITS[m["unit"]])
+        raise UnitError(f"{show(value)} is not a duration ({_DURATION_EXAMPLES})")
+    seconds = Decimal(m["num"]) * _DURATION_UNITS[m["unit"]]
+    if seconds > MAX_DURATION_S:
+        raise UnitError(f"{show(value)} is longer than the longest duration accepted (24h)")
+    return float(seconds)
 
 
 def parse_size(value: object) -> int:
@@ -95,15 +137,18 @@ def parse_size(value: object) -> int:
     """
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
-            raise UnitError(f"{value!r} is not a size: negative ({_SIZE_EXAMPLES})")
-        return value
-    text = _text(value)
-    m = _SIZE_RE.fullmatch(text) if text is not None else None
-    if m is None or m["unit"] not in _SIZE_UNITS:
-        raise UnitError(f"{value!r} is not a size ({_SIZE_EXAMPLES})")
-    size = Decimal(m["num"]) * _SIZE_UNITS[m["unit"]]
+            raise UnitError(f"{show(value)} is not a size: negative ({_SIZE_EXAMPLES})")
+        size = Decimal(value)
+    else:
+        text = _text(value)
+        m = _SIZE_RE.fullmatch(text) if text is not None else None
+        if m is None or m["unit"] not in _SIZE_UNITS:
+            raise UnitError(f"{show(value)} is not a size ({_SIZE_EXAMPLES})")
+        size = Decimal(m["num"]) * _SIZE_UNITS[m["unit"]]
+    if size > MAX_SIZE_BYTES:
+        raise UnitError(f"{show(value)} is larger than the largest size accepted (1TiB)")
     if size != size.to_integral_value():
-        raise UnitError(f"{value!r} is not a whole number of bytes ({_SIZE_EXAMPLES})")
+        raise UnitError(f"{show(value)} is not a whole number of bytes ({_SIZE_EXAMPLES})")
     return int(size)
 
 
@@ -115,13 +160,13 @@ def parse_percent(value: object) -> float:
         text = _text(value)
         m = _PERCENT_RE.fullmatch(text) if text is not None else None
         if m is None:
-            raise UnitError(f"{value!r} is not a percentage ({_PERCENT_EXAMPLES})")
+            raise UnitError(f"{show(value)} is not a percentage ({_PERCENT_EXAMPLES})")
         try:
             pct = float(Decimal(m["num"]))
         except InvalidOperation:  # pragma: no cover - the regex admits only decimals
-            raise UnitError(f"{value!r} is not a percentage ({_PERCENT_EXAMPLES})") from None
+            raise UnitError(f"{show(value)} is not a percentage ({_PERCENT_EXAMPLES})") from None
     if not 0.0 <= pct <= 100.0:
-        raise UnitError(f"{value!r} is not a percentage between 0 and 100")
+        raise UnitError(f"{show(value)} is not a percentage between 0 and 100")
     return pct
 
 
@@ -135,7 +180,11 @@ def format_rate(rate_bps: int) -> str:
 
 def format_duration(seconds: float) -> str:
     """Readable exact form of a duration in seconds: 0.05 -> ``50ms``. Inverse of :func:`parse_duration`."""
+    if not math.isfinite(seconds):
+        return show(float(seconds))
     exact = Decimal(repr(float(seconds)))
+    if abs(exact) >= 10**15:
+        return f"{float(seconds):g}s"
     for unit in ("s", "ms", "us", "ns"):
         scaled = exact / _DURATION_UNITS[unit]
         if scaled == scaled.to_integral_value() and float(scaled * _DURATION_UNITS[unit]) == seconds:

@@ -1,8 +1,11 @@
 """Unit parsers: examples, error messages, round trips, and 'parse or UnitError' for any input."""
 
+import re
+
 import pytest
 from hypothesis import given, strategies as st
 
+from testbed import units
 from testbed.units import (UnitError, format_duration, format_rate, format_size, parse_duration,
                            parse_percent, parse_rate, parse_size)
 
@@ -64,17 +67,17 @@ def test_percent_errors(value):
         parse_percent(value)
 
 
-@given(st.integers(min_value=1, max_value=10**15))
+@given(st.integers(min_value=1, max_value=units.MAX_RATE_BPS))
 def test_rate_round_trip(bps):
     assert parse_rate(format_rate(bps)) == bps
 
 
-@given(st.integers(min_value=0, max_value=2**50))
+@given(st.integers(min_value=0, max_value=units.MAX_SIZE_BYTES))
 def test_size_round_trip(size):
     assert parse_size(format_size(size)) == size
 
 
-@given(st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False))
+@given(st.floats(min_value=0, max_value=units.MAX_DURATION_S, allow_nan=False, allow_infinity=False))
 def test_duration_round_trip(seconds):
     assert parse_duration(format_duration(seconds)) == seconds
 
@@ -95,3 +98,29 @@ def test_unit_alphabet_parse_or_raise(value):
             parse(value)
         except UnitError:
             pass
+
+
+@pytest.mark.parametrize("parse,value,message", [
+    (parse_rate, "1000000000000000000000000Tbit", "above the largest rate accepted (10Tbit"),
+    (parse_rate, "18446744073709551616Gbit", "above the largest rate accepted"),
+    (parse_duration, "1" + "0" * 60 + "s", "longer than the longest duration accepted (24h)"),
+    (parse_duration, "25h", "longer than the longest duration accepted"),
+    (parse_size, 2**41, "larger than the largest size accepted (1TiB)"),
+    (parse_size, "2TiB", "larger than the largest size accepted"),
+])
+def test_absurd_values_rejected(parse, value, message):
+    with pytest.raises(UnitError, match=re.escape(message)):
+        parse(value)
+
+
+@pytest.mark.parametrize("value,text", [(None, "null"), (True, "true"), (False, "false"), (3, "3"),
+                                        ("10 Mbps", "'10 Mbps'"), (float("inf"), ".inf"),
+                                        ("a\ud800b", "'a\\ud800b'"), ("x" * 100, "... (102 characters)")])
+def test_show_writes_yaml_like_escaped_elided(value, text):
+    assert units.show(value).endswith(text)
+    units.show(value).encode("ascii" if value != "x" * 100 else "utf-8")
+
+
+@given(st.floats())
+def test_format_duration_never_raises(seconds):
+    assert isinstance(format_duration(seconds), str)
