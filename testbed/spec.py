@@ -54,7 +54,8 @@ from __future__ import annotations
 import difflib
 import os
 import random
-from dataclasses import dataclass, replace
+import re
+from dataclasses import dataclass, field as dataclass_field, replace
 from pathlib import Path
 
 from yaml.nodes import MappingNode, Node, ScalarNode
@@ -64,8 +65,9 @@ from agents.protocol import TRANSPORTS
 
 from .kernel import KernelFeatures, features as probe_features
 from .targets import HOPS, UNREPAIRED, FlowTarget, check_hop, parse_selector
-from .topology import (IFNAME_MAX, LinkDecl, LinkParams, NodeDecl, Role, Topology, TopologyError,
-                       fat_tree, from_explicit, leaf_spine)
+from .topology import (IFNAME_MAX, MAX_PLANE, LinkDecl, LinkParams, NodeDecl, Role, Topology, TopologyError,
+                       fat_tree, footprint, from_explicit, ifname_problem, leaf_spine)
+from .units import show
 from .yamlread import Problem, Reader, SpecError, join
 
 __all__ = ["Problem", "SpecError", "Scenario", "Workload", "TimelineEvent", "load_topology",
@@ -82,6 +84,27 @@ SCENARIO_KEYS = ("transports", "timeline", "workload")
 _ACTION_KEYS = {"flap": (["link", "period", "count"], []), "loss": (["link", "percent"], ["duration"]),
                 "rate": (["link", "rate"], ["duration"]), "blackhole": (["link"], ["duration"])}
 _WORKLOAD_REQUIRED = ["collective", "hosts", "min_bytes", "max_bytes", "factor", "iterations", "warmup"]
+
+#: A scenario name names its run directory: no '/', no '..', nothing a shell would trip on.
+SCENARIO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: Kernel limits: a qdisc queue limit is a u32; netem takes its delay in microseconds as a u32.
+MAX_QUEUE_PKTS = 2**32 - 1
+MAX_DELAY_S = (2**32 - 1) / 1e6
+#: Workload elements are float32: sizes are whole multiples of this.
+ELEMENT_BYTES = 4
+#: Largest buffer per rank: every host's agent holds a few copies in memory.
+MAX_WORKLOAD_BYTES = 1 << 30
+MAX_ITERATIONS = 100_000
+MAX_EVS = 4096
+#: Timeline bounds: more events than this is a generated file gone wrong; a flap
+#: toggles a link through tc/ip (~ms each), so a period below 10ms is not a flap.
+MAX_TIMELINE_EVENTS = 1000
+MAX_FLAP_COUNT = 10_000
+MIN_FLAP_PERIOD_S = 0.01
+#: Fabric size bounds checked before anything is built (a k beyond this cannot fit
+#: MAX_HOST_NICS anyway), and the share of this machine's memory a fabric may use.
+MAX_COUNT = 4096
+MEMORY_SHARE = 0.75
 
 
 # -- topology -----------------------------------------------------------------
@@ -101,33 +124,83 @@ def _sorted(r: Reader) -> list[Problem]:
     return sorted(r.problems, key=lambda p: (p.file != r.file, p.file, p.line))
 
 
+def _not_a_mapping(r: Reader, root: Node, taken_for: str) -> bool:
+    """Record that the document is not a mapping, saying what it was taken for; True if so."""
+    if isinstance(root, MappingNode):
+        return False
+    r.error(root, "", f"expected a mapping ({taken_for} document), got {r.describe(root)}")
+    return True
+
+
 def _topology(r: Reader, root: Node, stem: str, feats: KernelFeatures) -> Topology | None:
-    kind_node = next((v for k, v in root.value if k.value == "kind"), None) \
-        if isinstance(root, MappingNode) else None
+    if _not_a_mapping(r, root, "a topology or scenario"):
+        return None
+    kind_node = next((v for k, v in root.value if isinstance(k, ScalarNode) and k.value == "kind"), None)
     kind = r.choice(kind_node, "kind", KINDS)
     every_key = sorted({k for v in _KIND_KEYS.values() for k in v[0] + v[1]})
     required, optional = _KIND_KEYS.get(kind, ([], every_key))
     m = r.mapping(root, "", ["kind", "link_classes", *required], ["name", *optional])
     if m is None:
         return None
+    if kind_node is None:
+        why = f"read as a topology because it has no top-level {', '.join(SCENARIO_KEYS)} key"
+        if "topology" in m:
+            why += "; its 'topology' key is a scenario's"
+        _explain_missing(r, why)
     name = r.text(m.get("name"), "name") or stem
     classes = _link_classes(r, m.get("link_classes"), feats, explicit=kind == "explicit")
     if kind == "explicit":
         return _explicit(r, name, m, classes, feats)
-    ints = {key: r.integer(m[key], key, minimum=1 if key != "k" else None) for key in required + optional
-            if key in m}
-    if kind is None or len(ints) < len(required) or None in ints.values():
+    ints = {key: r.integer(m[key], key, minimum=1 if key != "k" else None, maximum=MAX_COUNT)
+            for key in required + optional if key in m}
+    if kind is None or not set(required) <= ints.keys() or None in ints.values():
         return None
-    nics = ints["k"] ** 3 // 4 if kind == "fat-tree" else (
-        ints["leaves"] * ints["hosts_per_leaf"] * ints.get("planes", 1))
-    if nics > MAX_HOST_NICS:
-        r.error(r.line_for("kind"), "", f"{nics} host NICs exceed the uSID plan's {MAX_HOST_NICS}")
+    if kind == "fat-tree" and (ints["k"] < 2 or ints["k"] % 2):
+        r.error(m["k"], "k", f"fat-tree k must be even and >= 2, got {ints['k']}")
+        return None
+    if kind == "fat-tree":
+        k = ints["k"]
+        hosts, switches, nlinks = k**3 // 4, 5 * k * k // 4, 3 * k**3 // 4
+    else:
+        planes = ints.get("planes", 1)
+        hosts = ints["leaves"] * ints["hosts_per_leaf"]
+        switches = planes * (ints["leaves"] + ints["spines"])
+        nlinks = planes * (hosts + ints["leaves"] * ints["spines"])
+    if hosts * ints.get("planes", 1) > MAX_HOST_NICS:
+        r.error(r.line_for("kind"), "", f"{hosts * ints.get('planes', 1)} host NICs exceed the uSID plan's "
+                                        f"{MAX_HOST_NICS}")
+        return None
+    if not _fits_machine(r, r.line_for("kind"), hosts + switches, hosts, nlinks):
         return None
     placeholder = LinkParams(rate_bps=1)  # bad classes are reported; still check the shape
     links = {"host_link": (classes or {}).get("host", placeholder),
              "fabric_link": (classes or {}).get("fabric", placeholder), "name": name}
     topo = _build(r, lambda: fat_tree(ints["k"], **links) if kind == "fat-tree" else leaf_spine(**ints, **links))
     return None if r.problems else topo
+
+
+def machine_memory_bytes() -> int:
+    """MemTotal of this machine (/proc/meminfo), 0 if unknown. Not load: the same on every call."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _fits_machine(r: Reader, line: int, nodes: int, hosts: int, links: int) -> bool:
+    """False (problem recorded) if the fabric's estimated memory (:func:`topology.footprint`)
+    exceeds MEMORY_SHARE of this machine's; decided from counts, before anything is built."""
+    need, have = footprint(nodes=nodes, hosts=hosts, links=links), machine_memory_bytes()
+    if have and need > have * MEMORY_SHARE:
+        r.error(line, "", f"too large for this machine: {nodes} namespaces ({hosts} hosts), {links} links, "
+                          f"~{need / 2**30:.1f} GiB estimated (4 MiB per namespace, 1 MiB per link, 48 MiB "
+                          f"per host agent) against {MEMORY_SHARE:.0%} of {have / 2**30:.1f} GiB")
+        return False
+    return True
 
 
 def _build(r: Reader, build) -> Topology | None:
@@ -148,12 +221,15 @@ def _link_params(r: Reader, m: dict[str, Node], path: str, base: LinkParams | No
         if key in m:
             fields[field] = r.unit(m[key], join(path, key), parse)
     if "queue" in m:
-        fields["queue_pkts"] = r.integer(m["queue"], join(path, "queue"), minimum=1)
+        fields["queue_pkts"] = r.integer(m["queue"], join(path, "queue"), minimum=1, maximum=MAX_QUEUE_PKTS,
+                                         why="a qdisc limit is a u32")
+    if fields.get("delay_s") and fields["delay_s"] > MAX_DELAY_S:
+        r.error(m["delay"], join(path, "delay"), f"{units.format_duration(fields['delay_s'])} is above netem's "
+                                                 f"largest delay ({MAX_DELAY_S:.0f}s: u32 microseconds)")
+        fields["delay_s"] = None
     if "mtu" in m:
-        fields["mtu"] = r.integer(m["mtu"], join(path, "mtu"), minimum=1280)
-        if fields["mtu"] is not None and fields["mtu"] > 65535:
-            r.error(m["mtu"], join(path, "mtu"), f"{fields['mtu']} is above the largest MTU (65535)")
-            fields["mtu"] = None
+        fields["mtu"] = r.integer(m["mtu"], join(path, "mtu"), minimum=1280, maximum=65535,
+                                  why="the largest IPv6 MTU without jumbograms")
     for key, field in (("delay", "delay_s"), ("loss", "loss_pct")):
         if fields.get(field) and not feats.netem:
             r.error(m[key], join(path, key), feats.lacks(key, "sch_netem"))
@@ -199,6 +275,9 @@ def _explicit(r: Reader, name: str, m: dict[str, Node], classes: dict[str, LinkP
     links = _link_decls(r, m["links"], nodes or {}, classes, feats)
     if nodes is None or links is None:
         return None
+    hosts = sum(1 for n in nodes.values() if n.role is Role.HOST)
+    if not _fits_machine(r, r.line_for("nodes"), len(nodes), hosts, len(links)):
+        return None
     topo = _build(r, lambda: from_explicit(name, list(nodes.values()), links))
     return None if r.problems else topo
 
@@ -214,7 +293,7 @@ def _node_decls(r: Reader, node: Node) -> dict[str, NodeDecl] | None:
         if r.name(key_node, path, "node name") is None:
             ok = False
         elif len(f"{name}-eth0") > IFNAME_MAX:
-            r.error(key_node, path, f"node name {name!r} is too long: interface {name}-eth0 would exceed "
+            r.error(key_node, path, f"node name {show(name)} is too long: interface {name}-eth0 would exceed "
                                     f"{IFNAME_MAX} characters (Linux IFNAMSIZ)")
             ok = False
         nm = r.mapping(value, path, ["role"], ["plane", "pod"])
@@ -222,8 +301,9 @@ def _node_decls(r: Reader, node: Node) -> dict[str, NodeDecl] | None:
             ok = False
             continue
         role = r.choice(nm.get("role"), join(path, "role"), roles)
-        plane = r.integer(nm.get("plane"), join(path, "plane"), minimum=0)
-        pod = r.integer(nm.get("pod"), join(path, "pod"), minimum=0)
+        plane = r.integer(nm.get("plane"), join(path, "plane"), minimum=0, maximum=MAX_PLANE,
+                          why="the plane is 16 bits of the address fd00:0:<plane>::")
+        pod = r.integer(nm.get("pod"), join(path, "pod"), minimum=0, maximum=MAX_COUNT)
         if role == "host" and "plane" in nm:
             r.error(nm["plane"], join(path, "plane"), "hosts have no plane; a host gets one NIC per plane "
                                                       "from its links")
@@ -241,7 +321,11 @@ def _endpoint(r: Reader, node: Node, path: str) -> tuple[str, str | None] | None
         return None
     node_name, _, ifname = text.partition(":")
     if not node_name or (":" in text and not ifname):
-        r.error(node, path, f"endpoint {text!r} is not 'node' or 'node:interface'")
+        r.error(node, path, f"endpoint {show(text)} is not 'node' or 'node:interface'")
+        return None
+    why = ifname_problem(ifname) if ifname else None
+    if why:
+        r.error(node, path, why)
         return None
     return node_name, ifname or None
 
@@ -349,6 +433,9 @@ class Scenario:
     workload: Workload
     timeline: tuple[TimelineEvent, ...] = ()
     trials: int = 1
+    #: Suspicious but valid timeline items (overlapping faults, a link_up with no
+    #: link_down, faults outlasting the timeout), as Problems; not in ``to_dict``.
+    warnings: tuple[Problem, ...] = dataclass_field(default=(), compare=False)
 
     def to_dict(self) -> dict:
         """JSON-able resolved spec for manifest.json (topology summarized, not inlined)."""
@@ -383,24 +470,36 @@ def load_scenario(path: str | os.PathLike, *, features: KernelFeatures | None = 
 
 
 def _find_topology(ref: str, scenario_path: Path) -> Path | None:
+    if not ref or "\0" in ref:
+        return None
     candidates = [Path(ref)] if Path(ref).is_absolute() else [scenario_path.parent / ref, Path(ref)]
-    return next((c for c in candidates if c.is_file()), None)
+    for c in candidates:
+        try:
+            if c.exists():
+                return c
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
               seed_override: int | None = None) -> Scenario | None:
+    if _not_a_mapping(r, root, "a scenario"):
+        return None
     m = r.mapping(root, "", ["topology", "transports", "seed", "timeout", "workload"],
                   ["name", "description", "reconverge_after", "timeline", "trials"])
     if m is None:
         return None
-    name = r.text(m.get("name"), "name") or path.stem
+    found = [k for k in SCENARIO_KEYS if k in m]
+    _explain_missing(r, f"read as a scenario because it has a top-level {', '.join(found)} key")
+    name = _scenario_name(r, m.get("name"), path.stem)
     description = r.text(m.get("description"), "description") or ""
     topo, topo_path = None, None
     ref = r.text(m.get("topology"), "topology")
     if ref is not None:
         found = _find_topology(ref, path)
         if found is None:
-            r.error(m["topology"], "topology", f"topology file {ref!r} not found (looked in "
+            r.error(m["topology"], "topology", f"topology file {show(ref)} not found (looked in "
                                                f"{path.parent or '.'} and the current directory)")
         else:
             topo_path = os.path.relpath(found) if not os.path.relpath(found).startswith("..") else str(found)
@@ -409,20 +508,102 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
             except SpecError as exc:
                 r.problems.extend(exc.problems)
     transports = _transports(r, m.get("transports"))
-    seed = r.integer(m.get("seed"), "seed", minimum=0)
+    seed = r.integer(m.get("seed"), "seed", minimum=0, maximum=2**63 - 1)
     if seed_override is not None and seed is not None:
         seed = seed_override
-    trials = r.integer(m["trials"], "trials", minimum=1) if "trials" in m else 1
+    trials = r.integer(m["trials"], "trials", minimum=1, maximum=1000) if "trials" in m else 1
     timeout_s = r.unit(m.get("timeout"), "timeout", units.parse_duration)
     if timeout_s == 0:
         r.error(m["timeout"], "timeout", "must be > 0")
     reconverge = r.unit(m.get("reconverge_after"), "reconverge_after", units.parse_duration)
     workload = _workload(r, m.get("workload"), topo)
     timeline = _timeline(r, m.get("timeline"), topo, seed, timeout_s, workload, feats)
-    if r.problems or None in (topo, transports, seed, timeout_s, workload, timeline, trials):
+    if r.problems or None in (name, topo, transports, seed, timeout_s, workload, timeline, trials):
         return None
+    warnings = timeline_warnings(r, timeline, timeout_s)
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
-                    reconverge, workload, timeline, trials)
+                    reconverge, workload, timeline, trials, warnings)
+
+
+def _explain_missing(r: Reader, why: str) -> None:
+    """Append ``(why)`` to the document's "missing required key" problems."""
+    r.problems[:] = [replace(p, message=f"{p.message} ({why})")
+                     if p.file == r.file and not p.key_path and p.message.startswith("missing required key")
+                     else p for p in r.problems]
+
+
+def timeline_warnings(r: Reader, timeline: tuple[TimelineEvent, ...], timeout_s: float) -> tuple[Problem, ...]:
+    """Suspicious timelines: two faults on one link at once, a ``link_up`` with no
+    ``link_down`` before it, a fault lasting past the timeout.
+
+    ``at`` times and ``at_iteration`` + ``after`` times are not comparable: a pair of one
+    of each is never called suspicious; overlaps are checked within ``at`` events and
+    within one iteration. Flow targets (resolved on the fabric) are skipped.
+    Cost: O(n^2) in events, n <= MAX_TIMELINE_EVENTS.
+    """
+    out: list[Problem] = []
+    spans = []  # (index, base, link, start, end)
+    for i, e in enumerate(timeline):
+        if e.link is None:
+            continue
+        base, start = _when(e)
+        if e.action == "link_up":
+            downs = [_when(d) for d in timeline if d.action == "link_down" and d.link == e.link]
+            if all(b[0] == base[0] and (b, t) > (base, start) for b, t in downs):
+                out.append(_warning(r, i, f"link_up {e.link} with no link_down of that link before it"))
+            continue
+        end = _fault_end(e, start, base, timeline)
+        for j, other_base, link, o_start, o_end in spans:
+            if link == e.link and other_base == base and None not in (end, o_end) and start < o_end \
+                    and o_start < end:
+                out.append(_warning(r, i, f"{e.action} on {e.link} overlaps timeline[{j}] "
+                                          f"({timeline[j].action} on the same link)"))
+        if base == ("at",) and end is not None and end != float("inf") and end > timeout_s:
+            out.append(_warning(r, i, f"{e.action} on {e.link} lasts until {units.format_duration(end)}, "
+                                      f"past the timeout ({units.format_duration(timeout_s)})"))
+        spans.append((i, base, e.link, start, end))
+    return tuple(out)
+
+
+def _when(e: TimelineEvent) -> tuple[tuple, float]:
+    """(time base, start in seconds within it) of an event: ``("at",)`` or ``("iteration", n)``."""
+    if e.at_s is not None:
+        return ("at",), e.at_s
+    return ("iteration", e.at_iteration), e.after_s
+
+
+def _fault_end(e: TimelineEvent, start: float, base: tuple, timeline: tuple[TimelineEvent, ...]) -> float | None:
+    """When a fault ends: a flap after its cycles, a link_down at the next link_up of the
+    link in the same time base (None, unknown, if the only link_up is in another), other
+    faults after their duration; inf if never."""
+    if e.action == "flap":
+        return start + (e.count or 0) * (e.period_s or 0.0)
+    if e.action == "link_down":
+        ups = [_when(u) for u in timeline if u.action == "link_up" and u.link == e.link]
+        same = [t for b, t in ups if b == base and t >= start]
+        if same:
+            return min(same)
+        return None if any(b[0] != base[0] for b, _ in ups) else float("inf")
+    return start + e.duration_s if e.duration_s else float("inf")
+
+
+def _warning(r: Reader, i: int, message: str) -> Problem:
+    path = join("timeline", i)
+    return Problem(r.file, r.line_for(path), path, f"warning: {message}")
+
+
+def _scenario_name(r: Reader, node: Node | None, stem: str) -> str | None:
+    """The scenario's name (default: the file stem), which names its run directory."""
+    name = r.text(node, "name") if node is not None else stem
+    if name is None:
+        return None
+    if not SCENARIO_NAME_RE.fullmatch(name) or ".." in name:
+        where = node if node is not None else 1
+        r.error(where, "name", f"scenario name {show(name)} names the run directory: use 1-64 letters, "
+                               "digits, '.', '_' or '-', starting with a letter or digit, without '..'"
+                + ("" if node is not None else " (it defaults to the file name; add a 'name' key)"))
+        return None
+    return name
 
 
 def _transports(r: Reader, node: Node | None) -> tuple[str, ...] | None:
@@ -446,15 +627,24 @@ def _workload(r: Reader, node: Node | None, topo: Topology | None) -> Workload |
     collective = r.choice(m["collective"], "workload.collective", ["all_reduce"])
     hosts = _hosts(r, m["hosts"], topo)
     sizes = [r.unit(m[k], f"workload.{k}", units.parse_size) for k in ("min_bytes", "max_bytes")]
+    for i, key in enumerate(("min_bytes", "max_bytes")):
+        if sizes[i] is not None and sizes[i] > MAX_WORKLOAD_BYTES:
+            r.error(m[key], f"workload.{key}", f"{units.format_size(sizes[i])} is above the largest buffer a "
+                                               f"rank may hold ({units.format_size(MAX_WORKLOAD_BYTES)})")
+            sizes[i] = None
+        elif sizes[i] and sizes[i] % ELEMENT_BYTES:
+            r.error(m[key], f"workload.{key}", f"{sizes[i]} bytes is not a whole number of float32 "
+                                               f"elements ({ELEMENT_BYTES} bytes each)")
+            sizes[i] = None
     if sizes[0] == 0:
         r.error(m["min_bytes"], "workload.min_bytes", "must be >= 1 byte")
     elif None not in sizes and sizes[1] < sizes[0]:
         r.error(m["max_bytes"], "workload.max_bytes",
                 f"{units.format_size(sizes[1])} is below min_bytes ({units.format_size(sizes[0])})")
-    counts = [r.integer(m[k], f"workload.{k}", minimum=low) for k, low in
-              (("factor", 2), ("iterations", 1), ("warmup", 0))]
-    evs = r.integer(m.get("evs"), "workload.evs", minimum=1)
-    mtu = r.integer(m.get("mtu"), "workload.mtu", minimum=1280)
+    counts = [r.integer(m[k], f"workload.{k}", minimum=low, maximum=high) for k, low, high in
+              (("factor", 2, MAX_WORKLOAD_BYTES), ("iterations", 1, MAX_ITERATIONS), ("warmup", 0, MAX_ITERATIONS))]
+    evs = r.integer(m.get("evs"), "workload.evs", minimum=1, maximum=MAX_EVS)
+    mtu = r.integer(m.get("mtu"), "workload.mtu", minimum=1280, maximum=65535)
     if mtu is not None and topo is not None and mtu > (low := min(l.params.mtu for l in topo.links)):
         r.error(m["mtu"], "workload.mtu", f"{mtu} is above the fabric's smallest link MTU ({low})")
     if r.problems or None in (collective, hosts, *sizes, *counts):
@@ -473,9 +663,9 @@ def _hosts(r: Reader, node: Node, topo: Topology | None) -> tuple[str, ...] | No
     for i, host in enumerate(names):
         path = join("workload.hosts", i)
         if host is not None and known is not None and host not in known:
-            r.error(items[i], path, f"unknown host {host!r}{_did_you_mean(host, known)}")
+            r.error(items[i], path, f"unknown host {show(host)}{_did_you_mean(host, known)}")
         elif host is not None and host in names[:i]:
-            r.error(items[i], path, f"duplicate host {host!r}")
+            r.error(items[i], path, f"duplicate host {show(host)}")
     if len(items) < 2:
         r.error(node, "workload.hosts", f"an all-reduce needs >= 2 hosts, got {len(items)}")
     return tuple(names)
@@ -483,7 +673,7 @@ def _hosts(r: Reader, node: Node, topo: Topology | None) -> tuple[str, ...] | No
 
 def _did_you_mean(word: str, options: list[str]) -> str:
     close = difflib.get_close_matches(word, options, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return f" (did you mean {show(close[0])}?)" if close else ""
 
 
 def _timeline(r: Reader, node: Node | None, topo: Topology | None, seed: int | None, timeout_s: float | None,
@@ -493,14 +683,26 @@ def _timeline(r: Reader, node: Node | None, topo: Topology | None, seed: int | N
     items = r.seq(node, "timeline")
     if items is None:
         return None
+    if len(items) > MAX_TIMELINE_EVENTS:
+        r.error(node, "timeline", f"{len(items)} events; at most {MAX_TIMELINE_EVENTS} are accepted")
+        return None
     rng = random.Random(seed)
-    events = [_event(r, item, join("timeline", i), topo, rng, timeout_s, workload, feats)
+    names = _link_names(topo) if topo is not None else {}
+    events = [_event(r, item, join("timeline", i), topo, rng, timeout_s, workload, feats, names)
               for i, item in enumerate(items)]
     return tuple(events) if None not in events else None
 
 
+def _link_names(topo: Topology) -> dict[str, str]:
+    """Both spellings of every link name (``a-b`` and ``b-a``) -> the link's name."""
+    names = {f"{l.b.node}-{l.a.node}": l.name for l in topo.links}
+    names.update({l.name: l.name for l in topo.links})
+    return names
+
+
 def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
-           timeout_s: float | None, workload: Workload | None, feats: KernelFeatures) -> TimelineEvent | None:
+           timeout_s: float | None, workload: Workload | None, feats: KernelFeatures,
+           names: dict[str, str]) -> TimelineEvent | None:
     m = r.mapping(node, path, [], ["at", "at_iteration", "after", *ACTIONS])
     if m is None:
         return None
@@ -524,7 +726,7 @@ def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.
         if action == "loss" and not (feats.nftables or feats.netem):
             r.error(m[action], apath, feats.lacks("loss", "nftables (numgen) or sch_netem"))
             ok = False
-    link = _link_ref(r, ref_node, ref_path, topo, rng, fields, workload)
+    link = _link_ref(r, ref_node, ref_path, topo, rng, fields, workload, names)
     return TimelineEvent(link=link or None, **fields) if ok and link is not None else None
 
 
@@ -565,13 +767,18 @@ def _action_params(r: Reader, am: dict[str, Node], path: str, action: str, field
                 r.error(am[key], join(path, key), "must be > 0")
             ok = ok and bool(value)
     if "count" in am:
-        fields["count"] = r.integer(am["count"], join(path, "count"), minimum=1)
+        fields["count"] = r.integer(am["count"], join(path, "count"), minimum=1, maximum=MAX_FLAP_COUNT)
         ok = ok and fields["count"] is not None
+    if fields.get("period_s") and fields["period_s"] < MIN_FLAP_PERIOD_S:
+        r.error(am["period"], join(path, "period"), f"{units.format_duration(fields['period_s'])} is shorter "
+                                                    f"than the shortest flap period "
+                                                    f"({units.format_duration(MIN_FLAP_PERIOD_S)})")
+        ok = False
     return ok
 
 
 def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
-              fields: dict, workload: Workload | None = None) -> str | None:
+              fields: dict, workload: Workload | None = None, names: dict[str, str] | None = None) -> str | None:
     """A link name, a ``random <role>-<role>`` selector, or a flow target mapping
     (:mod:`testbed.targets`: sets ``fields["target"]`` and returns "" for "resolved later")."""
     if isinstance(node, MappingNode):
@@ -589,19 +796,18 @@ def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: rand
         roles = words[1].split("-") if len(words) == 2 else []
         valid = [role.value for role in Role]
         if len(roles) != 2 or not set(roles) <= set(valid):
-            r.error(node, path, f"selector {ref!r} is not 'random <role>-<role>' (roles: {', '.join(valid)})")
+            r.error(node, path, f"selector {show(ref)} is not 'random <role>-<role>' (roles: {', '.join(valid)})")
             return None
         candidates = [l for l in topo.links if sorted(roles) == sorted(
             (topo.nodes[l.a.node].role.value, topo.nodes[l.b.node].role.value))]
         if not candidates:
-            r.error(node, path, f"no {words[1]} link in topology {topo.name!r}")
+            r.error(node, path, f"no {words[1]} link in topology {show(topo.name)}")
             return None
         return rng.choice(candidates).name
-    names = {f"{l.b.node}-{l.a.node}": l.name for l in topo.links}
-    names.update({l.name: l.name for l in topo.links})
+    names = names if names is not None else _link_names(topo)
     if ref not in names:
-        r.error(node, path, f"unknown link {ref!r} in topology {topo.name!r}"
-                            f"{_did_you_mean(ref, list(names))}")
+        near = _did_you_mean(ref, list(names)) if len(ref) <= 64 and len(names) <= 5000 else ""
+        r.error(node, path, f"unknown link {show(ref)} in topology {show(topo.name)}{near}")
         return None
     return names[ref]
 
@@ -613,7 +819,7 @@ def _flow_target(r: Reader, node: Node, path: str, topo: Topology | None,
         return None
     hop = r.text(m["hop"], join(path, "hop")) if "hop" in m else UNREPAIRED
     if hop is not None and hop not in HOPS:
-        r.error(m["hop"], join(path, "hop"), f"unknown hop {hop!r} (one of: {', '.join(HOPS)})")
+        r.error(m["hop"], join(path, "hop"), f"unknown hop {show(hop)} (one of: {', '.join(HOPS)})")
         return None
     cb = m["crossed_by"]
     items = r.seq(cb, join(path, "crossed_by")) if not isinstance(cb, ScalarNode) else [cb]

@@ -23,17 +23,33 @@ Addressing plan (DESIGN.md, "Fabric"):
 from __future__ import annotations
 
 import ipaddress
-from collections import defaultdict, deque
+import itertools
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
+from .units import show
+
 USID_BLOCK = ipaddress.IPv6Network("fcbb:bb00::/32")
 #: Maximum uSIDs after the 32-bit block in one 128-bit destination address.
 MAX_USIDS = 6
-#: Linux IFNAMSIZ - 1 (include/uapi/linux/if.h).
+#: Linux IFNAMSIZ - 1 (include/uapi/linux/if.h): bytes, not characters.
 IFNAME_MAX = 15
+#: Planes are 16 bits of the ECMP address ``fd00:0:<plane>:...``.
+MAX_PLANE = 0xFFFF
+#: Switches on the longest EV: MAX_USIDS less the destination NIC's uSID.
+MAX_EV_SWITCHES = MAX_USIDS - 1
+
+#: Rough memory per emulated object, for :func:`footprint` (measured order of
+#: magnitude, not a promise): a Mininet node is a shell (bash under mnexec) in its
+#: own namespaces, ~4 MiB; a link is a veth pair with HTB and a leaf qdisc plus
+#: routes, ~1 MiB; a host runs one Python agent during a run, ~16 MiB at import
+#: and ~48 MiB with its buffers and traces.
+NODE_BYTES = 4 * 2**20
+LINK_BYTES = 1 * 2**20
+AGENT_BYTES = 48 * 2**20
 
 _USID_BASE = {"host": 0x1000, "edge": 0xE000, "leaf": 0xE000, "aggregation": 0xA000,
               "core": 0xC000, "spine": 0xC000}
@@ -290,7 +306,8 @@ class Topology:
         for s_nic in self.nics[src_host]:
             for d_nic in self.nics[dst_host]:
                 if s_nic.plane == d_nic.plane:
-                    paths = self.switch_paths(s_nic.switch, d_nic.switch)
+                    paths = (self.switch_paths(s_nic.switch, d_nic.switch) if limit is None else
+                             itertools.islice(self._iter_switch_paths(s_nic.switch, d_nic.switch), limit))
                     per_plane.append([(s_nic, d_nic, p) for p in paths])
         ordered = [item for group in _interleave(per_plane) for item in group]
         evs = []
@@ -299,6 +316,28 @@ class Topology:
                           (s_nic.link, *links, d_nic.link),
                           tuple(self.nodes[s].usid for s in switches) + (d_nic.usid,)))
         return evs
+
+    def count_evs(self, src_host: str, dst_host: str) -> int:
+        """``len(self.evs(src_host, dst_host))`` without enumerating them: shortest
+        paths counted per plane by dynamic programming over hop distances."""
+        total = 0
+        for s_nic in self.nics[src_host]:
+            for d_nic in self.nics[dst_host]:
+                if s_nic.plane == d_nic.plane:
+                    total += self._count_switch_paths(s_nic.switch, d_nic.switch)
+        return total
+
+    def _count_switch_paths(self, src: str, dst: str) -> int:
+        dist = self._switch_distances(dst)
+        if src not in dist:
+            return 0
+        ways = {dst: 1}
+        for node in sorted((n for n in dist if dist[n] <= dist[src]), key=dist.__getitem__):
+            if node == dst:
+                continue
+            ways[node] = sum(ways.get(l.peer_of(node).node, 0) for l in self.links_of[node]
+                             if dist.get(l.peer_of(node).node, -1) == dist[node] - 1)
+        return ways[src]
 
     def switch_paths(self, src: str, dst: str) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """All shortest paths between two switches through switches only.
@@ -309,22 +348,23 @@ class Topology:
         key = (src, dst)
         cache = self.__dict__.setdefault("_path_cache", {})
         if key not in cache:
-            dist = self._switch_distances(dst)
-            out: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
-
-            def walk(node: str, nodes: tuple[str, ...], links: tuple[str, ...]) -> None:
-                if node == dst:
-                    out.append((nodes, links))
-                    return
-                for link in self.links_of[node]:
-                    peer = link.peer_of(node).node
-                    if dist.get(peer, -1) == dist[node] - 1:
-                        walk(peer, nodes + (peer,), links + (link.name,))
-
-            if src in dist:
-                walk(src, (src,), ())
-            cache[key] = out
+            cache[key] = list(self._iter_switch_paths(src, dst))
         return cache[key]
+
+    def _iter_switch_paths(self, src: str, dst: str):
+        """Shortest switch paths from ``src`` to ``dst``, lazily, in :meth:`switch_paths` order."""
+        dist = self._switch_distances(dst)
+        if src not in dist:
+            return
+        stack = [(src, (src,), ())]
+        while stack:
+            node, nodes, links = stack.pop()
+            if node == dst:
+                yield nodes, links
+                continue
+            nxt = [(link.peer_of(node).node, link) for link in self.links_of[node]
+                   if dist.get(link.peer_of(node).node, -1) == dist[node] - 1]
+            stack.extend((peer, nodes + (peer,), links + (link.name,)) for peer, link in reversed(nxt))
 
     def _switch_distances(self, dst: str, failed: frozenset[str] = frozenset()) -> dict[str, int]:
         """Hop count from every switch to switch ``dst`` (switch-only graph)."""
@@ -360,6 +400,27 @@ class Topology:
         return dict(out)
 
 
+def footprint(*, nodes: int, hosts: int, links: int) -> int:
+    """Estimated memory in bytes of a running fabric: one namespace per node, one
+    veth pair per link, one agent per host (see NODE_BYTES, LINK_BYTES, AGENT_BYTES)."""
+    return nodes * NODE_BYTES + links * LINK_BYTES + hosts * AGENT_BYTES
+
+
+def ifname_problem(ifname: str) -> str | None:
+    """Why ``ifname`` cannot name a Linux interface (``dev_valid_name``), or None.
+
+    The limit is IFNAME_MAX bytes of UTF-8, and '/', ':', whitespace, '.' and '..'
+    are refused by the kernel.
+    """
+    size = len(ifname.encode("utf-8", "surrogatepass"))
+    if size > IFNAME_MAX:
+        return (f"interface name {show(ifname)} is {size} bytes, longer than {IFNAME_MAX} "
+                "(Linux IFNAMSIZ counts bytes)")
+    if ifname in (".", "..") or any(c in "/:" or c.isspace() or not c.isprintable() for c in ifname):
+        return f"interface name {show(ifname)} is not valid on Linux (no '/', ':', spaces, '.' or '..')"
+    return None
+
+
 def _interleave(groups: list[list]) -> list[list]:
     """Round-robin over groups: [[a0, b0], [a1, b1], ...]."""
     out = []
@@ -377,9 +438,9 @@ def _check(topo: Topology) -> list[tuple[str, str]]:
             if port.node not in topo.nodes:
                 problems.append((where, f"endpoint {port.node!r} is not a declared node"))
                 continue
-            if len(port.ifname) > IFNAME_MAX:
-                problems.append((where, f"interface name {port.ifname!r} is longer than "
-                                        f"{IFNAME_MAX} characters (Linux IFNAMSIZ)"))
+            why = ifname_problem(port.ifname)
+            if why:
+                problems.append((where, why))
             if (port.node, port.ifname) in endpoints:
                 problems.append((where, f"endpoint {port.node}:{port.ifname} is already used "
                                         f"by links[{endpoints[(port.node, port.ifname)]}]"))
@@ -406,6 +467,50 @@ def _check(topo: Topology) -> list[tuple[str, str]]:
         if node.usid in usids:
             problems.append((f"nodes.{node.name}", f"uSID {node.usid:#06x} already used by {usids[node.usid]}"))
         usids[node.usid or 0] = node.name
+        if (node.plane or 0) > MAX_PLANE:
+            problems.append((f"nodes.{node.name}", f"plane {node.plane} does not fit the 16 bits of the "
+                                                   f"address fd00:0:<plane>:: (0..{MAX_PLANE})"))
+    if problems or topo.kind != "explicit":
+        return problems  # generated fabrics are connected and shallow by construction
+    return _check_reach(topo)
+
+
+def _check_reach(topo: Topology) -> list[tuple[str, str]]:
+    """Hosts that cannot reach each other: no common plane, a plane split into islands,
+    or switch paths longer than an EV can carry (MAX_EV_SWITCHES switches).
+
+    Cost: one BFS per host-attached switch over its plane (explicit fabrics only).
+    """
+    problems: list[tuple[str, str]] = []
+    attached: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))  # plane -> sw -> hosts
+    plane_sets: dict[frozenset[int], str] = {}
+    for host in topo.hosts:
+        planes = set()
+        for link in topo.links_of[host.name]:
+            sw = topo.nodes[link.peer_of(host.name).node]
+            attached[sw.plane or 0][sw.name].append(host.name)
+            planes.add(sw.plane or 0)
+        if planes:
+            plane_sets.setdefault(frozenset(planes), host.name)
+    for (pa, ha), (pb, hb) in itertools.combinations(plane_sets.items(), 2):
+        if not pa & pb:
+            problems.append((f"nodes.{hb}", f"hosts {ha} (planes {sorted(pa)}) and {hb} (planes {sorted(pb)}) "
+                                            "share no plane"))
+    for plane, switches in sorted(attached.items()):
+        first = next(iter(switches))
+        for src in switches:
+            dist = topo._switch_distances(src)
+            for dst, hosts in switches.items():
+                if dst not in dist:
+                    problems.append((f"nodes.{hosts[0]}", f"host {hosts[0]} cannot reach host "
+                                                          f"{switches[first][0]} on plane {plane}: "
+                                                          "the fabric is split into islands"))
+                elif dist[dst] + 1 > MAX_EV_SWITCHES:
+                    problems.append((f"nodes.{hosts[0]}", f"the path from {switches[src][0]} to {hosts[0]} "
+                                                          f"crosses {dist[dst] + 1} switches; an EV holds "
+                                                          f"at most {MAX_EV_SWITCHES} switch uSIDs + the NIC's"))
+            if problems:
+                return problems
     return problems
 
 
@@ -444,8 +549,8 @@ class _Builder:
         self.links.append(Link(f"{a}-{b}", a_port, b_port, cls, params, len(self.links)))
 
     def build(self, name: str, kind: str, params: Mapping[str, int]) -> Topology:
-        names = [l.name for l in self.links]
-        dup = {n for n in names if names.count(n) > 1}
+        counts = Counter(l.name for l in self.links)
+        dup = {n for n, c in counts.items() if c > 1}
         links = tuple(l if l.name not in dup else
                       Link(f"{l.name}.{l.index}", l.a, l.b, l.cls, l.params, l.index) for l in self.links)
         return Topology(name, dict(self.nodes), links, kind, dict(params))

@@ -4,7 +4,11 @@ Each file is told apart by content (a top-level ``transports``, ``timeline``
 or ``workload`` key makes it a scenario). Prints ``ok: FILE (summary)`` per
 valid file on stdout and every problem (``file:line: key.path: message``) on
 stderr; ``--format json`` prints one JSON document on stdout instead.
-Exit status 0 if every file is valid, 2 otherwise.
+Warnings (``file:line: key.path: warning: ...``, e.g. overlapping faults) go
+to stderr too and do not change the exit status: 0 if every file is valid, 2
+otherwise. Anything that came from a file is printed escaped (rich markup and
+``:emoji:`` codes shown as written; characters the terminal's encoding cannot
+show as ``\\uXXXX``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -49,30 +54,50 @@ def _summary_text(s: dict) -> str:
     return text
 
 
+def check(path: str, feats) -> dict:
+    """One file's result: ``ok``, ``summary`` or ``problems``, and ``warnings`` (as dicts)."""
+    try:
+        obj = load_file(path, features=feats)
+    except SpecError as exc:
+        return {"file": path, "ok": False, "problems": [p.to_dict() for p in exc.problems],
+                "warnings": [], "text": [str(p) for p in exc.problems]}
+    warnings = obj.warnings if isinstance(obj, Scenario) else ()
+    return {"file": path, "ok": True, "summary": summarize(obj), "problems": [],
+            "warnings": [w.to_dict() for w in warnings], "text": [str(w) for w in warnings]}
+
+
+def safe(text: str, stream: TextIO) -> str:
+    """``text`` as ``stream`` can encode it (lone surrogates, characters outside a C
+    locale's ASCII as backslash escapes), with rich markup escaped."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        text = text.encode(encoding, "backslashreplace").decode(encoding)
+    except LookupError:
+        text = text.encode("ascii", "backslashreplace").decode("ascii")
+    return escape(text)
+
+
 def run(args: argparse.Namespace) -> int:
     feats = features()
-    results = []
-    for path in args.files:
-        try:
-            results.append({"file": path, "ok": True, "summary": summarize(load_file(path, features=feats)),
-                            "problems": []})
-        except SpecError as exc:
-            results.append({"file": path, "ok": False, "problems": [p.to_dict() for p in exc.problems],
-                            "text": [str(p) for p in exc.problems]})
+    results = [check(path, feats) for path in args.files]
     failed = any(not r["ok"] for r in results)
     if args.format == "json":
         for r in results:
             r.pop("text", None)
-        json.dump({"ok": not failed, "kernel": feats.to_dict(), "files": results}, sys.stdout, indent=2)
+            r["file"] = r["file"].encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        sys.stdout.write(json.dumps({"ok": not failed, "kernel": feats.to_dict(), "files": results}, indent=2))
         sys.stdout.write("\n")
         return 2 if failed else 0
-    out, err = Console(highlight=False), Console(stderr=True, highlight=False)
+    out = Console(highlight=False, emoji=False)
+    err = Console(stderr=True, highlight=False, emoji=False)
     for r in results:
+        for line in r["text"]:
+            err.print(safe(line, err.file), soft_wrap=True)
         if r["ok"]:
-            out.print(f"[green]ok[/]: {escape(r['file'])} ({escape(_summary_text(r['summary']))})",
-                      soft_wrap=True)
+            out.print(f"[green]ok[/]: {safe(r['file'], out.file)} "
+                      f"({safe(_summary_text(r['summary']), out.file)})", soft_wrap=True)
         else:
-            for line in r["text"]:
-                err.print(escape(line), soft_wrap=True)
-            err.print(f"[red]invalid[/]: {escape(r['file'])} ({len(r['problems'])} problems)")
+            count = len(r["problems"])
+            err.print(f"[red]invalid[/]: {safe(r['file'], err.file)} "
+                      f"({count} problem{'' if count == 1 else 's'})", soft_wrap=True)
     return 2 if failed else 0

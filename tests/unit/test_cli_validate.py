@@ -25,7 +25,8 @@ def test_shipped_topologies_scenarios_and_fixture_scenario_ok(capsys):
         sorted(str(p) for p in (ROOT / "scenarios").glob("*.yaml")) + [str(DATA / "scenario-ok.yaml")]
     assert cli.main(["validate", *files]) == 0
     out, err = capsys.readouterr()
-    assert err == ""
+    assert err.splitlines() == [f"{DATA / 'scenario-ok.yaml'}:28: timeline[4]: warning: rate on e0_0-a0_0 "
+                                "overlaps timeline[3] (loss on the same link)"]
     assert "fat-tree-k4.yaml (topology fat-tree-k4: 36 nodes, 48 links, 16 hosts)" in out
     assert "fat-tree-k8: 208 nodes, 384 links, 128 hosts" in out
     assert ("scenario core-link-failure-test: 36 nodes, 48 links, 16 hosts (topology fat-tree-k4); "
@@ -72,3 +73,50 @@ def test_json_format(tmp_path, capsys):
 def test_missing_file(tmp_path, capsys):
     assert cli.main(["validate", str(tmp_path / "nope.yaml")]) == 2
     assert "nope.yaml: cannot read: No such file or directory" in capsys.readouterr().err
+
+
+def test_input_is_printed_escaped_whatever_the_locale(tmp_path, capsys, monkeypatch):
+    bad = tmp_path / ":x: [red]b[i].yaml"
+    bad.write_text('kind: fat-tree\nk: 4\nlink_classes: {host: {rate: 1Mbit}, fabric: {rate: 1Mbit}}\n'
+                   '"\\ud800:x:": 1\n')
+    assert cli.main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:4: '\\ud800:x:': unknown key" in err
+    assert "\u274c" not in err and f"invalid: {bad} (1 problem)" in err
+
+
+def test_special_files_rejected_without_blocking(tmp_path, capsys):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    assert cli.main(["validate", str(fifo), "/dev/zero", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{fifo}: cannot read: a FIFO, not a regular file" in err
+    assert "/dev/zero: cannot read: a character device, not a regular file" in err
+    assert f"{tmp_path}: cannot read: a directory, not a regular file" in err
+
+
+def test_timeline_warnings_printed_exit_0(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"""topology: {ROOT / 'topologies/fat-tree-k4.yaml'}
+transports: [mrc]
+seed: 1
+timeout: 10s
+workload: {{collective: all_reduce, hosts: all, min_bytes: 1MiB, max_bytes: 1MiB, factor: 2,
+           iterations: 2, warmup: 0}}
+timeline:
+  - at: 1s
+    link_down: a0_0-c0_0
+  - at: 2s
+    blackhole: {{link: c0_0-a0_0, duration: 1s}}
+  - at: 3s
+    link_up: e0_0-a0_0
+  - at: 9s
+    flap: {{link: e0_1-a0_1, period: 1s, count: 4}}
+""")
+    assert cli.main(["validate", str(scenario)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"{scenario}:10: timeline[1]: warning: blackhole on a0_0-c0_0 overlaps timeline[0] "
+        "(link_down on the same link)",
+        f"{scenario}:12: timeline[2]: warning: link_up e0_0-a0_0 with no link_down of that link before it",
+        f"{scenario}:14: timeline[3]: warning: flap on e0_1-a0_1 lasts until 13s, past the timeout (10s)"]

@@ -107,7 +107,7 @@ BAD = [
      ["7: workload.hosts: an all-reduce needs >= 2 hosts, got 1",
       "9: workload.max_bytes: 512 is below min_bytes (1KiB)", "10: workload.factor: must be >= 2, got 1",
       "12: workload.warmup: must be >= 0, got -1",
-      "13: workload.mtu: 9999999 is above the fabric's smallest link MTU (9000)",
+      "13: workload.mtu: must be <= 65535, got 9999999",
       "14: workload.gpus: unknown key (allowed: collective, hosts, min_bytes, max_bytes, factor, iterations, "
       "warmup, evs, mtu)"]),
     ("unknown host", HEAD.replace("hosts: all", "hosts: [h0_0_0, h0_0_9, h0_0_0]"),
@@ -116,8 +116,8 @@ BAD = [
     ("missing keys", """
     topology: nowhere.yaml
     workload: {collective: reduce}
-    """, ["1: missing required key 'transports'", "1: missing required key 'seed'",
-          "1: missing required key 'timeout'",
+    """, ["1: missing required key 'transports' (read as a scenario because it has a top-level workload key)", "1: missing required key 'seed' (read as a scenario because it has a top-level workload key)",
+          "1: missing required key 'timeout' (read as a scenario because it has a top-level workload key)",
           "1: topology: topology file 'nowhere.yaml' not found (looked in {dir} and the current directory)",
           "2: workload: missing required key 'hosts'", "2: workload: missing required key 'min_bytes'",
           "2: workload: missing required key 'max_bytes'", "2: workload: missing required key 'factor'",

@@ -195,7 +195,7 @@ BAD = [
         k: 64
         link_classes: {host: {rate: 1Gbit}, fabric: {rate: 1Gbit}}
         """, ["1: 65536 host NICs exceed the uSID plan's 32768"]),
-    ("not a mapping", "- a\n- b\n", ["1: expected a mapping, got a list"]),
+    ("not a mapping", "- a\n- b\n", ["1: expected a mapping (a topology or scenario document), got a list"]),
     ("yaml syntax", "kind: [fat-tree\n", ["2: not valid YAML: expected ',' or ']', but got '<stream end>'"]),
     ("empty", "", ["1: file is empty; expected a mapping"]),
     ("dangling endpoint", EXPLICIT_HEAD + """
@@ -238,7 +238,8 @@ BAD = [
               "7: nodes.l0.role: 'switch' is not one of host, edge, aggregation, core, leaf, spine"]),
     ("long interface name", EXPLICIT_HEAD + """
           - endpoints: ["h0:h0-a-very-long-if", l0]
-        """, ["11: links[0]: interface name 'h0-a-very-long-if' is longer than 15 characters (Linux IFNAMSIZ)"]),
+        """, ["11: links[0].endpoints[0]: interface name 'h0-a-very-long-if' is 17 bytes, "
+              "longer than 15 (Linux IFNAMSIZ counts bytes)"]),
     ("link overrides", EXPLICIT_HEAD + """
           - endpoints: [h0, l0]
             class: spine
