@@ -13,6 +13,12 @@ namespaces is touched, and the namespace disappears when the child exits.
 * nftables: add a table, a chain and a ``numgen random`` drop rule (what the
   loss fault uses).
 
+The probe is bounded as a whole (:data:`PROBE_TIMEOUT_S`, the wait for the
+child included) and its result is cached per boot in :data:`CACHE_PATH`
+(keyed by ``/proc/sys/kernel/random/boot_id`` and the kernel release), so
+after the first probe of a boot a verdict never depends on the machine's
+load. Only a root-owned cache that no one else can write is trusted.
+
 Without root the probe cannot run: :func:`features` returns a
 ``KernelFeatures`` with ``probed=False`` and every feature False, and
 :meth:`KernelFeatures.lacks` says why, so a spec that needs a feature fails
@@ -28,15 +34,23 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 QDISCS = ("htb", "tbf", "pfifo", "netem", "fq", "fq_codel", "red")
 CLONE_NEWNET = 0x40000000
-PROBE_TIMEOUT_S = 10.0
+#: Bound on the whole probe: fork, every test, the child's exit and its reaping.
+PROBE_TIMEOUT_S = 30.0
+CACHE_PATH = Path("/run/mrc-testbed/kernel-features.json")
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+#: Bump when the probe changes what it measures (invalidates every cache).
+PROBE_VERSION = 1
 
 # Minimal valid options per qdisc kind for pyroute2 (kinds not listed take none).
 _QDISC_ARGS = {"tbf": {"rate": "1mbit", "burst": 10240, "latency": "10ms"}}
@@ -92,13 +106,68 @@ def features() -> KernelFeatures:
     """
     if os.geteuid() != 0:
         return KernelFeatures(probed=False, reason="not root")
-    try:
-        result = _run_probe_child()
-    except KernelProbeError as exc:
-        log.warning("kernel probe failed: %s", exc)
-        return KernelFeatures(probed=False, reason=f"probe failed: {exc}")
+    key = cache_key()
+    result = read_cache(CACHE_PATH, key) if key else None
+    if result is None:
+        try:
+            result = _run_probe_child()
+        except KernelProbeError as exc:
+            log.warning("kernel probe failed: %s", exc)
+            return KernelFeatures(probed=False, reason=f"probe failed: {exc}")
+        if key:
+            write_cache(CACHE_PATH, key, result)
     return KernelFeatures(qdiscs=frozenset(result["qdiscs"]), seg6_next_csid=result["seg6_next_csid"],
                           nftables=result["nftables"])
+
+
+def cache_key() -> str | None:
+    """This boot and kernel: ``<boot_id> <release> v<PROBE_VERSION>``; None if unknown."""
+    try:
+        boot_id = BOOT_ID_PATH.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return f"{boot_id} {os.uname().release} v{PROBE_VERSION}" if boot_id else None
+
+
+def read_cache(path: Path, key: str) -> dict | None:
+    """The cached probe result for ``key``, or None (absent, stale, foreign or damaged).
+
+    Trusted only as a regular file owned by root that group and others cannot write.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022 or st.st_size > 65536:
+            return None
+        doc = json.loads(os.read(fd, 65536))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("result"), dict):
+        return None
+    result = doc["result"]
+    if not (isinstance(result.get("qdiscs"), list) and all(isinstance(q, str) for q in result["qdiscs"])
+            and isinstance(result.get("seg6_next_csid"), bool) and isinstance(result.get("nftables"), bool)):
+        return None
+    return result
+
+
+def write_cache(path: Path, key: str, result: dict) -> None:
+    """Write the cache atomically (temp file + rename); failure is logged, not raised."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            json.dump({"key": key, "result": result}, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("cannot cache kernel features in %s: %s", path, exc)
+        tmp.unlink(missing_ok=True)
 
 
 def _run_probe_child() -> dict:
@@ -119,11 +188,16 @@ def _run_probe_child() -> dict:
         finally:
             os._exit(status)
     os.close(write_fd)
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
     try:
-        data = _read_all(read_fd, pid)
+        data = _read_all(read_fd, deadline)
+        status = _wait_child(pid, deadline)
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
     finally:
         os.close(read_fd)
-        _, status = os.waitpid(pid, 0)
     try:
         result = json.loads(data or b"{}")
     except json.JSONDecodeError as exc:
@@ -133,17 +207,33 @@ def _run_probe_child() -> dict:
     return result
 
 
-def _read_all(fd: int, pid: int) -> bytes:
-    chunks = []
+def _read_all(fd: int, deadline: float) -> bytes:
+    """Everything the child writes, until EOF; KernelProbeError past ``deadline`` (monotonic)."""
+    chunks, size = [], 0
     while True:
-        ready, _, _ = select.select([fd], [], [], PROBE_TIMEOUT_S)
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
         if not ready:
-            os.kill(pid, signal.SIGKILL)
             raise KernelProbeError(f"probe child took longer than {PROBE_TIMEOUT_S}s")
         chunk = os.read(fd, 65536)
         if not chunk:
             return b"".join(chunks)
+        size += len(chunk)
+        if size > 1 << 20:
+            raise KernelProbeError("probe child wrote more than 1 MiB")
         chunks.append(chunk)
+
+
+def _wait_child(pid: int, deadline: float) -> int:
+    """The child's wait status, waiting until ``deadline`` at most (a pidfd, not a sleep loop)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+    finally:
+        os.close(pidfd)
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done == 0:
+        raise KernelProbeError(f"probe child did not exit within {PROBE_TIMEOUT_S}s")
+    return os.waitstatus_to_exitcode(status)
 
 
 def _unshare_net() -> None:
