@@ -4,7 +4,14 @@ Prints the side-by-side comparison, the nccl-tests-style per-size tables and the
 fidelity table, and rewrites the PNG plots in RUN_DIR. ``summary.json`` and the CSV
 files are computed from the raw records when missing (or with ``--recompute``).
 ``--format json`` prints summary.json on stdout instead of tables.
-Exit status 0 ok, 2 if RUN_DIR is not a run directory or its records are malformed.
+
+A damaged run directory (a record or file that is not what the runner writes) is rendered
+as far as it can be; every problem is listed on stderr as ``file:line: what is wrong``.
+summary.json and the CSV files are never replaced with results from damaged or missing
+raw records when intact ones exist.
+
+Exit status: 0 ok; 2 RUN_DIR is not a run directory, or nothing in it could be rendered;
+3 rendered, but the run directory is damaged (problems on stderr).
 """
 
 from __future__ import annotations
@@ -17,7 +24,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..metrics import MetricsError
-from ..report import load_summary, render
+from ..metrics.loading import collecting
+from ..report import load_summary, print_damage, render
+
+EXIT_DAMAGED = 3
+"""``testbed report`` rendered a run directory with damaged records."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,13 +46,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.format == "json":
-            json.dump(load_summary(args.run_dir, recompute=args.recompute), sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        else:
-            render(args.run_dir, Console(), recompute=args.recompute, rank=args.rank, plots=args.plots)
-    except MetricsError as exc:  # RunDirError included
-        Console(stderr=True, highlight=False).print(f"[red]testbed report[/]: {escape(str(exc))}", soft_wrap=True)
-        return 2
+    err = Console(stderr=True, highlight=False)
+    with collecting() as damage:
+        try:
+            if args.format == "json":
+                json.dump(load_summary(args.run_dir, recompute=args.recompute), sys.stdout, indent=2)
+                sys.stdout.write("\n")
+            else:
+                render(args.run_dir, Console(), recompute=args.recompute, rank=args.rank, plots=args.plots)
+        except MetricsError as exc:  # RunDirError included
+            if damage:
+                print_damage(damage, err)
+            err.print(f"[red]testbed report[/]: {escape(str(exc))}", soft_wrap=True)
+            return 2
+    if damage:
+        print_damage(damage, err)
+        return EXIT_DAMAGED
     return 0

@@ -10,9 +10,13 @@ memory, the cyclic garbage collector rescans every live container again and agai
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
@@ -20,6 +24,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from ..run import records as rec
 from .definitions import MetricsError, RunDirError
 
 log = logging.getLogger("testbed.metrics")
@@ -29,64 +34,323 @@ _MISSING = object()
 _EV_ID = itemgetter("ev_id")
 _SCAN_ONCE = json.JSONDecoder().scan_once  # (str, index) -> (value, end index); StopIteration if none
 
+MAX_JSONL_BYTES = 4 << 30     # a JSONL file larger than this is not read (a 60 s k=4 run: ~10 MB)
+MAX_JSON_BYTES = 64 << 20     # manifest.json, summary.json, jobs, paths.json
+MAX_LINE_BYTES = 16 << 20     # one JSONL record
+MAX_SPAN_S = 3 * 3600.0       # records farther than this from a transport's median event are dropped
+SPAN_SLACK_S = 600.0          # ... or farther than the scenario timeout plus this (set-up, teardown)
+PROBLEMS_PER_FILE = 20        # problems listed per file (then a count)
 
-def iter_jsonl(path: Path) -> Iterator[dict]:
-    """Records of a JSONL file, one JSON decode per line; a missing file is empty. Blank
-    lines are skipped; a truncated last line (crashed writer) is skipped with a warning; any
-    other bad line raises :class:`MetricsError` naming file and line."""
-    path = Path(path)
-    if not path.exists():
+
+# -- damage: problems found while reading ----------------------------------------------
+class Damage:
+    """Problems found while reading a run directory, each ``file[:line]: what is wrong``,
+    at most :data:`PROBLEMS_PER_FILE` listed per file (:meth:`lines` adds the counts)."""
+
+    def __init__(self):
+        self.problems: list[str] = []
+        self._per_file: dict[str, int] = {}
+
+    def add(self, path, line: int | None, what: str) -> None:
+        msg = f"{path}:{line}: {what}" if line else f"{path}: {what}"
+        key = str(path)
+        n = self._per_file.get(key, 0)
+        self._per_file[key] = n + 1
+        if n < PROBLEMS_PER_FILE and msg not in self.problems:
+            self.problems.append(msg)
+
+    def note(self, line: str) -> None:
+        """A problem already written as ``file[:line]: what is wrong``."""
+        self._per_file[line] = self._per_file.get(line, 0) + 1
+        if line not in self.problems:
+            self.problems.append(line)
+
+    def __bool__(self) -> bool:
+        return bool(self._per_file)
+
+    def lines(self) -> list[str]:
+        """Every listed problem, then ``file: N more problems`` for files with more."""
+        more = [f"{k}: {n - PROBLEMS_PER_FILE} more problems" for k, n in self._per_file.items()
+                if n > PROBLEMS_PER_FILE]
+        return self.problems + more
+
+
+_DAMAGE: contextvars.ContextVar[Damage | None] = contextvars.ContextVar("testbed_metrics_damage", default=None)
+
+
+def current_damage() -> Damage | None:
+    """The :class:`Damage` of the innermost :func:`collecting` block, None outside one."""
+    return _DAMAGE.get()
+
+
+@contextlib.contextmanager
+def collecting(damage: Damage | None = None) -> Iterator[Damage]:
+    """Within the block, readers skip a bad record, file or key and note it in the
+    :class:`Damage` yielded, instead of raising :class:`MetricsError` at the first one."""
+    damage = Damage() if damage is None else damage
+    token = _DAMAGE.set(damage)
+    try:
+        yield damage
+    finally:
+        _DAMAGE.reset(token)
+
+
+def problem(path, line: int | None, what: str) -> None:
+    """A damaged record or file: noted while :func:`collecting`, else MetricsError."""
+    damage = _DAMAGE.get()
+    if damage is None:
+        raise MetricsError(f"{path}:{line}: {what}" if line else f"{path}: {what}")
+    damage.add(path, line, what)
+
+
+def _regular(path: Path, max_bytes: int) -> bool:
+    """True if ``path`` is a regular file (symlinks followed) of at most ``max_bytes``; a
+    missing file is False silently, anything else is a :func:`problem`."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        problem(path, None, f"cannot read: {exc.strerror}")
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        problem(path, None, "is a directory, expected a file")
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        problem(path, None, "not a regular file")
+        return False
+    if st.st_size > max_bytes:
+        problem(path, None, f"{st.st_size} bytes, more than {max_bytes} (not read)")
+        return False
+    return True
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str | None, bool]]:
+    """(line number, text or None if the line is bad, last line?) of a text file, read as
+    UTF-8 one line at a time; a bad line (not UTF-8, too long) is a :func:`problem`."""
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        problem(path, None, f"cannot read: {exc.strerror}")
         return
-    lines = path.read_text().splitlines()
-    scan, n = _SCAN_ONCE, len(lines)
-    for i, line in enumerate(lines, 1):
-        # Fast path: the C scanner behind json.loads, without its per-call Python wrapper;
-        # anything unusual (surrounding blanks, bad JSON) goes through json.loads itself.
+    with f:
+        i, nxt = 0, f.readline(MAX_LINE_BYTES + 1)
+        while nxt:
+            raw, i = nxt, i + 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                problem(path, i, f"line longer than {MAX_LINE_BYTES} bytes")
+                while raw and not raw.endswith(b"\n"):
+                    raw = f.readline(MAX_LINE_BYTES + 1)
+                nxt = f.readline(MAX_LINE_BYTES + 1)
+                continue
+            nxt = f.readline(MAX_LINE_BYTES + 1)
+            try:
+                text = raw.decode()
+            except UnicodeDecodeError as exc:
+                problem(path, i, f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
+                continue
+            yield i, text.rstrip("\r\n"), not nxt
+
+
+def _decode(line: str):
+    """One JSON value of a line; ValueError (with the reason) if it is none."""
+    try:
+        obj, end = _SCAN_ONCE(line, 0)
+    except (StopIteration, ValueError, RecursionError):
+        end = -1
+    if end == len(line):
+        return obj
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ValueError("not JSON: nested too deeply") from None
+
+
+def iter_jsonl(path: Path, schema=_MISSING) -> Iterator[dict]:
+    """Records of a JSONL file, one JSON decode per line; a missing file is empty. Blank
+    lines are skipped; a truncated last line (crashed writer) is skipped with a warning. Every
+    record is checked against ``schema`` (default: the file's in
+    :data:`testbed.run.records.JSONL_RECORDS` by name, none for other names); a bad line or
+    record is a :func:`problem` naming file and line (skipped while :func:`collecting`)."""
+    path = Path(path)
+    if schema is _MISSING:
+        schema = rec.JSONL_RECORDS.get(path.name)
+    if not _regular(path, MAX_JSONL_BYTES):
+        return
+    events = schema is rec.EVENT
+    for i, line, last in _lines(path):
         try:
-            obj, end = scan(line, 0)
-        except (StopIteration, ValueError):
-            end = -1
-        if end == len(line):
-            yield obj
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
+            obj = _decode(line)
+        except ValueError as exc:
             if not line.strip():
                 continue
-            if i == n:
+            if last:
                 log.warning("%s:%d: truncated last line skipped", path, i)
                 return
-            raise MetricsError(f"{path}:{i}: not JSON: {exc.msg}") from exc
+            problem(path, i, str(exc))
+            continue
+        if schema is not None:
+            bad = rec.check_record(rec.event_schema(obj) if events else schema, obj)
+            if bad is not None:
+                problem(path, i, bad)
+                continue
         yield obj
 
 
 def load_jsonl(path: Path) -> list[dict]:
-    """Records of a JSONL file as a list of dicts (see :func:`iter_jsonl` for bad lines)."""
-    return list(iter_jsonl(path))
+    """Records of a JSONL file as a list of dicts (see :func:`iter_jsonl` for bad lines);
+    ``events.jsonl`` records far from the file's median time are dropped (:func:`time_window`)."""
+    out = list(iter_jsonl(path))
+    if Path(path).name == rec.EVENTS and out:
+        lo, hi = time_window(out)
+        out = _in_window(out, lo, hi, path)
+    return out
 
 
+def read_json(path: Path, default, schema=None):
+    """A JSON document (regular file, at most :data:`MAX_JSON_BYTES`, UTF-8), ``default`` if
+    it is missing or damaged (a :func:`problem`); ``schema``: checked as a whole."""
+    path = Path(path)
+    if not _regular(path, MAX_JSON_BYTES):
+        return default
+    try:
+        text = path.read_bytes().decode()
+    except UnicodeDecodeError as exc:
+        problem(path, None, f"not UTF-8 (byte at offset {exc.start})")
+        return default
+    except OSError as exc:
+        problem(path, None, f"cannot read: {exc.strerror}")
+        return default
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        problem(path, exc.lineno, f"not JSON: {exc.msg}")
+        return default
+    except RecursionError:
+        problem(path, None, "not JSON: nested too deeply")
+        return default
+    if schema is not None:
+        bad = rec.check_record(schema, doc)
+        if bad is not None:
+            problem(path, _line_of(text, bad), bad)
+            return default
+    return doc
+
+
+def _line_of(text: str, bad: str) -> int | None:
+    """Line of the key a problem names (``key.sub: ...``): its first ``"key":`` in the text."""
+    key = bad.split(":", 1)[0].split(".")[-1].split("[")[0]
+    at = text.find(f'"{key}":')
+    return text.count("\n", 0, at) + 1 if at >= 0 else None
+
+
+# -- time: records far from the run are dropped ----------------------------------------
+def time_window(events: list[dict], timeout_s: float | None = None,
+                ts: Iterable[float] = ()) -> tuple[float, float]:
+    """Wall-clock bounds of a transport's plausible records: its median event time (else the
+    median of ``ts``) +- the scenario timeout (capped at :data:`MAX_SPAN_S`) + :data:`SPAN_SLACK_S`.
+    The bins of the metrics are sized by the records' span: an absurd date must not size them."""
+    times = [e["t"] for e in events] or list(ts)
+    if not times:
+        return -math.inf, math.inf
+    mid = float(np.median(times))
+    span = min(MAX_SPAN_S, timeout_s if timeout_s is not None else MAX_SPAN_S) + SPAN_SLACK_S
+    return mid - span, mid + span
+
+
+def _in_window(records: list[dict], lo: float, hi: float, path) -> list[dict]:
+    out = []
+    for r in records:
+        t = (r["t"], r.get("t_start", r["t"]), r.get("t_end", r["t"])) if r.get("kind") == "iteration" else (r["t"],)
+        if lo <= min(t) and max(t) <= hi:
+            out.append(r)
+        else:
+            problem(path, None, f"record dated {max(t, key=lambda x: abs(x - (lo + hi) / 2)):.6f}: "
+                                f"outside the run ({lo:.0f} .. {hi:.0f} s)")
+    return out
+
+
+def _windowed(records: Iterable[dict], lo: float, hi: float, path) -> Iterator[dict]:
+    for r in records:
+        if lo <= r["t"] <= hi:
+            yield r
+        else:
+            problem(path, None, f"record dated {r['t']:.6f}: outside the run ({lo:.0f} .. {hi:.0f} s)")
+
+
+# -- manifest.json -----------------------------------------------------------------------
 def is_run_dir(run_dir: Path) -> bool:
     """True if ``run_dir`` has a manifest.json or a transport subdirectory with events.jsonl."""
     run_dir = Path(run_dir)
-    return run_dir.is_dir() and ((run_dir / "manifest.json").is_file()
-                                 or any(run_dir.glob("*/events.jsonl")))
+    return run_dir.is_dir() and ((run_dir / rec.MANIFEST).exists() or bool(_transport_dirs(run_dir)))
+
+
+def _transport_dirs(run_dir: Path) -> list[str]:
+    """Subdirectories with a regular events.jsonl, by name (safe names only)."""
+    try:
+        return sorted(p.parent.name for p in run_dir.glob(f"*/{rec.EVENTS}")
+                      if p.is_file() and p.parent.is_dir() and rec._safe_name(p.parent.name))
+    except OSError:
+        return []
 
 
 def load_manifest(run_dir: Path) -> dict:
-    """manifest.json of a run (``{}`` if absent but the directory holds transport data);
-    ``transports`` filled from the subdirectories when missing. Raises :class:`RunDirError`."""
+    """manifest.json of a run (``{}`` if absent or damaged but the directory holds transport
+    data), every key checked against :data:`testbed.run.records.MANIFEST_FIELDS` (a bad key is
+    a :func:`problem` and dropped); ``transports`` filled from the subdirectories when missing
+    (a listed transport without its directory never started: it reads as empty). Raises :class:`RunDirError` if
+    ``run_dir`` is no run directory."""
     run_dir = Path(run_dir)
     if not is_run_dir(run_dir):
         raise RunDirError(f"{run_dir}: not a run directory (no manifest.json and no <transport>/events.jsonl)")
-    path = run_dir / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text()) if path.is_file() else {}
-    except json.JSONDecodeError as exc:
-        raise RunDirError(f"{path}: not JSON: {exc.msg}") from exc
+    path = run_dir / rec.MANIFEST
+    manifest = read_json(path, None)
+    if manifest is not None and not isinstance(manifest, dict):
+        problem(path, 1, f"expected an object, got {type(manifest).__name__}")
+        manifest = None
+    manifest = _checked(path, manifest or {}, rec.MANIFEST_FIELDS)
+    for key in ("scenario", "spec"):
+        if isinstance(manifest.get(key), dict):
+            manifest[key] = _checked(path, manifest[key], rec.SCENARIO_FIELDS, f"{key}.")
     if not manifest.get("transports"):
-        manifest["transports"] = sorted(p.parent.name for p in run_dir.glob("*/events.jsonl"))
+        manifest["transports"] = _transport_dirs(run_dir)
+        if not manifest["transports"]:
+            raise RunDirError(f"{run_dir}: no transport data (no <transport>/{rec.EVENTS})")
+    for name in manifest["transports"]:
+        d = run_dir / name
+        if d.exists() and not d.is_dir():
+            problem(d, None, "not a directory")
     return manifest
+
+
+def _checked(path: Path, doc: dict, fields: dict, prefix: str = "") -> dict:
+    """``doc`` without the keys that fail their check in ``fields`` (each a :func:`problem`)."""
+    out = dict(doc)
+    text = None
+    for key, check in fields.items():
+        if key in out:
+            bad = check(out[key], prefix + key)
+            if bad:
+                if text is None:
+                    text = _text(path)
+                problem(path, _line_of(text, bad[0]), bad[0])
+                del out[key]
+    return out
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace") if _regular(path, MAX_JSON_BYTES) else ""
+    except OSError:
+        return ""
+
+
+def timeout_s(manifest: dict) -> float | None:
+    """The scenario timeout of a manifest (checked), None if it has none."""
+    s = manifest.get("scenario")
+    return s.get("timeout_s") if isinstance(s, dict) else None
 
 
 def scenario_name(manifest: dict) -> str:
@@ -272,22 +536,69 @@ class TransportRecords:
             self.links = LinkTable.from_records(self.links)
 
 
-def _load_json(path: Path, default):
-    """A JSON file's content, ``default`` if it is missing; MetricsError if it is not JSON."""
-    if not path.is_file():
-        return default
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise MetricsError(f"{path}: not JSON: {exc.msg}") from exc
-
-
 def load_transport(run_dir: Path, name: str) -> TransportRecords:
-    """The JSONL files, job specs and traced paths of transport ``name`` (missing files are empty)."""
-    d = Path(run_dir) / name
-    jobs = sorted((_load_json(p, {}) for p in (d / "jobs").glob("rank*.json")), key=lambda j: j.get("rank", 0))
-    return TransportRecords(name, load_jsonl(d / "events.jsonl"),
-                            SampleTable.from_records(iter_jsonl(d / "samples.jsonl")),
-                            LinkTable.from_records(iter_jsonl(d / "links.jsonl")), load_jsonl(d / "cpu.jsonl"),
-                            load_jsonl(d / "sched.jsonl"), jobs,
-                            _load_json(d / "paths.json", {}).get("flows", []))
+    """The JSONL files, job specs and traced paths of transport ``name`` (missing files are
+    empty), every record checked against its schema (:mod:`testbed.run.records`) and dropped
+    when it is dated outside :func:`time_window`; a bad record is a :func:`problem`."""
+    run_dir = Path(run_dir)
+    d = run_dir / name
+    if not d.is_dir():
+        if d.exists():
+            problem(d, None, "not a directory")
+        return TransportRecords(name)
+    with collecting(Damage()):   # the manifest's own problems are reported by load_manifest
+        manifest = read_json(run_dir / rec.MANIFEST, {})
+        timeout = _quiet_timeout(manifest)
+    path = d / rec.EVENTS
+    events = list(iter_jsonl(path))
+    lo, hi = time_window(events, timeout, _first_times(d) if not events else ())
+    events = _in_window(events, lo, hi, path)
+
+    def recs(fname: str) -> Iterator[dict]:
+        return _windowed(iter_jsonl(d / fname), lo, hi, d / fname)
+
+    return TransportRecords(name, events, SampleTable.from_records(recs(rec.SAMPLES)),
+                            LinkTable.from_records(recs(rec.LINKS)), list(recs(rec.CPU)), list(recs(rec.SCHED)),
+                            _jobs(d / rec.JOBS_DIR), _paths(d / rec.PATHS))
+
+
+def _quiet_timeout(manifest) -> float | None:
+    if not isinstance(manifest, dict):
+        return None
+    s = manifest.get("scenario")
+    t = s.get("timeout_s") if isinstance(s, dict) else None
+    return None if rec.SCENARIO_FIELDS["timeout_s"](t) else float(t)
+
+
+def _first_times(d: Path) -> list[float]:
+    """The first good record's ``t`` of samples, links and cpu (a run without events)."""
+    out = []
+    for fname in (rec.SAMPLES, rec.LINKS, rec.CPU):
+        with collecting(Damage()):   # reported when the file is read for real
+            first = next(iter(iter_jsonl(d / fname)), None)
+        if first is not None:
+            out.append(first["t"])
+    return out
+
+
+def _jobs(d: Path) -> list[dict]:
+    """The job specs ``jobs/rank<r>.json`` in rank order (:data:`testbed.run.records.JOB`)."""
+    if not d.is_dir():
+        if d.exists():
+            problem(d, None, "not a directory")
+        return []
+    jobs = [read_json(p, None, rec.JOB) for p in sorted(d.glob("rank*.json"))]
+    return sorted((j for j in jobs if j is not None), key=lambda j: j["rank"])
+
+
+def _paths(path: Path) -> list[dict]:
+    """``flows`` of paths.json, each checked (:data:`testbed.run.records.PATH_FLOW`)."""
+    doc = read_json(path, {}, rec.PATHS_DOC)
+    out = []
+    for i, f in enumerate(doc.get("flows", [])):
+        bad = rec.check_record(rec.PATH_FLOW, f)
+        if bad is None:
+            out.append(f)
+        else:
+            problem(path, None, f"flows[{i}].{bad}")
+    return out

@@ -32,7 +32,8 @@ from rich.console import Console
 from rich.text import Text
 
 from .evplot import STATE_COLOURS, ev_segments, plot_ev_timelines
-from .files import _cell, _float_cells, _time_cells, _write_csv, load_summary, write_outputs
+from ..metrics import loading
+from .files import _cell, _float_cells, _load, _time_cells, _write_csv, load_summary, render_guard, write_outputs
 from .fmt import fmt_count, fmt_num, fmt_pct, fmt_s, fmt_sig
 from .layout import Grid
 from .plots import fault_windows, plot_fault_flows, plot_goodput, plot_iteration_cdf
@@ -41,7 +42,8 @@ from .tables import busbw_by_size_table, comparison_table, links_table, nccl_tes
 __all__ = [
     "STATE_COLOURS", "Grid", "busbw_by_size_table", "comparison_table", "ev_segments", "fault_windows",
     "fmt_count", "fmt_num", "fmt_pct", "fmt_s", "fmt_sig", "links_table", "load_summary", "nccl_tests_block",
-    "plot_ev_timelines", "plot_fault_flows", "plot_goodput", "plot_iteration_cdf", "render", "render_tables",
+    "plot_ev_timelines", "plot_fault_flows", "plot_goodput", "plot_iteration_cdf", "print_damage", "render",
+    "render_tables",
     "validity_table", "write_outputs", "write_plots",
 ]
 _ = (_cell, _float_cells, _time_cells, _write_csv)   # CSV internals, tested through this package
@@ -77,10 +79,26 @@ def render(run_dir: Path, console: Console, *, recompute: bool = False, rank: in
            plots: bool = True) -> dict:
     """Print the tables of a run (:func:`render_tables`) and (re)write its PNGs
     (:func:`write_plots`), from the run directory's files only. Returns the summary.
-    Raises metrics.RunDirError / metrics.MetricsError."""
-    summary = load_summary(run_dir, recompute=recompute)
-    render_tables(summary, console)
-    if plots:
-        paths = write_plots(Path(run_dir), summary, rank)
-        console.print(Text(f"plots in {run_dir}: " + ", ".join(p.name for p in paths)))
+    A damaged run directory renders what it can: the problems go to the enclosing
+    :func:`testbed.metrics.loading.collecting` block, else are printed after the tables.
+    Raises metrics.RunDirError for a non-run directory, metrics.MetricsError when a stored
+    summary.json cannot be rendered."""
+    outer = loading.current_damage()
+    with loading.collecting(outer) as damage:
+        summary, fresh = _load(Path(run_dir), recompute, damage)
+        with render_guard(run_dir, fresh):
+            render_tables(summary, console)
+            if plots:
+                paths = write_plots(Path(run_dir), summary, rank)
+                console.print(Text(f"plots in {run_dir}: " + ", ".join(p.name for p in paths)))
+    if outer is None and damage:
+        print_damage(damage, console)
     return summary
+
+
+def print_damage(damage: "loading.Damage", console: Console) -> None:
+    """The problems of a damaged run directory, one per line (as ``file:line: what``)."""
+    lines = damage.lines()
+    console.print(Text.assemble(("damaged run directory", "red"), f": {len(lines)} problem(s)"))
+    for line in lines:
+        console.print(Text(f"  {line}"), soft_wrap=True)

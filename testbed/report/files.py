@@ -1,18 +1,29 @@
-"""The files of a run directory: CSV series and ``summary.json`` (see :mod:`testbed.report`)."""
+"""The files of a run directory: CSV series and ``summary.json`` (see :mod:`testbed.report`).
+
+Every output is written atomically (a temporary file in the run directory, then renamed), so a
+crash never leaves half a file. ``summary.json`` carries ``checksum`` (SHA-256 of its canonical
+JSON without that key): a summary that does not match it was damaged or edited and is
+recomputed from the raw records when they are there. ``damage`` lists the problems met in the
+raw records (:class:`testbed.metrics.loading.Damage`) when there were any.
+"""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import logging
 import math
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from .. import metrics
-from ..metrics import rolling_median
+from ..metrics import loading, rolling_median
+from ..run import records as rec
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +70,19 @@ def _write_rows(f, prefix: tuple, columns: list[list[str]]) -> None:
 
 def _write_csv(path: Path, header: list[str], blocks) -> None:
     """``header`` then per block ``(prefix, columns)`` the rows of :func:`_write_rows`
-    (csv.writer's dialect: comma, minimal quoting, CRLF)."""
-    with open(path, "w", newline="") as f:
-        f.write(_csv_line(header) + "\r\n")
-        for prefix, columns in blocks:
-            _write_rows(f, prefix, columns)
+    (csv.writer's dialect: comma, minimal quoting, CRLF); written atomically."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, rec.FILE_MODE)
+        with open(fd, "w", newline="") as f:
+            f.write(_csv_line(header) + "\r\n")
+            for prefix, columns in blocks:
+                _write_rows(f, prefix, columns)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _flow_blocks(a: metrics.TransportAnalysis):
@@ -91,22 +110,48 @@ def _goodput_blocks(a: metrics.TransportAnalysis):
 
 
 def write_outputs(run_dir: Path) -> dict:
-    """Analyse a run and write flows.csv, goodput.csv, links.csv, summary.json into ``run_dir``.
-    Returns the summary dict. Raises metrics.RunDirError / metrics.MetricsError."""
+    """Analyse a run and write flows.csv, goodput.csv, links.csv, summary.json into ``run_dir``
+    (each atomically). Returns the summary dict. Damaged records are skipped and listed in
+    ``damage`` (and in the :func:`testbed.metrics.loading.collecting` block around the call,
+    if any). Raises metrics.RunDirError if ``run_dir`` is no run directory."""
     run_dir = Path(run_dir)
-    summary, analyses = metrics.analyze_run(run_dir)
-    _write_csv(run_dir / "flows.csv", ["transport", "rank", "peer", "dir", "t_s", "bytes", "rate_bps",
-                                       "retransmits", "rtt_s", "cwnd_bytes"],
-               (b for a in analyses for b in _flow_blocks(a)))
-    _write_csv(run_dir / "goodput.csv", ["transport", "t_s", "goodput_bps", "smoothed_bps"],
-               (b for a in analyses for b in _goodput_blocks(a)))
-    _write_csv(run_dir / "links.csv", ["transport", "link", "end", "t_s", "tx_bytes", "throughput_bps", "drops",
-                                       "rate_bps"], (b for a in analyses for b in _link_blocks(a)))
-    summary = _finite(summary)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=_json_default)
-                                          + "\n")
+    with loading.collecting(loading.current_damage()) as damage:
+        summary, analyses = metrics.analyze_run(run_dir)
+    return _write(run_dir, summary, analyses, damage)
+
+
+def _write(run_dir: Path, summary: dict, analyses: list, damage: "loading.Damage") -> dict:
+    return _write_all(run_dir, summary, analyses, damage)[0]
+
+
+def _write_all(run_dir: Path, summary: dict, analyses: list, damage: "loading.Damage") -> tuple[dict, bool]:
+    """Write the CSV files and summary.json; (summary as written, all written?). A file that
+    cannot be written (e.g. a directory in its place) is a problem, the others are written."""
+    ok = True
+    csvs = [("flows.csv", ["transport", "rank", "peer", "dir", "t_s", "bytes", "rate_bps", "retransmits", "rtt_s",
+                           "cwnd_bytes"], _flow_blocks),
+            ("goodput.csv", ["transport", "t_s", "goodput_bps", "smoothed_bps"], _goodput_blocks),
+            ("links.csv", ["transport", "link", "end", "t_s", "tx_bytes", "throughput_bps", "drops", "rate_bps"],
+             _link_blocks)]
+    for name, header, blocks in csvs:
+        ok &= _try_write(run_dir / name, lambda p: _write_csv(p, header, (b for a in analyses for b in blocks(a))))
+    if damage:
+        summary["damage"] = damage.lines()
+    summary = _finite(json.loads(json.dumps(summary, default=_json_default)))
+    summary["checksum"] = _checksum(summary)
+    text = json.dumps(summary, indent=2, allow_nan=False) + "\n"
+    ok &= _try_write(run_dir / rec.SUMMARY, lambda p: rec.write_atomic(p, text))
     log.info("wrote %s/{flows,goodput,links}.csv and summary.json", run_dir)
-    return summary
+    return summary, ok
+
+
+def _try_write(path: Path, write) -> bool:
+    try:
+        write(path)
+        return True
+    except OSError as exc:
+        loading.problem(path, None, f"cannot write: {exc.strerror or exc}")
+        return False
 
 
 def _finite(x):
@@ -128,17 +173,94 @@ def _json_default(x):
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
-def load_summary(run_dir: Path, *, recompute: bool = False) -> dict:
-    """summary.json of a run, computed (and all outputs written) when missing, when ``recompute``,
-    or when it was written under other metric definitions than :data:`metrics.DEFINITIONS` and
-    the raw records are still there (a run re-reported after an upgrade gets today's metrics)."""
-    run_dir = Path(run_dir)
-    manifest = metrics.load_manifest(run_dir)  # raises RunDirError for a non-run directory
-    path = run_dir / "summary.json"
-    if recompute or not path.is_file() or not (run_dir / "goodput.csv").is_file():
-        return write_outputs(run_dir)
-    summary = json.loads(path.read_text())
-    raw = all((run_dir / t / "samples.jsonl").is_file() for t in manifest["transports"])
-    if summary.get("definitions") != metrics.DEFINITIONS and raw:
-        return write_outputs(run_dir)
+def _checksum(summary: dict) -> str:
+    """SHA-256 of ``summary``'s canonical JSON without its ``checksum`` key."""
+    body = {k: v for k, v in summary.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _has_raw(run_dir: Path, name: str) -> bool:
+    """True if transport ``name`` still has its raw agent samples (samples.jsonl)."""
+    return (run_dir / name / rec.SAMPLES).is_file()
+
+
+def _stored(run_dir: Path) -> dict | None:
+    """summary.json if it is intact (parses, has the keys the tables read, matches its
+    checksum) and goodput.csv is there; None otherwise (nothing is reported: an output that
+    cannot be used is recomputed)."""
+    if not (run_dir / "goodput.csv").is_file():
+        return None
+    with loading.collecting(loading.Damage()):
+        summary = loading.read_json(run_dir / rec.SUMMARY, None, rec.SUMMARY_DOC)
+    if summary is None or ("checksum" in summary and summary["checksum"] != _checksum(summary)):
+        return None
     return summary
+
+
+def load_summary(run_dir: Path, *, recompute: bool = False) -> dict:
+    """summary.json of a run, computed (and all outputs written) when missing or damaged, when
+    ``recompute``, or when it was written under other metric definitions than
+    :data:`metrics.DEFINITIONS` and the raw records are still there (a run re-reported after an
+    upgrade gets today's metrics). Good outputs are never replaced by worse ones: when raw records
+    are missing or damaged and an intact summary.json (itself free of ``damage``) exists, it is
+    kept and the problems are reported. The problems met (this time, or listed in summary.json's
+    ``damage``) go to the :func:`testbed.metrics.loading.collecting` block around the call, or
+    raise MetricsError without one. Raises metrics.RunDirError for a non-run directory."""
+    run_dir = Path(run_dir)
+    with loading.collecting(loading.current_damage()) as damage:
+        summary, fresh = _load(run_dir, recompute, damage)
+    if not loading.current_damage() and damage:
+        raise metrics.MetricsError("\n".join(damage.lines()))
+    return summary
+
+
+def _load(run_dir: Path, recompute: bool, damage: "loading.Damage") -> tuple[dict, bool]:
+    """(summary, fresh: computed now); see :func:`load_summary`."""
+    manifest = metrics.load_manifest(run_dir)   # raises RunDirError for a non-run directory
+    stored = _stored(run_dir)
+    raw = all(_has_raw(run_dir, t) for t in manifest["transports"])
+    if stored is not None and not recompute and (stored.get("definitions") == metrics.DEFINITIONS or not raw):
+        for line in stored.get("damage") or ():
+            damage.note(line)
+        return stored, False
+    if stored is not None and not stored.get("damage"):
+        if not raw:
+            missing = [t for t in manifest["transports"] if not _has_raw(run_dir, t)]
+            loading.problem(run_dir, None, f"no raw records of {', '.join(missing)}: summary.json and the CSV "
+                                           f"files kept as they were (not recomputed)")
+            return stored, False
+        with loading.collecting(loading.Damage()) as trial:
+            summary, analyses = metrics.analyze_run(run_dir)
+        for line in trial.lines():
+            damage.note(line)
+        if trial:
+            loading.problem(run_dir / rec.SUMMARY, None, "kept as it was: the raw records are damaged now")
+            return stored, False
+        return _write_all(run_dir, summary, analyses, trial)
+    with loading.collecting(loading.current_damage()) as now:
+        summary, analyses = metrics.analyze_run(run_dir)
+    return _write_all(run_dir, summary, analyses, now)
+
+
+def render_guard(run_dir: Path, fresh: bool):
+    """Context for rendering a summary: one read from disk, or whose outputs could not all be
+    written (not ``fresh``), may hold anything, so an error rendering it becomes a MetricsError
+    naming the run directory."""
+    return _Guard(Path(run_dir), fresh)
+
+
+class _Guard:
+    def __init__(self, run_dir: Path, fresh: bool):
+        self.run_dir, self.fresh = run_dir, fresh
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if self.fresh or exc is None or not isinstance(exc, (KeyError, TypeError, ValueError, AttributeError,
+                                                             IndexError, ZeroDivisionError, OSError, csv.Error)):
+            return False
+        if isinstance(exc, metrics.MetricsError):
+            return False
+        raise metrics.MetricsError(f"{self.run_dir}: the stored outputs (summary.json, *.csv) cannot be rendered "
+                                   f"({type(exc).__name__}: {str(exc)[:120]}); try --recompute") from exc

@@ -60,17 +60,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agents.protocol import Event, Iteration, Sample
 
 from .. import __version__
-from ..jobs import host_bandwidth_bps, host_link_rate_bps
-from ..kernel import features
-from ..spec import Scenario
+if TYPE_CHECKING:
+    from ..spec import Scenario
 
 MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"
@@ -82,6 +85,227 @@ JOBS_DIR = "jobs"
 AGENT_LOGS_DIR = "agents"
 TRANSPORT_FILES = (EVENTS, SAMPLES, LINKS, CPU, SCHED)
 """The JSONL files of every transport's directory."""
+PATHS = "paths.json"
+SUMMARY = "summary.json"
+DIR_MODE = 0o700            # run directories: other local users kept out
+FILE_MODE = 0o600           # the files in them, the ledger, the control socket
+SAFE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}"
+"""A transport name: it names a subdirectory, so no separator, no ``..``."""
+
+
+# -- the schema: one definition of every record, used by the writers' tests and the readers --
+# A check is a callable ``(value, where) -> list of problems`` ("where: what is wrong"); the
+# readers (:mod:`testbed.metrics.loading`) drop a record with problems and report them with
+# file and line. Objects accept unknown keys (newer writers add fields); the keys a reader
+# uses are typed here, with bounds that keep every allocation a reader sizes by them small.
+def _show(v) -> str:
+    text = json.dumps(v, default=repr) if not isinstance(v, float) or math.isfinite(v) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_num(v) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return -2**63 <= v < 2**64
+    return isinstance(v, float) and math.isfinite(v)
+
+
+class Check:
+    """A type with bounds: ``what`` it must be, ``test(value) -> bool``."""
+
+    def __init__(self, what: str, test):
+        self.what, self.test = what, test
+
+    def __call__(self, v, where: str = "") -> list[str]:
+        return [] if self.test(v) else [f"{where or 'value'}: expected {self.what}, got {_show(v)}"]
+
+
+def Num(lo: float = -math.inf, hi: float = math.inf, what: str = "a finite number") -> Check:
+    """A finite JSON number (not a boolean) in ``[lo, hi]``."""
+    bounds = "" if (lo, hi) == (-math.inf, math.inf) else f" in [{lo:g}, {hi:g}]"
+    return Check(what + bounds, lambda v: _is_num(v) and lo <= v <= hi)
+
+
+def Int(lo: int = -2**63, hi: int = 2**63, what: str = "an integer") -> Check:
+    """A JSON integer (not a boolean) in ``[lo, hi]``."""
+    bounds = "" if (lo, hi) == (-2**63, 2**63) else f" in [{lo}, {hi}]"
+    return Check(what + bounds, lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi)
+
+
+NUM = Num()
+COUNTER = Num(0, 2**64, "a counter")
+TIME = Num(0, 1e11, "a wall-clock time in s")
+RANK = Int(0, 1 << 20, "a rank")
+STR = Check("a string", lambda v: isinstance(v, str))
+BOOL = Check("true or false", lambda v: isinstance(v, bool))
+ANY = Check("anything", lambda v: True)
+KEY = Check("a string, an integer or null", lambda v: v is None or isinstance(v, str)
+            or (isinstance(v, int) and not isinstance(v, bool)))
+"""Values used as dictionary keys by the readers (peer, dir, ev_id): hashable JSON scalars."""
+
+
+def Opt(check) -> object:
+    """``check`` or null."""
+    def opt(v, where=""):
+        return [] if v is None else check(v, where)
+    return opt
+
+
+def ListOf(item, max_len: int = 1 << 20, min_len: int = 0):
+    """A JSON array of ``min_len`` to ``max_len`` items, each ``item``."""
+    def list_of(v, where=""):
+        if not isinstance(v, list):
+            return [f"{where}: expected an array, got {_show(v)}"]
+        if not min_len <= len(v) <= max_len:
+            return [f"{where}: {len(v)} items, expected {min_len} to {max_len}"]
+        for i, x in enumerate(v):
+            p = item(x, f"{where}[{i}]")
+            if p:
+                return p
+        return []
+    return list_of
+
+
+def MapOf(value, max_len: int = 1 << 20):
+    """A JSON object of any keys, each value ``value``."""
+    def map_of(v, where=""):
+        if not isinstance(v, dict):
+            return [f"{where}: expected an object, got {_show(v)}"]
+        if len(v) > max_len:
+            return [f"{where}: {len(v)} keys, more than {max_len}"]
+        for k, x in v.items():
+            p = value(x, f"{where}.{k}")
+            if p:
+                return p
+        return []
+    return map_of
+
+
+class Obj:
+    """A JSON object: ``required`` and ``optional`` keys with their checks (others allowed).
+    ``check(value, where)`` returns the first problem; :meth:`problems` one per bad key."""
+
+    def __init__(self, required: dict | None = None, optional: dict | None = None):
+        self.required, self.optional = dict(required or {}), dict(optional or {})
+
+    def extend(self, required: dict | None = None, optional: dict | None = None) -> "Obj":
+        return Obj({**self.required, **(required or {})}, {**self.optional, **(optional or {})})
+
+    def problems(self, v, where: str = "") -> list[str]:
+        pre = f"{where}." if where else ""
+        if not isinstance(v, dict):
+            return [f"{where or 'record'}: expected an object, got {_show(v)}"]
+        out = [f"{pre}{k}: missing" for k in self.required if k not in v]
+        for k, check in (*self.required.items(), *self.optional.items()):
+            if k in v:
+                out += check(v[k], pre + k)[:1]
+        return out
+
+    def __call__(self, v, where: str = "") -> list[str]:
+        return self.problems(v, where)[:1]
+
+
+def check_record(schema, value) -> str | None:
+    """The first problem of ``value`` against ``schema`` (an :class:`Obj` or a check), None if good."""
+    p = schema(value, "")
+    return p[0].lstrip(".") if p else None
+
+
+# events.jsonl: every record has t and kind; the kinds the readers use have their fields.
+EVENT = Obj({"t": TIME, "kind": STR})
+_EV_FIELDS = {"peer": KEY, "dir": Opt(STR), "qpn": Opt(Int()), "ev_id": KEY, "old": Opt(STR), "new": Opt(STR),
+              "cause": Opt(STR), "reason": Opt(STR)}
+EVENT_KINDS = {
+    "iteration": EVENT.extend({"rank": RANK, "size": Int(0, 1 << 40, "a size in bytes"), "iter": Int(0, 1 << 31),
+                               "t_start": TIME, "t_end": TIME, "seconds": Num(0, 1e9)},
+                              {"seq": Opt(Int()), "warmup": Opt(BOOL), "wrong": Opt(Int(0, 1 << 62))}),
+    "ev_state": EVENT.extend({"rank": RANK}, _EV_FIELDS),
+    "qp_error": EVENT.extend({"rank": RANK}, _EV_FIELDS),
+    "agent": EVENT.extend({"rank": RANK}, {"status": Opt(STR)}),
+    "run": EVENT.extend({}, {"phase": Opt(STR), "status": Opt(STR), "reason": Opt(STR)}),
+    "fault": EVENT.extend({}, {"action": Opt(STR), "link": Opt(STR), "phase": Opt(STR)}),
+}
+"""``events.jsonl`` by ``kind`` (others: :data:`EVENT`)."""
+
+_EV = Obj({"ev_id": KEY}, {"state": Opt(STR), "sent": Opt(COUNTER), "lost": Opt(COUNTER)})
+FLOW = Obj({}, {"peer": KEY, "dir": KEY, "bytes": Opt(COUNTER), "retransmits": Opt(COUNTER),
+                "rtt_s": Opt(NUM), "cwnd_bytes": Opt(NUM), "retransmitted_bytes": Opt(COUNTER),
+                "evs": Opt(ListOf(_EV, 1 << 16))})
+SAMPLE = Obj({"t": TIME, "rank": RANK, "flows": ListOf(FLOW, 1 << 16)},
+             {"loop": Opt(Obj({}, {"late_max_s": Opt(NUM), "late_sum_s": Opt(NUM), "timers": Opt(NUM)}))})
+"""``samples.jsonl`` (:class:`agents.protocol.Sample`)."""
+LINK = Obj({"t": TIME, "link": STR}, {"end": STR, "tx_bytes": Opt(COUNTER), "drops": Opt(COUNTER),
+                                      "rate_bps": Opt(NUM)})
+"""``links.jsonl`` (:meth:`testbed.counters.LinkCounters.read` + ``t``)."""
+CPU_RECORD = Obj({"t": TIME, "busy_fraction": Num(0, 1e6)}, {"cores": Opt(ListOf(NUM, 1 << 16))})
+"""``cpu.jsonl``."""
+SCHED_RECORD = Obj({"t": TIME}, {"ranks": MapOf(ListOf(COUNTER, 3, 3), 1 << 20)})
+"""``sched.jsonl``."""
+JSONL_RECORDS = {EVENTS: EVENT, SAMPLES: SAMPLE, LINKS: LINK, CPU: CPU_RECORD, SCHED: SCHED_RECORD}
+"""The schema of every JSONL file of a transport directory, by file name."""
+
+
+def event_schema(record) -> Obj:
+    """The schema of one ``events.jsonl`` record (by its ``kind``)."""
+    kind = record.get("kind") if isinstance(record, dict) else None
+    return EVENT_KINDS.get(kind, EVENT) if isinstance(kind, str) else EVENT
+
+
+_EV_PATH = Obj({"ev_id": KEY}, {"links": Opt(ListOf(STR, 1 << 10))})
+_PEER = Obj({}, {"evs": ListOf(_EV_PATH, 1 << 16)})
+JOB = Obj({"rank": RANK}, {"world": ListOf(STR, 1 << 20), "next": _PEER, "prev": _PEER,
+                           "qp": Obj({}, {"cc_params": Obj({}, {"base_rtt_s": Opt(Num(0, 1e6))})})})
+"""``jobs/rank<r>.json`` (:mod:`testbed.jobs`; the keys the metrics read)."""
+PATH_FLOW = Obj({"src_rank": RANK, "dst_rank": RANK}, {"kind": Opt(STR), "links": ListOf(STR, 1 << 10)})
+PATHS_DOC = Obj({}, {"flows": ListOf(ANY, 1 << 20)})
+"""``paths.json``: ``{"transport", "flows": [PATH_FLOW]}`` (:mod:`testbed.paths`)."""
+
+MAX_WORLD = 1 << 15         # ranks: one per host NIC at most (testbed.spec.MAX_HOST_NICS)
+MAX_SIZE_BYTES = 1 << 40
+_WORKLOAD = Obj({"min_bytes": Int(1, MAX_SIZE_BYTES), "max_bytes": Int(1, MAX_SIZE_BYTES),
+                 "factor": Int(2, 1 << 20), "iterations": Int(0, 1 << 24)}, {"warmup": Opt(Int(0, 1 << 24))})
+MANIFEST_FIELDS = {
+    "scenario": Check("an object or a string", lambda v: isinstance(v, (dict, str))),
+    "transports": ListOf(Check(f"a transport name ({SAFE_NAME})", lambda v: isinstance(v, str)
+                               and _safe_name(v)), 64),
+    "world_size": Opt(Int(1, MAX_WORLD)), "host_link_rate_bps": Opt(Num(1, 1e15)),
+    "host_bandwidth_bps": Opt(Num(1, 1e18)), "host_nics": Opt(Int(1, MAX_WORLD)), "workload": Opt(_WORKLOAD),
+    "spec": Check("an object", lambda v: isinstance(v, dict)), "seed": Opt(Int()), "status": Opt(MapOf(ANY)), "planned_transports": Opt(ListOf(STR, 64)),
+    "started_at": Opt(TIME), "finished_at": Opt(TIME),
+}
+"""``manifest.json`` by top-level key (:func:`base_manifest`); the readers drop a bad key and go on.
+``scenario`` and ``spec`` (older runs), when objects, are checked as :data:`SCENARIO_FIELDS`."""
+SCENARIO_FIELDS = {"name": STR, "workload": _WORKLOAD, "timeout_s": Num(0, 1e9)}
+SUMMARY_DOC = Obj({"transports": MapOf(Obj({"transport": STR, "completion": Obj({}), "iteration_s": Obj({})}), 64),
+                   "comparison": ListOf(Obj({}), 64)}, {"damage": ListOf(STR, 1 << 16)})
+"""``summary.json`` (written by :func:`testbed.report.write_outputs`; the keys every table reads)."""
+
+
+def _safe_name(v: str) -> bool:
+    import re
+    return re.fullmatch(SAFE_NAME, v) is not None and v not in (".", "..")
+
+
+# -- writing -------------------------------------------------------------------------
+def write_atomic(path: Path, text: str | bytes, mode: int = FILE_MODE) -> None:
+    """Replace ``path`` with ``text`` atomically: a temporary file in the same directory
+    (created with ``mode``), flushed, then renamed (a reader sees the old or the new file)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _private(path, flags):
+    """``open`` opener: files created ``FILE_MODE``."""
+    return os.open(path, flags, FILE_MODE)
 
 
 def agent_log(transport_dir: Path, rank: int) -> Path:
@@ -94,7 +318,7 @@ class JsonlWriter:
 
     def __init__(self, path: Path):
         self.path = path
-        self._f = open(path, "a", buffering=1 << 16)
+        self._f = open(path, "a", buffering=1 << 16, opener=_private)
 
     def write(self, record: dict) -> None:
         self._f.write(json.dumps(record, separators=(",", ":")) + "\n")
@@ -111,8 +335,8 @@ class TransportRecords:
     """The JSONL writers of one transport's directory (created with it), by file."""
 
     def __init__(self, directory: Path):
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / AGENT_LOGS_DIR).mkdir(exist_ok=True)
+        directory.mkdir(DIR_MODE, parents=True, exist_ok=True)
+        (directory / AGENT_LOGS_DIR).mkdir(DIR_MODE, exist_ok=True)
         self.events = JsonlWriter(directory / EVENTS)
         self.samples = JsonlWriter(directory / SAMPLES)
         self.links = JsonlWriter(directory / LINKS)
@@ -164,27 +388,34 @@ def versions() -> dict:
 
 
 def new_run_dir(scenario: Scenario, runs_root: Path) -> Path:
-    """``runs_root/<scenario>-<YYYYmmdd-HHMMSS>`` (a ``-N`` suffix if it exists), created."""
+    """``runs_root/<scenario>-<YYYYmmdd-HHMMSS>`` (a ``-N`` suffix if it exists), created
+    :data:`DIR_MODE` (``runs_root`` itself, when created, too)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    Path(runs_root).mkdir(DIR_MODE, parents=True, exist_ok=True)
     base = Path(runs_root) / f"{scenario.name}-{stamp}"
     path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    path.mkdir(parents=True)
+    while True:
+        try:
+            path.mkdir(DIR_MODE)
+            break
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+    os.chmod(path, DIR_MODE)     # whatever the umask
     return path
 
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:
     """Replace ``run_dir/manifest.json`` atomically (a reader never sees half a file)."""
-    tmp = run_dir / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, default=str))
-    tmp.replace(run_dir / MANIFEST)
+    write_atomic(Path(run_dir) / MANIFEST, json.dumps(manifest, indent=1, default=str))
 
 
 def base_manifest(scenario: Scenario) -> dict:
     """The manifest before any transport ran: ``transports`` (run so far, in order),
-    ``planned_transports``, ``status`` ({transport: {"status", "reason"}}) fill in as it goes."""
+    ``planned_transports``, ``status`` ({transport: {"status", "reason"}}) fill in as it goes.
+    Its keys are typed in :data:`MANIFEST_FIELDS`."""
+    from ..jobs import host_bandwidth_bps, host_link_rate_bps
+    from ..kernel import features
     topo_bytes = Path(scenario.topology_path).read_bytes() if Path(scenario.topology_path).is_file() else b""
     hosts = scenario.workload.hosts
     return {
