@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -93,55 +94,82 @@ def netns_inode(pid: int) -> int | None:
         return None
 
 
-def test_a_user_session_pingall_evs_down_path_exit(tmp_path):
+@pytest.fixture
+def cli(tmp_path):
+    """``testbed up`` on k4 in a tmux pane, at its first prompt: (screen, ledger dir, ledger).
+    If the test did not see it exit, leave the CLI as a user would (Ctrl-C, exit), then kill
+    the tmux server."""
     ledger_dir = tmp_path / "ledger"
     screen = Screen(f"mrc-test-{os.getpid()}-{uuid.uuid4().hex[:6]}", "cli")
     cmd = (f"cd {REPO} && HOME={tmp_path} MRC_TESTBED_LEDGER_DIR={ledger_dir} "
            f"{sys.executable} -m testbed up topologies/fat-tree-k4.yaml --no-verify; echo EXIT=$?")
-    exited = False
     try:
         screen.start(cmd)
         screen.wait_for(lambda t: PROMPT in t, 90, "the CLI prompt")
-        ledger = recorded(ledger_dir)
-        pids = [(p["pid"], p["starttime"]) for p in ledger["processes"]]
-        spaces = {netns_inode(pid) for pid, _ in pids} - {None}
-        assert len(pids) == 36 and len(spaces) == 36      # k4: 16 hosts + 20 switches, one shell each
-
-        out = screen.command("pingall")
-        assert "*** Results: 0% dropped (240/240 received)" in out, out
-        assert re.search(rf"^{SRC} -> (h\d_\d_\d ?){{15}}$", out, re.M), out
-
-        out = screen.command(f"evs {SRC} {DST}")
-        assert f"{SRC} -> {DST}: 4 EV(s)" in out
-        assert len(re.findall(r"fcbb:bb00:e000:a00[01]:c00[0-3]:a00[67]:e007:100f", out)) == 4, out
-
-        before = _hops(screen.command(f"path {SRC} {DST} udp 40000 4791"))
-        assert before["outcome"] == "delivered", before
-        failed = before["links"][1]            # edge -> aggregation: the first fabric link
-        out = screen.command(f"down {failed}")
-        assert out.startswith(f"{failed}: down"), out
-        after = _hops(screen.command(f"path {SRC} {DST} udp 40000 4791"))
-        assert failed not in after["links"] or after["outcome"] == "dropped", (before, after)
-        assert f"DOWN: {failed}" in screen.command(f"evs {SRC} {DST}")
-
-        assert screen.command("down no-such-link").startswith("*** unknown link 'no-such-link'")
-        screen.type("exit")
-        text = screen.wait_for(exit_status, 60, "the exit status")
-        exited = True
-        assert exit_status(text) == "0", text[-2000:]
-        assert f"*** reverted 1 fault(s): {failed}" in text
-        assert "torn down in" in text
-        assert "Traceback" not in text
-        assert "mininet Level" not in text and text.count("*** Results:") == 1   # printed once
-
-        assert not pid_alive(ledger["owner_pid"], ledger.get("owner_starttime"))
-        assert [pid for pid, start in pids if pid_alive(pid, start)] == []
-        assert not spaces & net_namespaces()
-        assert list(ledger_dir.glob("*.json")) == []
+        yield screen, ledger_dir, recorded(ledger_dir)
     finally:
-        if not exited:
+        if not exit_status(screen.text()):
             _stop(screen)
         screen.kill()
+
+
+def assert_torn_down(ledger_dir: Path, ledger: dict, spaces: set[int]) -> None:
+    """The fabric's owner, every process it recorded, their namespaces and the ledger are gone."""
+    assert not pid_alive(ledger["owner_pid"], ledger.get("owner_starttime"))
+    assert [p["pid"] for p in ledger["processes"] if pid_alive(p["pid"], p["starttime"])] == []
+    assert not spaces & net_namespaces()
+    assert list(ledger_dir.glob("*.json")) == []
+
+
+def namespaces_of(ledger: dict) -> set[int]:
+    spaces = {netns_inode(p["pid"]) for p in ledger["processes"]} - {None}
+    assert len(ledger["processes"]) == 36 and len(spaces) == 36   # k4: 16 hosts + 20 switches
+    return spaces
+
+
+def test_a_user_session_pingall_evs_down_path_exit(cli):
+    screen, ledger_dir, ledger = cli
+    spaces = namespaces_of(ledger)
+
+    out = screen.command("pingall")
+    assert "*** Results: 0% dropped (240/240 received)" in out, out
+    assert re.search(rf"^{SRC} -> (h\d_\d_\d ?){{15}}$", out, re.M), out
+
+    out = screen.command(f"evs {SRC} {DST}")
+    assert f"{SRC} -> {DST}: 4 EV(s)" in out
+    assert len(re.findall(r"fcbb:bb00:e000:a00[01]:c00[0-3]:a00[67]:e007:100f", out)) == 4, out
+
+    before = _hops(screen.command(f"path {SRC} {DST} udp 40000 4791"))
+    assert before["outcome"] == "delivered", before
+    failed = before["links"][1]            # edge -> aggregation: the first fabric link
+    out = screen.command(f"down {failed}")
+    assert out.startswith(f"{failed}: down"), out
+    after = _hops(screen.command(f"path {SRC} {DST} udp 40000 4791"))
+    assert failed not in after["links"] or after["outcome"] == "dropped", (before, after)
+    assert f"DOWN: {failed}" in screen.command(f"evs {SRC} {DST}")
+
+    assert screen.command("down no-such-link").startswith("*** unknown link 'no-such-link'")
+    screen.type("exit")
+    text = screen.wait_for(exit_status, 60, "the exit status")
+    assert exit_status(text) == "0", text[-2000:]
+    assert f"*** reverted 1 fault(s): {failed}" in text
+    assert "torn down in" in text
+    assert "Traceback" not in text
+    assert "mininet Level" not in text and text.count("*** Results:") == 1   # printed once
+    assert_torn_down(ledger_dir, ledger, spaces)
+
+
+def test_sigterm_at_the_prompt_reverts_and_tears_down(cli):
+    """Mininet's CLI loop takes every KeyboardInterrupt for Ctrl-C and carries on; SIGTERM
+    (which testbed up turns into one) must end it."""
+    screen, ledger_dir, ledger = cli
+    spaces = namespaces_of(ledger)
+    screen.command("rate e0_0-a0_0 10Mbit")
+    os.kill(ledger["owner_pid"], signal.SIGTERM)
+    text = screen.wait_for(exit_status, 30, "the exit status")
+    assert "*** reverted 1 fault(s): e0_0-a0_0" in text and "torn down in" in text, text[-2000:]
+    assert "Traceback" not in text
+    assert_torn_down(ledger_dir, ledger, spaces)
 
 
 def exit_status(text: str) -> str | None:
