@@ -12,6 +12,7 @@ from mininet.log import error, output
 from mininet.net import Mininet
 from mininet.util import quietRun
 
+from testbed import routing
 from testbed.faults import FaultError
 
 from .session import CommandError, Session, net_lines, substitute_hosts
@@ -40,6 +41,14 @@ def strays(fabric) -> list[int]:
 class FabricCLI(CLI):
     """Mininet's CLI with our commands (see the module docstring). Runs on construction, as
     Mininet's does. ``session``: the :class:`Session` doing the work."""
+
+    helpStr = CLI.helpStr.replace("substitutes IP addresses", "substitutes IPv6 (ECMP) addresses") + (
+        "Commands for this fabric (LINK: a name from `links`, or its two nodes):\n"
+        "  evs h0 h3                    the EVs (SRv6 uSID paths) between two hosts\n"
+        "  path h0 h3 [udp|tcp [SPORT [DPORT]]]   the hops an ECMP flow takes now\n"
+        "  down LINK / up LINK [reconverge], reconverge, rate LINK 10Mbit,\n"
+        "  loss LINK 1%, blackhole LINK on|off, faults   (all reverted when the CLI exits)\n"
+        "  mininet> h0 traceroute -6 h3\n\n")
 
     def __init__(self, net: Mininet, session: Session, *, terminated: threading.Event | None = None, **kwargs):
         self.session = session
@@ -120,6 +129,12 @@ class FabricCLI(CLI):
         """List every node's interfaces."""
         topo = self.session.topo
         self._say([f"{n}: " + ",".join(l.port_of(n).ifname for l in topo.links_of[n]) for n in topo.nodes])
+
+    def do_ports(self, _line: str) -> None:
+        """List every switch's ports as ifname:ifindex (pinned ifindexes, no OpenFlow)."""
+        topo = self.session.topo
+        self._say([" ".join([sw.name] + [f"{l.port_of(sw.name).ifname}:{routing.port_ifindex(topo, sw.name, l)}"
+                                         for l in topo.links_of[sw.name]]) for sw in topo.switches])
 
     def do_dump(self, _line: str) -> None:
         """Every node: role, PID, addresses (hosts: ECMP address per NIC; switches: uSID locator)."""

@@ -33,8 +33,8 @@ def host(topo: Topology, name: str) -> str:
     """``name`` if it is a host of ``topo``; CommandError otherwise."""
     if name in topo.nics:
         return name
-    what = "a switch" if name in topo.nodes else "not a node"
-    raise CommandError(f"{name!r} is {what}, not a host of {topo.name} (hosts: {_some(sorted(topo.nics))})")
+    what = f"{name!r} is a switch, not a host" if name in topo.nodes else f"{name!r} is not a host of {topo.name}"
+    raise CommandError(f"{what} (hosts: {_some(sorted(topo.nics))})")
 
 
 def host_pair(topo: Topology, args: list[str], usage: str) -> tuple[str, str]:

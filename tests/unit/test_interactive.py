@@ -74,7 +74,7 @@ def test_links_are_named_or_given_by_their_two_nodes():
 @pytest.mark.parametrize("args, message", [
     ([], "usage: evs"),
     (["h0"], "usage: evs"),
-    (["h0", "h9"], "'h9' is not a node"),
+    (["h0", "h9"], "'h9' is not a host of tiny"),
     (["h0", "l0"], "'l0' is a switch"),
     (["h0", "h0"], "same host"),
     (["h0", "h1", "h2"], "usage: evs"),
@@ -202,7 +202,8 @@ def test_the_cli_answers_every_input_with_a_line(session, tmp_path):
 
     session.path = boom
     commands = ["evs h0", "evs h0 h2", "down nope", "loss l0-s1 x", "rate", "path h0 h2", "frobnicate",
-                "iperf", "switch s0 stop", "pingallfull", "link l0 s0 sideways", "net", "faults", "h0"]
+                "iperf", "switch s0 stop", "pingallfull", "link l0 s0 sideways", "net", "faults", "h0",
+                "help", "ports"]
     text = run_cli(session, commands, tmp_path)
     assert "Traceback" not in text
     assert "*** usage: evs SRC DST" in text
@@ -213,6 +214,8 @@ def test_the_cli_answers_every_input_with_a_line(session, tmp_path):
     assert "*** usage: link NODE1 NODE2 up|down" in text
     assert "no faults in force" in text
     assert "enter a command for node h0" in text
+    assert "Commands for this fabric" in text and "substitutes IPv6 (ECMP) addresses" in text
+    assert "s0 s0-eth0:10 s0-eth1:11" in text     # ports: pinned ifindexes
 
 
 @pytest.mark.parametrize("quiet", [False, True])
