@@ -1,7 +1,8 @@
 """Command line: ``testbed validate|up|run|report|clean`` (also ``python -m testbed``).
 
 One module per verb in :mod:`testbed.commands`; each defines ``add_parser(subparsers)``
-and ``run(args) -> int`` (exit status: 0 ok, 1 failure, 2 bad input).
+and ``run(args) -> int`` (exit status: 0 ok, 1 failure, 2 bad input; ``report`` and ``run``
+3 for a damaged run directory; 130 / 143 interrupted by SIGINT / SIGTERM).
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt as exc:   # Ctrl-C (or the runner's SIGTERM) outside a run: no traceback
+        print("testbed: interrupted", file=sys.stderr)
+        return 128 + int(getattr(exc, "signum", 2))
 
 
 if __name__ == "__main__":

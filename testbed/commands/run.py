@@ -11,13 +11,16 @@ median [min-max] (n) per transport (``trials.json``).
 Exit status: 0 every transport reached an outcome (done, or a reported failure such
 as a QP in ERR, or the timeout: results, not testbed errors) and no element was
 wrong; 1 the testbed failed (an agent crashed, a fault could not be applied) or an
-all-reduce produced wrong elements; 2 bad input; 130 interrupted (the run directory
-keeps what was gathered and is reported).
+all-reduce produced wrong elements; 2 bad input; 3 the run directory's records are damaged
+(the report lists them); 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM (the
+fabric is torn down and the run directory keeps what was gathered and is reported). SIGKILL
+cannot be caught: the shell sees 137, only the cleanup ledger is left (``testbed clean``).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -26,7 +29,8 @@ from rich.markup import escape
 
 from ..kernel import features
 from ..metrics import MetricsError
-from ..report import render
+from ..metrics.loading import collecting
+from ..report import print_damage, render
 from ..run import run_scenario
 from ..spec import TRANSPORTS, SpecError, load_scenario
 
@@ -65,20 +69,30 @@ def run(args: argparse.Namespace) -> int:
     if trials > 1:
         return _run_trials(args, scenario, transports, trials, console, err)
     result = run_scenario(scenario, runs_root=args.runs_dir, console=console, transports=transports)
-    status = 130 if result.interrupted else 0
+    status = interrupted_status(result.signal) if result.interrupted else 0
     if any(s in ("crashed", "error") for s in result.status.values()):
         status = status or 1
-    try:
-        summary = render(result.run_dir, console, recompute=True, plots=args.plots)
-    except MetricsError as exc:
-        err.print(f"[red]report failed[/]: {escape(str(exc))}")
-        return status or 1
+    with collecting() as damage:
+        try:
+            summary = render(result.run_dir, console, recompute=True, plots=args.plots)
+        except MetricsError as exc:
+            err.print(f"[red]report failed[/]: {escape(str(exc))}")
+            return status or 1
+    if damage:
+        print_damage(damage, err)
+        status = status or 3
     wrong = {t: s.get("wrong") for t, s in summary.get("transports", {}).items() if s.get("wrong")}
     if wrong:
         err.print(f"[red]wrong all-reduce results[/]: {wrong}")
         status = status or 1
     console.print(f"run directory: {result.run_dir}")
     return status
+
+
+def interrupted_status(signum: int | None) -> int:
+    """Exit status of a run stopped by ``signum``: 128 + the signal number, as a shell reports a
+    process killed by it (130 SIGINT, 143 SIGTERM); 130 when unknown."""
+    return 128 + int(signum or signal.SIGINT)
 
 
 def _run_trials(args, scenario, transports: list[str], trials: int, console: Console, err: Console) -> int:
@@ -114,7 +128,7 @@ def _run_trials(args, scenario, transports: list[str], trials: int, console: Con
             err.print(f"[red]wrong all-reduce results[/] with seed {seed}")
             status = status or 1
         if result.interrupted:
-            status = 130
+            status = interrupted_status(result.signal)
             break
     if summaries:
         agg = aggregate(summaries)

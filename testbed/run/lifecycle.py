@@ -147,7 +147,7 @@ class TransportRun:
             events, traced, resolved = trace_and_resolve(self.fabric, self.scenario, self.transport)
         except TargetError as exc:
             raise RunnerError(f"fault target: {exc}") from None
-        (self.dir / "paths.json").write_text(json.dumps(
+        records.write_atomic(self.dir / records.PATHS, json.dumps(
             {"transport": self.transport, "flows": [tf.to_dict() for tf in traced]}, indent=1) + "\n")
         for rec in resolved:
             self.journal({"kind": "target", **rec})
@@ -162,7 +162,7 @@ class TransportRun:
         self.progress.status = "starting agents"
         self.refresh()
         sock = control_socket_path(self.dir, self.transport)
-        self.server = ControlServer(sock)
+        self.server = ControlServer(sock, allowed_pids=lambda: (p.pid for p in self.procs.values()))
         run_id = f"{self.dir.parent.name}/{self.transport}"
         jobs = build_jobs(self.scenario, self.transport, run_id=run_id, control_socket=sock,
                           qp_overrides=self.qp_overrides)
@@ -170,7 +170,7 @@ class TransportRun:
         repo = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         for job, path in zip(jobs, paths):
-            logf = open(agent_log(self.dir, job["rank"]), "wb")
+            logf = open(agent_log(self.dir, job["rank"]), "wb", opener=records.private_opener)
             self.logs.append(logf)
             self.procs[job["rank"]] = self.fabric.popen(
                 job["host"], [self.python, "-m", "agents", "--job", str(path.resolve())],
@@ -344,6 +344,13 @@ class RunResult:
     status: dict[str, str]
     reasons: dict[str, str]
     interrupted: bool = False
+    signal: int | None = None
+    """The signal that interrupted the run (SIGINT for Ctrl-C, SIGTERM), None if none did."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: stop as for Ctrl-C (teardown, partial results), exit 143 not 130."""
+    signum = signal.SIGTERM
 
 
 def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=None,
@@ -374,8 +381,9 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
             runner = TransportRun(scenario, t, run_dir, display, row, qp_overrides=qp_overrides)
             try:
                 status = runner.run()
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 result.interrupted = True
+                result.signal = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
                 status = "interrupted"
             result.status[t], result.reasons[t] = status, runner.reason
             manifest["status"][t] = {"status": status, "reason": runner.reason}
@@ -392,4 +400,4 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
 
 
 def _sigterm(signum, frame):
-    raise KeyboardInterrupt
+    raise Terminated

@@ -224,7 +224,9 @@ def test_timeout_tears_down_reverts_and_keeps_what_was_gathered(tmp_path):
     assert manifest["status"]["mrc"]["status"] == "timeout"
 
 
-def test_sigint_stops_the_cli_cleanly(tmp_path):
+@pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_cli_cleanly(tmp_path, signum, status):
+    """Ctrl-C and SIGTERM tear down and keep what was gathered; exit 128 + the signal."""
     before = net_namespaces()
     proc = start_long_run(tmp_path)
     try:
@@ -232,18 +234,21 @@ def test_sigint_stops_the_cli_cleanly(tmp_path):
                         and list((tmp_path / "runs").glob("*/mrc/samples.jsonl"))[0].stat().st_size > 0,
                         timeout_s=20)
         time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, _ = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, out
+    assert proc.returncode == status, out
     assert wait_for(lambda: net_namespaces() <= before)
     run_dir = next((tmp_path / "runs").iterdir())
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"]["mrc"]["status"] == "interrupted"
     assert (run_dir / "summary.json").is_file()
     assert Path(run_dir / "mrc" / "events.jsonl").read_text().count('"phase":"end"') == 1
+    for path, mode in ((run_dir, 0o700), (run_dir / "mrc", 0o700), (run_dir / "manifest.json", 0o600),
+                       (run_dir / "mrc" / "events.jsonl", 0o600), (run_dir / "summary.json", 0o600)):
+        assert path.stat().st_mode & 0o777 == mode, path
 
 
 def test_agent_crash_ends_the_transport_and_keeps_what_was_gathered(tmp_path):
