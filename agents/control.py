@@ -8,13 +8,16 @@ Outgoing messages are queued and flushed without blocking (the data path
 must not wait for the runner); :meth:`ControlClient.flush_blocking` is used
 only for the last messages before exit. Incoming messages are parsed on
 :meth:`ControlClient.on_readable` (registered with the event loop); anything that is not
-a runner's message raises :class:`ControlError`.
+a runner's message raises :class:`ControlError`. The listener must run as the agent's own
+uid (``SO_PEERCRED``, checked on connect): an agent takes orders only from its runner.
 """
 from __future__ import annotations
 
 import logging
+import os
 import select
 import socket
+import struct
 import time
 from collections import deque
 
@@ -40,6 +43,10 @@ class ControlClient:
             self.sock.close()
             raise ControlError(f"cannot connect to control socket {path}: "
                                f"{exc.strerror or exc}") from None
+        _, uid, _ = struct.unpack("3i", self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        if uid != os.geteuid():
+            self.sock.close()
+            raise ControlError(f"control socket {path}: its listener runs as uid {uid}, not {os.geteuid()}")
         self.sock.setblocking(False)
         self._out = bytearray()
         self._framer = LineFramer(RUNNER_MESSAGES)

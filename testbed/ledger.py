@@ -4,7 +4,8 @@ A ledger is a JSON file in :data:`LEDGER_DIR` (tmpfs: it lives exactly as long
 as the namespaces it describes). ``testbed clean`` removes what a crashed run
 left, from its ledger only: processes by PID *and* start time (a recycled PID
 is never killed), interfaces and named namespaces by recorded name. Nothing is
-ever matched by name pattern.
+ever matched by name pattern. The ledger directory is 0700 and every ledger 0600: it names
+PIDs that ``testbed clean`` kills, so no other local user may read or plant one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 LEDGER_DIR = Path(os.environ.get("MRC_TESTBED_LEDGER_DIR", "/run/mrc-testbed/ledger"))
+DIR_MODE = 0o700
+FILE_MODE = 0o600
 
 
 def proc_starttime(pid: int) -> int | None:
@@ -54,7 +57,9 @@ class Ledger:
 
     @classmethod
     def create(cls, label: str, directory: Path = LEDGER_DIR) -> "Ledger":
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(DIR_MODE, parents=True, exist_ok=True)
+        if directory.stat().st_uid == os.geteuid():
+            os.chmod(directory, DIR_MODE)   # also a directory made before ledgers were private
         run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         ledger = cls(run_id, directory / f"{run_id}.json", label=label)
         ledger.save()
@@ -68,10 +73,13 @@ class Ledger:
 
     def save(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"run_id": self.run_id, "owner_pid": self.owner_pid,
-                                   "owner_starttime": proc_starttime(self.owner_pid),
-                                   "label": self.label, "processes": self.processes,
-                                   "interfaces": self.interfaces, "netns": self.netns}, indent=1))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        os.fchmod(fd, FILE_MODE)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps({"run_id": self.run_id, "owner_pid": self.owner_pid,
+                                "owner_starttime": proc_starttime(self.owner_pid),
+                                "label": self.label, "processes": self.processes,
+                                "interfaces": self.interfaces, "netns": self.netns}, indent=1))
         os.replace(tmp, self.path)
 
     def add_processes(self, entries: list[tuple[int, str, str]]) -> None:

@@ -6,6 +6,14 @@ namespaces); the messages and their framing are :mod:`agents.protocol`'s, one
 their agents send. A connection that sends anything but an agent's messages is logged
 and dropped (the messages before the bad input still count); the run goes on, and the
 agent's exit is noticed by its process.
+
+Only the runner's own agents may talk to it: the socket is created mode 0600 (in a 0700
+run directory), and every connection's peer credentials (``SO_PEERCRED``: the kernel's, not
+the peer's word) must show the runner's effective uid and, when the runner says which
+processes it started (``allowed_pids``), one of those PIDs or a descendant of one. The uid
+keeps other local users out even where the file mode would not (a socket in a shared
+directory); the PID keeps out the user's other processes, e.g. a second run's agents
+connecting to the wrong socket. A refused connection is logged and closed before it is read.
 """
 
 from __future__ import annotations
@@ -14,22 +22,62 @@ import logging
 import os
 import selectors
 import socket
+import struct
 from pathlib import Path
+from typing import Callable, Iterable
 
 from agents.protocol import AGENT_MESSAGES, LineFramer, Message, ProtocolError, encode
 
 log = logging.getLogger(__name__)
 
 SUN_PATH_MAX = 107          # sockaddr_un.sun_path without the NUL (unix(7))
+SOCKET_MODE = 0o600
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (unix(7), SO_PEERCRED)
+MAX_ANCESTRY = 16           # parent links followed from a peer towards an allowed PID
+
+
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process that connected ``conn`` (SO_PEERCRED, set by the kernel)."""
+    return _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def descends_from(pid: int, ancestors: set[int]) -> bool:
+    """True if ``pid`` is in ``ancestors`` or a descendant of one (within MAX_ANCESTRY links)."""
+    for _ in range(MAX_ANCESTRY):
+        if pid in ancestors:
+            return True
+        parent = _parent(pid)
+        if parent is None or parent <= 1:
+            return False
+        pid = parent
+    return False
 
 
 class ControlServer:
-    """Listen on ``path`` (Unix stream socket); :meth:`poll` returns what the agents sent."""
+    """Listen on ``path`` (Unix stream socket, mode 0600); :meth:`poll` returns what the agents
+    sent. ``allowed_pids``: returns the PIDs of the agents started so far; a connection from
+    another process (or another uid) is refused (see the module docstring)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, allowed_pids: Callable[[], Iterable[int]] | None = None):
         self.path = path
+        self.allowed_pids = allowed_pids
+        self.refused = 0
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
+        old = os.umask(0o177)        # the socket file is created 0600: no window at another mode
+        try:
+            self.listener.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, SOCKET_MODE)
         self.listener.listen(256)
         self.listener.setblocking(False)
         self.sel = selectors.DefaultSelector()
@@ -46,12 +94,30 @@ class ControlServer:
                     conn, _ = self.listener.accept()
                 except BlockingIOError:
                     continue
+                why = self._refusal(conn)
+                if why is not None:
+                    self.refused += 1
+                    log.warning("control: refused a connection: %s", why)
+                    conn.close()
+                    continue
                 conn.setblocking(False)
                 self.framers[conn] = LineFramer(AGENT_MESSAGES)
                 self.sel.register(conn, selectors.EVENT_READ)
                 continue
             self._read(key.fileobj, out)
         return out
+
+    def _refusal(self, conn: socket.socket) -> str | None:
+        """Why ``conn`` is refused (None: it is one of our agents)."""
+        try:
+            pid, uid, _ = peer_credentials(conn)
+        except OSError as exc:
+            return f"no peer credentials ({exc.strerror})"
+        if uid != os.geteuid():
+            return f"peer pid {pid} runs as uid {uid}, not {os.geteuid()}"
+        if self.allowed_pids is not None and not descends_from(pid, set(self.allowed_pids())):
+            return f"peer pid {pid} is not an agent this runner started"
+        return None
 
     def _read(self, conn: socket.socket, out: list[Message]) -> None:
         try:
@@ -120,5 +186,5 @@ def control_socket_path(directory: Path, transport: str) -> str:
     if len(path.encode()) <= SUN_PATH_MAX:
         return path
     short = Path("/run/mrc-testbed") / f"ctl-{os.getpid()}-{transport}.sock"
-    short.parent.mkdir(parents=True, exist_ok=True)
+    short.parent.mkdir(0o700, parents=True, exist_ok=True)
     return str(short)

@@ -202,3 +202,37 @@ def test_runner_drops_a_connection_that_sends_garbage_and_keeps_the_others(tmp_p
         good.close()
         bad.close()
         server.close()
+
+
+def test_runner_accepts_only_its_own_agents_and_the_socket_is_private(tmp_path, caplog):
+    """SO_PEERCRED: a peer that is not one of the started PIDs (nor below one) is refused
+    before anything it sends is read; the socket file is 0600."""
+    import os
+    import subprocess
+    import sys
+    allowed: list[int] = []
+    server = ControlServer(str(tmp_path / "ctl.sock"), allowed_pids=lambda: allowed)
+    assert os.stat(server.path).st_mode & 0o777 == 0o600
+    stranger = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        stranger.connect(server.path)
+        stranger.sendall(encode(Ready(0)))
+        assert _poll_until(server, bool, timeout_s=0.5) == []
+        assert server.refused == 1 and "is not an agent this runner started" in caplog.text
+        try:
+            assert stranger.recv(10) == b""   # closed (or reset: what it sent was never read)
+        except ConnectionResetError:
+            pass
+        # a child of an allowed PID (an agent behind a wrapper) is accepted
+        allowed.append(os.getpid())
+        code = ("import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+                "s.sendall(b'{\"type\":\"ready\",\"rank\":3}\\n'); s.recv(1)")
+        child = subprocess.Popen([sys.executable, "-c", code, server.path])
+        try:
+            assert _poll_until(server, bool) == [Ready(3)]
+        finally:
+            child.kill()
+            child.wait()
+    finally:
+        stranger.close()
+        server.close()
