@@ -303,7 +303,7 @@ def write_atomic(path: Path, text: str | bytes, mode: int = FILE_MODE) -> None:
         raise
 
 
-def _private(path, flags):
+def private_opener(path, flags):
     """``open`` opener: files created ``FILE_MODE``."""
     return os.open(path, flags, FILE_MODE)
 
@@ -318,7 +318,7 @@ class JsonlWriter:
 
     def __init__(self, path: Path):
         self.path = path
-        self._f = open(path, "a", buffering=1 << 16, opener=_private)
+        self._f = open(path, "a", buffering=1 << 16, opener=private_opener)
 
     def write(self, record: dict) -> None:
         self._f.write(json.dumps(record, separators=(",", ":")) + "\n")
