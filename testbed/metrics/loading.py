@@ -103,7 +103,7 @@ def problem(path, line: int | None, what: str) -> None:
     damage.add(path, line, what)
 
 
-def _regular(path: Path, max_bytes: int) -> bool:
+def regular_file(path: Path, max_bytes: int) -> bool:
     """True if ``path`` is a regular file (symlinks followed) of at most ``max_bytes``; a
     missing file is False silently, anything else is a :func:`problem`."""
     try:
@@ -177,7 +177,7 @@ def iter_jsonl(path: Path, schema=_MISSING) -> Iterator[dict]:
     path = Path(path)
     if schema is _MISSING:
         schema = rec.JSONL_RECORDS.get(path.name)
-    if not _regular(path, MAX_JSONL_BYTES):
+    if not regular_file(path, MAX_JSONL_BYTES):
         return
     events = schema is rec.EVENT
     for i, line, last in _lines(path):
@@ -213,7 +213,7 @@ def read_json(path: Path, default, schema=None):
     """A JSON document (regular file, at most :data:`MAX_JSON_BYTES`, UTF-8), ``default`` if
     it is missing or damaged (a :func:`problem`); ``schema``: checked as a whole."""
     path = Path(path)
-    if not _regular(path, MAX_JSON_BYTES):
+    if not regular_file(path, MAX_JSON_BYTES):
         return default
     try:
         text = path.read_bytes().decode()
@@ -342,7 +342,7 @@ def _checked(path: Path, doc: dict, fields: dict, prefix: str = "") -> dict:
 
 def _text(path: Path) -> str:
     try:
-        return path.read_text(errors="replace") if _regular(path, MAX_JSON_BYTES) else ""
+        return path.read_text(errors="replace") if regular_file(path, MAX_JSON_BYTES) else ""
     except OSError:
         return ""
 

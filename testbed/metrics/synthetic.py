@@ -8,7 +8,10 @@ every 10 ms, kernel counters of the 48 links x 2 ends every 100 ms, host CPU eve
 for 60 s; an all-reduce sweep with iteration gaps, a core link going down at 20 s (a
 stall, then half rate on the ranks crossing it, EVs going ASSUMED_BAD) and back at 40 s.
 Deterministic for a given ``seed``. Used by ``make bench`` (:mod:`testbed.bench`) and the
-unit tests; writing one k=4 transport takes about a second.
+unit tests; writing one k=4 transport takes about a second. ``extras=True`` also writes the
+files a real run has beside those: ``sched.jsonl``, ``jobs/rank<r>.json`` and ``paths.json``
+(the run-directory fuzz tests damage every file; a small run, e.g. 4 ranks for 2 s, writes in
+a few ms).
 """
 
 from __future__ import annotations
@@ -182,17 +185,45 @@ def write_transport(d: Path, name: str, *, world_size: int = 16, duration_s: flo
             f.write(dumps({"t": T0 + j * LINK_S, "busy_fraction": round(sum(cores) / 4, 4), "cores": cores}) + "\n")
 
 
+def write_extras(d: Path, name: str, *, world_size: int, duration_s: float, hosts: list[str],
+                 link_names: list[tuple[str, str, str, str, str]]) -> None:
+    """``sched.jsonl``, ``jobs/rank<r>.json`` and ``paths.json`` of one transport (the keys the
+    metrics read; :mod:`testbed.run.records`): every rank's EVs and data path cross the first
+    links of the list, the faulted ``a0_0-c0_0`` for ranks divisible by 4."""
+    hosts = [hosts[r % len(hosts)] for r in range(world_size)]
+    n_ev = EV_COUNT.get(name, 4)
+    (d / "jobs").mkdir(parents=True, exist_ok=True)
+    for r in range(world_size):
+        links = ["a0_0-c0_0"] if r % 4 == 0 else [link_names[r % len(link_names)][0]]
+        evs = [{"ev_id": e, "links": links} for e in range(n_ev)]
+        job = {"rank": r, "world": hosts, "host": hosts[r], "transport": name, "next": {"evs": evs},
+               "prev": {"evs": evs}, "qp": {"cc_params": {"base_rtt_s": 0.002}}}
+        (d / "jobs" / f"rank{r}.json").write_text(json.dumps(job, indent=1) + "\n")
+    flows = [{"label": f"{name} {r}->{(r + 1) % world_size}", "src_rank": r, "dst_rank": (r + 1) % world_size,
+              "kind": "data", "links": ["a0_0-c0_0"] if r % 4 == 0 else [link_names[r % len(link_names)][0]]}
+             for r in range(world_size)]
+    (d / "paths.json").write_text(json.dumps({"transport": name, "flows": flows}, indent=1) + "\n")
+    with open(d / "sched.jsonl", "w") as f:
+        for j in range(int(round(duration_s / LINK_S)) + 1):
+            ranks = {str(r): [j * 5_000_000, j * 200_000, j * 40] for r in range(world_size)}
+            f.write(dumps({"t": T0 + j * LINK_S, "ranks": ranks}) + "\n")
+
+
 def write_run(run_dir: Path, transports=("mrc", "rc", "tcp"), *, world_size: int = 16,
-              duration_s: float = 60.0, seed: int = 1) -> Path:
+              duration_s: float = 60.0, seed: int = 1, extras: bool = False) -> Path:
     """A whole synthetic run directory (see the module docstring); returns ``run_dir``."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    manifest = {"scenario": {"name": "synthetic-k4", "workload": {"min_bytes": 1 << 20, "max_bytes": 8 << 20,
-                                                                   "factor": 2, "iterations": 20, "warmup": 2}},
+    manifest = {"scenario": {"name": "synthetic-k4", "timeout_s": duration_s + 10,
+                             "workload": {"min_bytes": 1 << 20, "max_bytes": 8 << 20,
+                                          "factor": 2, "iterations": 20, "warmup": 2}},
                 "transports": list(transports), "world_size": world_size, "host_link_rate_bps": 10_000_000}
     (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     hosts, links = _fat_tree_k4()
     for name in transports:
         write_transport(run_dir / name, name, world_size=world_size, duration_s=duration_s, seed=seed,
                         hosts=hosts, link_names=links)
+        if extras:
+            write_extras(run_dir / name, name, world_size=world_size, duration_s=duration_s, hosts=hosts,
+                         link_names=links)
     return run_dir

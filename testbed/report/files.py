@@ -226,6 +226,8 @@ def _load(run_dir: Path, recompute: bool, damage: "loading.Damage") -> tuple[dic
     if stored is not None and not stored.get("damage"):
         if not raw:
             missing = [t for t in manifest["transports"] if not _has_raw(run_dir, t)]
+            for t in missing:   # what is in samples.jsonl's place, if anything
+                loading.regular_file(run_dir / t / rec.SAMPLES, loading.MAX_JSONL_BYTES)
             loading.problem(run_dir, None, f"no raw records of {', '.join(missing)}: summary.json and the CSV "
                                            f"files kept as they were (not recomputed)")
             return stored, False

@@ -112,13 +112,15 @@ def _is_num(v) -> bool:
 
 
 class Check:
-    """A type with bounds: ``what`` it must be, ``test(value) -> bool``."""
+    """A type with bounds: ``what`` it must be, ``test(value) -> bool``. Every check has
+    :meth:`ok` (fast, for the good records) and is called as ``check(value, where)`` for the
+    list of problems (at most one per check)."""
 
     def __init__(self, what: str, test):
-        self.what, self.test = what, test
+        self.what, self.ok = what, test
 
     def __call__(self, v, where: str = "") -> list[str]:
-        return [] if self.test(v) else [f"{where or 'value'}: expected {self.what}, got {_show(v)}"]
+        return [] if self.ok(v) else [f"{where or 'value'}: expected {self.what}, got {_show(v)}"]
 
 
 def Num(lo: float = -math.inf, hi: float = math.inf, what: str = "a finite number") -> Check:
@@ -145,41 +147,58 @@ KEY = Check("a string, an integer or null", lambda v: v is None or isinstance(v,
 """Values used as dictionary keys by the readers (peer, dir, ev_id): hashable JSON scalars."""
 
 
-def Opt(check) -> object:
+class Opt:
     """``check`` or null."""
-    def opt(v, where=""):
-        return [] if v is None else check(v, where)
-    return opt
+
+    def __init__(self, check):
+        self.check = check
+
+    def ok(self, v) -> bool:
+        return v is None or self.check.ok(v)
+
+    def __call__(self, v, where: str = "") -> list[str]:
+        return [] if v is None else self.check(v, where)
 
 
-def ListOf(item, max_len: int = 1 << 20, min_len: int = 0):
+class ListOf:
     """A JSON array of ``min_len`` to ``max_len`` items, each ``item``."""
-    def list_of(v, where=""):
+
+    def __init__(self, item, max_len: int = 1 << 20, min_len: int = 0):
+        self.item, self.max_len, self.min_len = item, max_len, min_len
+
+    def ok(self, v) -> bool:
+        item = self.item.ok
+        return isinstance(v, list) and self.min_len <= len(v) <= self.max_len and all(map(item, v))
+
+    def __call__(self, v, where: str = "") -> list[str]:
         if not isinstance(v, list):
             return [f"{where}: expected an array, got {_show(v)}"]
-        if not min_len <= len(v) <= max_len:
-            return [f"{where}: {len(v)} items, expected {min_len} to {max_len}"]
+        if not self.min_len <= len(v) <= self.max_len:
+            return [f"{where}: {len(v)} items, expected {self.min_len} to {self.max_len}"]
         for i, x in enumerate(v):
-            p = item(x, f"{where}[{i}]")
-            if p:
-                return p
+            if not self.item.ok(x):
+                return self.item(x, f"{where}[{i}]")
         return []
-    return list_of
 
 
-def MapOf(value, max_len: int = 1 << 20):
-    """A JSON object of any keys, each value ``value``."""
-    def map_of(v, where=""):
+class MapOf:
+    """A JSON object of any keys, at most ``max_len``, each value ``value``."""
+
+    def __init__(self, value, max_len: int = 1 << 20):
+        self.value, self.max_len = value, max_len
+
+    def ok(self, v) -> bool:
+        return isinstance(v, dict) and len(v) <= self.max_len and all(map(self.value.ok, v.values()))
+
+    def __call__(self, v, where: str = "") -> list[str]:
         if not isinstance(v, dict):
             return [f"{where}: expected an object, got {_show(v)}"]
-        if len(v) > max_len:
-            return [f"{where}: {len(v)} keys, more than {max_len}"]
+        if len(v) > self.max_len:
+            return [f"{where}: {len(v)} keys, more than {self.max_len}"]
         for k, x in v.items():
-            p = value(x, f"{where}.{k}")
-            if p:
-                return p
+            if not self.value.ok(x):
+                return self.value(x, f"{where}.{k}")
         return []
-    return map_of
 
 
 class Obj:
@@ -188,9 +207,22 @@ class Obj:
 
     def __init__(self, required: dict | None = None, optional: dict | None = None):
         self.required, self.optional = dict(required or {}), dict(optional or {})
+        self._req = tuple((k, c.ok) for k, c in self.required.items())
+        self._opt = tuple((k, c.ok) for k, c in self.optional.items())
 
     def extend(self, required: dict | None = None, optional: dict | None = None) -> "Obj":
         return Obj({**self.required, **(required or {})}, {**self.optional, **(optional or {})})
+
+    def ok(self, v) -> bool:
+        if type(v) is not dict:
+            return False
+        for k, ok in self._req:
+            if k not in v or not ok(v[k]):
+                return False
+        for k, ok in self._opt:
+            if k in v and not ok(v[k]):
+                return False
+        return True
 
     def problems(self, v, where: str = "") -> list[str]:
         pre = f"{where}." if where else ""
@@ -208,6 +240,8 @@ class Obj:
 
 def check_record(schema, value) -> str | None:
     """The first problem of ``value`` against ``schema`` (an :class:`Obj` or a check), None if good."""
+    if schema.ok(value):
+        return None
     p = schema(value, "")
     return p[0].lstrip(".") if p else None
 
