@@ -13,7 +13,12 @@ Modules (every public name is importable from :mod:`testbed.metrics` itself):
 
 - :mod:`~testbed.metrics.definitions`: bin widths, thresholds, :data:`DEFINITIONS`, errors.
 - :mod:`~testbed.metrics.loading`: manifest and JSONL parsing; samples and link counters
-  become columns (:class:`SampleTable`, :class:`LinkTable`) while they are parsed.
+  become columns (:class:`SampleTable`, :class:`LinkTable`) while they are parsed. Every
+  record is checked against the run directory's schema (:mod:`testbed.run.records`): inside
+  a :func:`collecting` block a damaged record, file or key is skipped and noted in a
+  :class:`Damage` (``file:line: what is wrong``), outside one it raises :class:`MetricsError`;
+  records dated outside the run (:func:`~testbed.metrics.loading.time_window`) are dropped,
+  so no absurd date or manifest value sizes an allocation.
 - :mod:`~testbed.metrics.series`: binning of cumulative counters, per-flow series,
   aggregate goodput, link throughput.
 - :mod:`~testbed.metrics.recovery`: faults, EV transitions, time to detect, iteration
@@ -72,7 +77,7 @@ from .definitions import (BIN_S, BUSIEST_LINKS, CPU_SATURATED_P95, DEFINITIONS, 
                           DIP_HORIZON_S, DISRUPTIVE, LINK_BIN_S, MIN_DIP_BINS, RECOVERY_FRACTION,
                           SMOOTH_BINS, MetricsError, RunDirError)
 from .fidelity import busiest_links, cpu_fidelity
-from .loading import (FlowKey, LinkTable, SampleTable, TransportRecords, is_run_dir,
+from .loading import (Damage, FlowKey, LinkTable, SampleTable, TransportRecords, collecting, is_run_dir,
                       iter_jsonl, load_jsonl, load_manifest, load_transport, scenario_name)
 from .recovery import (active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time,
                        time_to_detect)
@@ -84,10 +89,10 @@ from .summary import (TransportAnalysis, analyze_run, analyze_transport, compari
 __all__ = [
     "BIN_S", "BUSIEST_LINKS", "CPU_SATURATED_P95", "DEFINITIONS", "DETECTED_STATES", "DIP_HORIZON_S",
     "DISRUPTIVE", "LINK_BIN_S", "MIN_DIP_BINS", "RECOVERY_FRACTION", "SMOOTH_BINS", "MetricsError",
-    "RunDirError", "FlowKey", "FlowSeries", "LinkTable", "SampleTable", "TransportAnalysis",
+    "RunDirError", "Damage", "FlowKey", "FlowSeries", "LinkTable", "SampleTable", "TransportAnalysis",
     "TransportRecords", "active_bins", "aggregate_goodput_bps", "analyze_run", "analyze_transport",
     "bandwidths", "bin_edges", "binned_increments", "bus_factor", "busiest_links", "comparison_row",
-    "completion", "cpu_fidelity", "ev_transitions", "expected_measured_iterations", "faults",
+    "collecting", "completion", "cpu_fidelity", "ev_transitions", "expected_measured_iterations", "faults",
     "flow_samples", "is_run_dir", "iter_jsonl", "iteration_gaps", "last_in_bin",
     "link_series", "load_jsonl", "load_manifest", "load_transport", "longest_stall", "recovery_time",
     "rolling_median", "run_t0", "scenario_name", "size_table", "time_to_detect", "workload_window",

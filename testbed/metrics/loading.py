@@ -125,9 +125,9 @@ def regular_file(path: Path, max_bytes: int) -> bool:
     return True
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str | None, bool]]:
-    """(line number, text or None if the line is bad, last line?) of a text file, read as
-    UTF-8 one line at a time; a bad line (not UTF-8, too long) is a :func:`problem`."""
+def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, last line?) of a text file, read as UTF-8 one line at a time; a bad
+    line (not UTF-8, too long) is a :func:`problem` and skipped."""
     try:
         f = open(path, "rb")
     except OSError as exc:
@@ -345,12 +345,6 @@ def _text(path: Path) -> str:
         return path.read_text(errors="replace") if regular_file(path, MAX_JSON_BYTES) else ""
     except OSError:
         return ""
-
-
-def timeout_s(manifest: dict) -> float | None:
-    """The scenario timeout of a manifest (checked), None if it has none."""
-    s = manifest.get("scenario")
-    return s.get("timeout_s") if isinstance(s, dict) else None
 
 
 def scenario_name(manifest: dict) -> str:
