@@ -68,7 +68,7 @@ from .targets import HOPS, UNREPAIRED, FlowTarget, check_hop, parse_selector
 from .topology import (IFNAME_MAX, MAX_PLANE, LinkDecl, LinkParams, NodeDecl, Role, Topology, TopologyError,
                        fat_tree, footprint, from_explicit, ifname_problem, leaf_spine)
 from .units import show
-from .yamlread import Problem, Reader, SpecError, join
+from .yamlread import Problem, Reader, SpecError, join, line_of
 
 __all__ = ["Problem", "SpecError", "Scenario", "Workload", "TimelineEvent", "load_topology",
            "load_scenario", "load_file", "is_scenario", "TRANSPORTS", "ACTIONS"]
@@ -144,8 +144,8 @@ def _topology(r: Reader, root: Node, stem: str, feats: KernelFeatures) -> Topolo
         return None
     if kind_node is None:
         why = f"read as a topology because it has no top-level {', '.join(SCENARIO_KEYS)} key"
-        if "topology" in m:
-            why += "; its 'topology' key is a scenario's"
+        if any(isinstance(k, ScalarNode) and k.value == "topology" for k, _ in root.value):
+            why += "; its 'topology' key is a scenario's, so is it a scenario missing them?"
         _explain_missing(r, why)
     name = r.text(m.get("name"), "name") or stem
     classes = _link_classes(r, m.get("link_classes"), feats, explicit=kind == "explicit")
@@ -506,7 +506,10 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
             try:
                 topo = load_topology(topo_path, features=feats)
             except SpecError as exc:
-                r.problems.extend(exc.problems)
+                for p in exc.problems:  # an unreadable topology is this file's problem, at its line
+                    r.problems.append(p if p.line else replace(p, file=r.file, line=line_of(m["topology"]),
+                                                               key_path="topology",
+                                                               message=f"{show(topo_path)}: {p.message}"))
     transports = _transports(r, m.get("transports"))
     seed = r.integer(m.get("seed"), "seed", minimum=0, maximum=2**63 - 1)
     if seed_override is not None and seed is not None:

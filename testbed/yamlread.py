@@ -82,6 +82,42 @@ class _StrictLoader(yaml.SafeLoader):
             self._open_anchors.discard(event.anchor)
 
 
+def flow_depth_line(text: str, limit: int = MAX_DEPTH) -> int | None:
+    """Line where flow collections (``[`` ``{``) nest deeper than ``limit``, else None.
+
+    PyYAML's scanner is quadratic in flow nesting (every open bracket may start a
+    simple key) before the composer sees the depth, so this linear pre-scan runs
+    first. It skips comments and quoted scalars; a bracket inside a plain scalar
+    counts too, which over-approximates only files nested near the limit anyway.
+    """
+    depth, line, quote, i, n = 0, 1, "", 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+        elif quote:
+            if c == "\\" and quote == '"':
+                i += 1
+            elif c == quote and quote == "'" and text[i + 1:i + 2] == "'":
+                i += 1  # '' is a quote inside single quotes
+            elif c == quote:
+                quote = ""
+        elif c in "'\"" and (i == 0 or text[i - 1] in " \t\n[{,:-?"):
+            quote = c
+        elif c == "#" and (i == 0 or text[i - 1] in " \t\n"):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return line
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return None
+
+
 def expanded_size(root: Node, limit: int = MAX_EXPANDED_NODES) -> int:
     """Number of nodes in ``root`` with every alias expanded, counted without expanding
     (each distinct node once); stops counting past ``limit``. Needs an acyclic tree."""
@@ -233,6 +269,10 @@ class Reader:
             text = read_spec_text(path)
         except ValueError as exc:
             self.error(0 if str(exc).startswith("cannot read") else 1, "", str(exc))
+            return None
+        deep = flow_depth_line(text)
+        if deep is not None:
+            self.error(deep, "", f"not valid YAML: nested deeper than {MAX_DEPTH} levels")
             return None
         try:
             loader = _StrictLoader(text)
