@@ -105,6 +105,8 @@ MIN_FLAP_PERIOD_S = 0.01
 #: MAX_HOST_NICS anyway), and the share of this machine's memory a fabric may use.
 MAX_COUNT = 4096
 MEMORY_SHARE = 0.75
+#: Problems shown from a scenario's topology file (a wrong file gives one per line).
+MAX_REFERRED_PROBLEMS = 20
 
 
 # -- topology -----------------------------------------------------------------
@@ -498,7 +500,9 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     ref = r.text(m.get("topology"), "topology")
     if ref is not None:
         found = _find_topology(ref, path)
-        if found is None:
+        if found is not None and found.suffix not in (".yaml", ".yml"):
+            r.error(m["topology"], "topology", f"topology file {show(ref)} is not a .yaml or .yml file")
+        elif found is None:
             r.error(m["topology"], "topology", f"topology file {show(ref)} not found (looked in "
                                                f"{path.parent or '.'} and the current directory)")
         else:
@@ -506,10 +510,15 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
             try:
                 topo = load_topology(topo_path, features=feats)
             except SpecError as exc:
+                if len(exc.problems) > MAX_REFERRED_PROBLEMS:  # a file that is not a topology at all
+                    rest = len(exc.problems) - MAX_REFERRED_PROBLEMS
+                    exc = SpecError([*exc.problems[:MAX_REFERRED_PROBLEMS],
+                                     replace(exc.problems[MAX_REFERRED_PROBLEMS], key_path="",
+                                             message=f"... and {rest} more problems in this file")])
                 for p in exc.problems:  # an unreadable topology is this file's problem, at its line
                     r.problems.append(p if p.line else replace(p, file=r.file, line=line_of(m["topology"]),
                                                                key_path="topology",
-                                                               message=f"{show(topo_path)}: {p.message}"))
+                                                               message=f"{show(topo_path, 200)}: {p.message}"))
     transports = _transports(r, m.get("transports"))
     seed = r.integer(m.get("seed"), "seed", minimum=0, maximum=2**63 - 1)
     if seed_override is not None and seed is not None:

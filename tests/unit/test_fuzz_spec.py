@@ -194,10 +194,10 @@ EXPECTED = {
     "scenario-missing-kind.yaml": "is it a scenario missing them?",
     "scenario-name-slash.yaml": "names the run directory",
     "scenario-size-3.yaml": "not a whole number of float32 elements",
-    "scenario-topology-devzero.yaml": "topology: '/dev/zero': cannot read: a character device",
+    "scenario-topology-devzero.yaml": "topology file '/dev/zero' is not a .yaml or .yml file",
     "scenario-topology-long.yaml": "(5002 characters) not found",
     "scenario-topology-nul.yaml": "'a\\x00b' not found",
-    "scenario-topology-passwd.yaml": "expected a mapping",
+    "scenario-topology-passwd.yaml": "topology file '/etc/passwd' is not a .yaml or .yml file",
     "tag-bool.yaml": "tag '!!bool' is not allowed",
     "tag-int-empty.yaml": "tag '!!int' is not allowed",
     "tag-int.yaml": "tag '!!int' is not allowed",
@@ -230,6 +230,11 @@ def test_special_files_rejected(tmp_path):
         assert check_outcome(path) is None
         with pytest.raises(SpecError, match="cannot read"):
             load_file(path, features=FEATURES)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text((MALFORMED / "scenario-size-3.yaml").read_text().replace(
+        "../../../../topologies/fat-tree-k4.yaml", str(fifo)))
+    with pytest.raises(SpecError, match=r"s.yaml:1: topology: '.*fifo.yaml': cannot read: a FIFO"):
+        load_file(scenario, features=FEATURES)
 
 
 def _limit_memory():  # pragma: no cover - runs in the child

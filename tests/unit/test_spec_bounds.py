@@ -101,3 +101,12 @@ def test_reader_bounds(tmp_path):
     assert problems(tmp_path / "..", big.read_text(), name=big.name)[0].startswith("0: cannot read: ")
     bomb = yaml.compose("a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]")
     assert expanded_size(bomb) == 1 + 3 + 3 + 7 + 15  # root, keys, a, b = [a, a], c = [b, b]
+
+
+def test_problems_from_a_wrong_topology_file_are_capped(tmp_path):
+    (tmp_path / "notes.yaml").write_text("".join(f"line{i}: x\n" for i in range(100)))
+    text = ("topology: notes.yaml\ntransports: [mrc]\nseed: 1\ntimeout: 10s\n"
+            "workload: {collective: all_reduce, hosts: all, min_bytes: 4, max_bytes: 4, factor: 2, "
+            "iterations: 1, warmup: 0}\n")
+    got = problems(tmp_path, text, name="s.yaml")
+    assert len(got) == spec.MAX_REFERRED_PROBLEMS + 1 and got[-1].endswith("... and 82 more problems in this file")
