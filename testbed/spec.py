@@ -47,6 +47,21 @@ duration?}``, ``blackhole: {link, duration?}``). LINK is a link name
 resolved with ``random.Random(seed)`` in timeline order at load time, or a flow
 target ``{crossed_by: "rc 3->4" | [rc, tcp], hop?: core-aggregation | unrepaired}``
 (:mod:`testbed.targets`), checked here and resolved by the runner on the fabric.
+
+Bounds
+------
+Every value is checked against what the kernel and this machine accept, by key
+and line: rates <= 10Tbit (:mod:`testbed.units`), ``queue`` a u32, ``delay``
+<= 4294s (netem's u32 microseconds), durations <= 24h, ``plane`` <= 65535 (16
+bits of the address), interface names <= 15 bytes of UTF-8, workload sizes
+whole float32 elements and <= 1GiB, ``flap`` count <= 10,000 and period >=
+10ms, at most 1,000 timeline events. A scenario ``name`` (default: the file
+stem) names its run directory, so it is 1-64 of ``[A-Za-z0-9._-]`` without
+``..``. A fabric whose estimated memory (:func:`testbed.topology.footprint`)
+exceeds 75% of this machine's is refused from its counts, before it is built;
+explicit fabrics must let every pair of hosts meet on a plane within 5
+switches (an EV's 6 uSIDs). Suspicious but valid timelines give
+:attr:`Scenario.warnings` (see :func:`timeline_warnings`).
 """
 
 from __future__ import annotations
