@@ -72,6 +72,8 @@ def expected_measured_iterations(manifest: dict) -> int | None:
         w = where.get("workload") if isinstance(where, dict) else None
         if isinstance(w, dict) and {"min_bytes", "max_bytes", "factor", "iterations"} <= w.keys():
             n, size = 0, int(w["min_bytes"])
+            if size < 1 or int(w["factor"]) < 2:   # a damaged manifest: no sweep to count
+                return None
             while size <= int(w["max_bytes"]) and int(w["factor"]) > 1:
                 n, size = n + 1, size * int(w["factor"])
             return int(w["iterations"]) * max(n, 1)
