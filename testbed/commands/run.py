@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
+    for w in scenario.warnings:   # suspicious timelines (overlaps, link_up without link_down, ...)
+        err.print(f"[yellow]warning[/] {escape(str(w))}")
     transports = args.transports or list(scenario.transports)
     unknown = [t for t in transports if t not in scenario.transports]
     if unknown:
