@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from testbed import spec
+from testbed.spec import topofile
 from testbed.kernel import KernelFeatures
 from testbed.spec import SpecError, load_file
 from testbed.topology import LinkParams, fat_tree, footprint, ifname_problem, leaf_spine
@@ -28,14 +29,14 @@ def problems(tmp_path, text, name="t.yaml"):
 
 
 def test_fabric_too_large_for_this_machine_refused_from_counts(tmp_path, monkeypatch):
-    monkeypatch.setattr(spec, "machine_memory_bytes", lambda: 24 * 2**30)
+    monkeypatch.setattr(topofile, "machine_memory_bytes", lambda: 24 * 2**30)
     start = time.monotonic()
     assert problems(tmp_path, "kind: fat-tree\nk: 16\n" + CLASSES) == [
         "1: too large for this machine: 1344 namespaces (1024 hosts), 3072 links, ~56.2 GiB estimated "
         "(4 MiB per namespace, 1 MiB per link, 48 MiB per host agent) against 75% of 24.0 GiB"]
     problems(tmp_path, "kind: leaf-spine\nleaves: 4096\nspines: 4096\nhosts_per_leaf: 1\n" + CLASSES)
     assert time.monotonic() - start < 1  # nothing was built
-    monkeypatch.setattr(spec, "machine_memory_bytes", lambda: 2**40)
+    monkeypatch.setattr(topofile, "machine_memory_bytes", lambda: 2**40)
     (tmp_path / "k16.yaml").write_text("kind: fat-tree\nk: 16\n" + CLASSES)
     assert len(load_file(tmp_path / "k16.yaml", features=FEATURES).hosts) == 1024
 

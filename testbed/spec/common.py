@@ -1,0 +1,76 @@
+"""Constants and small helpers shared by the topology and scenario loaders."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import replace
+
+from yaml.nodes import MappingNode, Node
+
+
+from ..units import show
+from ..yamlread import Problem, Reader
+
+
+KINDS = ("fat-tree", "leaf-spine", "explicit")
+_KIND_KEYS = {"fat-tree": (["k"], []), "leaf-spine": (["leaves", "spines", "hosts_per_leaf"], ["planes"]),
+              "explicit": (["nodes", "links"], [])}
+_CLASS_KEYS = ["rate", "queue", "delay", "loss", "mtu"]
+#: Host NIC uSIDs 0x1000.. are limited to 0x8000 NICs (topology.py's plan).
+MAX_HOST_NICS = 0x8000
+ACTIONS = ("link_down", "link_up", "flap", "loss", "rate", "blackhole")
+SCENARIO_KEYS = ("transports", "timeline", "workload")
+_ACTION_KEYS = {"flap": (["link", "period", "count"], []), "loss": (["link", "percent"], ["duration"]),
+                "rate": (["link", "rate"], ["duration"]), "blackhole": (["link"], ["duration"])}
+_WORKLOAD_REQUIRED = ["collective", "hosts", "min_bytes", "max_bytes", "factor", "iterations", "warmup"]
+
+#: A scenario name names its run directory: no '/', no '..', nothing a shell would trip on.
+SCENARIO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: Kernel limits: a qdisc queue limit is a u32; netem takes its delay in microseconds as a u32.
+MAX_QUEUE_PKTS = 2**32 - 1
+MAX_DELAY_S = (2**32 - 1) / 1e6
+#: Workload elements are float32: sizes are whole multiples of this.
+ELEMENT_BYTES = 4
+#: Largest buffer per rank: every host's agent holds a few copies in memory.
+MAX_WORKLOAD_BYTES = 1 << 30
+MAX_ITERATIONS = 100_000
+MAX_EVS = 4096
+#: Timeline bounds: more events than this is a generated file gone wrong; a flap
+#: toggles a link through tc/ip (~ms each), so a period below 10ms is not a flap.
+MAX_TIMELINE_EVENTS = 1000
+MAX_FLAP_COUNT = 10_000
+MIN_FLAP_PERIOD_S = 0.01
+#: Fabric size bounds checked before anything is built (a k beyond this cannot fit
+#: MAX_HOST_NICS anyway), and the share of this machine's memory a fabric may use.
+MAX_COUNT = 4096
+MEMORY_SHARE = 0.75
+#: Problems shown from a scenario's topology file (a wrong file gives one per line).
+MAX_REFERRED_PROBLEMS = 20
+
+
+def _sorted(r: Reader) -> list[Problem]:
+    """This file's problems by line, then those of files it refers to."""
+    return sorted(r.problems, key=lambda p: (p.file != r.file, p.file, p.line))
+
+
+def _not_a_mapping(r: Reader, root: Node, taken_for: str) -> bool:
+    """Record that the document is not a mapping, saying what it was taken for; True if so."""
+    if isinstance(root, MappingNode):
+        return False
+    r.error(root, "", f"expected a mapping ({taken_for} document), got {r.describe(root)}")
+    return True
+
+
+
+
+def _did_you_mean(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1)
+    return f" (did you mean {show(close[0])}?)" if close else ""
+
+
+def _explain_missing(r: Reader, why: str) -> None:
+    """Append ``(why)`` to the document's "missing required key" problems."""
+    r.problems[:] = [replace(p, message=f"{p.message} ({why})")
+                     if p.file == r.file and not p.key_path and p.message.startswith("missing required key")
+                     else p for p in r.problems]

@@ -1,0 +1,257 @@
+"""A scenario's ``timeline``: events, triggers, link references (names, ``random`` selectors,
+flow targets) and the warnings a suspicious timeline gets (see :mod:`testbed.spec`)."""
+
+from __future__ import annotations
+
+import random
+
+from yaml.nodes import MappingNode, Node, ScalarNode
+
+from .. import units
+
+from ..kernel import KernelFeatures
+from ..targets import HOPS, UNREPAIRED, FlowTarget, check_hop, parse_selector
+from ..topology import Role, Topology
+from ..units import show
+from ..yamlread import Problem, Reader, join
+from .common import (ACTIONS, _ACTION_KEYS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S,
+                     _did_you_mean)
+from .model import TimelineEvent, Workload
+
+
+def _timeline(r: Reader, node: Node | None, topo: Topology | None, seed: int | None, timeout_s: float | None,
+              workload: Workload | None, feats: KernelFeatures) -> tuple[TimelineEvent, ...] | None:
+    if node is None:
+        return ()
+    items = r.seq(node, "timeline")
+    if items is None:
+        return None
+    if len(items) > MAX_TIMELINE_EVENTS:
+        r.error(node, "timeline", f"{len(items)} events; at most {MAX_TIMELINE_EVENTS} are accepted")
+        return None
+    rng = random.Random(seed)
+    names = _link_names(topo) if topo is not None else {}
+    events = [_event(r, item, join("timeline", i), topo, rng, timeout_s, workload, feats, names)
+              for i, item in enumerate(items)]
+    return tuple(events) if None not in events else None
+
+
+def _link_names(topo: Topology) -> dict[str, str]:
+    """Both spellings of every link name (``a-b`` and ``b-a``) -> the link's name."""
+    names = {f"{l.b.node}-{l.a.node}": l.name for l in topo.links}
+    names.update({l.name: l.name for l in topo.links})
+    return names
+
+
+def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
+           timeout_s: float | None, workload: Workload | None, feats: KernelFeatures,
+           names: dict[str, str]) -> TimelineEvent | None:
+    m = r.mapping(node, path, [], ["at", "at_iteration", "after", *ACTIONS])
+    if m is None:
+        return None
+    fields: dict = {}
+    ok = _trigger(r, node, m, path, fields, timeout_s, workload)
+    actions = [a for a in ACTIONS if a in m]
+    if len(actions) != 1:
+        r.error(node, path, f"needs exactly one action ({', '.join(ACTIONS)}), got "
+                            f"{', '.join(actions) if actions else 'none'}")
+        return None
+    action = fields["action"] = actions[0]
+    apath = join(path, action)
+    if action in ("link_down", "link_up"):
+        ref_node, ref_path = m[action], apath
+    else:
+        am = r.mapping(m[action], apath, *_ACTION_KEYS[action])
+        if am is None or "link" not in am:
+            return None
+        ref_node, ref_path = am["link"], join(apath, "link")
+        ok = _action_params(r, am, apath, action, fields) and ok
+        if action == "loss" and not (feats.nftables or feats.netem):
+            r.error(m[action], apath, feats.lacks("loss", "nftables (numgen) or sch_netem"))
+            ok = False
+    link = _link_ref(r, ref_node, ref_path, topo, rng, fields, workload, names)
+    return TimelineEvent(link=link or None, **fields) if ok and link is not None else None
+
+
+def _trigger(r: Reader, node: Node, m: dict[str, Node], path: str, fields: dict,
+             timeout_s: float | None, workload: Workload | None) -> bool:
+    if ("at" in m) == ("at_iteration" in m):
+        r.error(node, path, "needs exactly one trigger: 'at' or 'at_iteration'")
+        return False
+    if "after" in m and "at" in m:
+        r.error(m["after"], join(path, "after"), "'after' goes with 'at_iteration', not 'at'")
+        return False
+    if "at" in m:
+        fields["at_s"] = at_s = r.unit(m["at"], join(path, "at"), units.parse_duration)
+        if at_s is not None and timeout_s is not None and at_s >= timeout_s:
+            r.error(m["at"], join(path, "at"), f"{units.format_duration(at_s)} is not before the timeout "
+                                               f"({units.format_duration(timeout_s)})")
+            return False
+        return at_s is not None
+    fields["at_iteration"] = it = r.integer(m["at_iteration"], join(path, "at_iteration"), minimum=0)
+    if it is not None and workload is not None and it >= workload.measured_iterations:
+        r.error(m["at_iteration"], join(path, "at_iteration"),
+                f"iteration {it} never happens: the workload measures {workload.measured_iterations} "
+                f"iterations (0..{workload.measured_iterations - 1})")
+        return False
+    if "after" in m:
+        fields["after_s"] = r.unit(m["after"], join(path, "after"), units.parse_duration)
+    return it is not None and fields.get("after_s", 0.0) is not None
+
+
+def _action_params(r: Reader, am: dict[str, Node], path: str, action: str, fields: dict) -> bool:
+    spec = {"period": ("period_s", units.parse_duration), "percent": ("loss_pct", units.parse_percent),
+            "rate": ("rate_bps", units.parse_rate), "duration": ("duration_s", units.parse_duration)}
+    ok = True
+    for key, (field, parse) in spec.items():
+        if key in am:
+            fields[field] = value = r.unit(am[key], join(path, key), parse)
+            if value == 0:
+                r.error(am[key], join(path, key), "must be > 0")
+            ok = ok and bool(value)
+    if "count" in am:
+        fields["count"] = r.integer(am["count"], join(path, "count"), minimum=1, maximum=MAX_FLAP_COUNT)
+        ok = ok and fields["count"] is not None
+    if fields.get("period_s") and fields["period_s"] < MIN_FLAP_PERIOD_S:
+        r.error(am["period"], join(path, "period"), f"{units.format_duration(fields['period_s'])} is shorter "
+                                                    f"than the shortest flap period "
+                                                    f"({units.format_duration(MIN_FLAP_PERIOD_S)})")
+        ok = False
+    return ok
+
+
+def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
+              fields: dict, workload: Workload | None = None, names: dict[str, str] | None = None) -> str | None:
+    """A link name, a ``random <role>-<role>`` selector, or a flow target mapping
+    (:mod:`testbed.targets`: sets ``fields["target"]`` and returns "" for "resolved later")."""
+    if isinstance(node, MappingNode):
+        target = _flow_target(r, node, path, topo, workload)
+        if target is None:
+            return None
+        fields["target"] = target
+        return ""
+    ref = r.text(node, path)
+    if ref is None or topo is None:
+        return None
+    words = ref.split()
+    if words and words[0] == "random":
+        fields["selector"] = ref
+        roles = words[1].split("-") if len(words) == 2 else []
+        valid = [role.value for role in Role]
+        if len(roles) != 2 or not set(roles) <= set(valid):
+            r.error(node, path, f"selector {show(ref)} is not 'random <role>-<role>' (roles: {', '.join(valid)})")
+            return None
+        candidates = [l for l in topo.links if sorted(roles) == sorted(
+            (topo.nodes[l.a.node].role.value, topo.nodes[l.b.node].role.value))]
+        if not candidates:
+            r.error(node, path, f"no {words[1]} link in topology {show(topo.name)}")
+            return None
+        return rng.choice(candidates).name
+    names = names if names is not None else _link_names(topo)
+    if ref not in names:
+        near = _did_you_mean(ref, list(names)) if len(ref) <= 64 and len(names) <= 5000 else ""
+        r.error(node, path, f"unknown link {show(ref)} in topology {show(topo.name)}{near}")
+        return None
+    return names[ref]
+
+
+def _flow_target(r: Reader, node: Node, path: str, topo: Topology | None,
+                 workload: Workload | None) -> FlowTarget | None:
+    m = r.mapping(node, path, ["crossed_by"], ["hop", "repairable"])
+    if m is None or "crossed_by" not in m or topo is None or workload is None:
+        return None
+    hop = r.text(m["hop"], join(path, "hop")) if "hop" in m else UNREPAIRED
+    if hop is not None and hop not in HOPS:
+        r.error(m["hop"], join(path, "hop"), f"unknown hop {show(hop)} (one of: {', '.join(HOPS)})")
+        return None
+    cb = m["crossed_by"]
+    items = r.seq(cb, join(path, "crossed_by")) if not isinstance(cb, ScalarNode) else [cb]
+    if not items or hop is None:
+        if items == []:
+            r.error(cb, join(path, "crossed_by"), "needs at least one flow selector")
+        return None
+    hosts = list(workload.hosts)
+    selectors = []
+    for i, item in enumerate(items):
+        where = join(path, "crossed_by") if isinstance(cb, ScalarNode) else join(join(path, "crossed_by"), i)
+        text = r.text(item, where)
+        if text is None:
+            return None
+        try:
+            sel = parse_selector(text, len(hosts))
+        except ValueError as exc:
+            r.error(item, where, str(exc))
+            return None
+        if sel.src_rank is not None:
+            why = check_hop(topo, hosts[sel.src_rank], hosts[sel.dst_rank], hop)
+            if why:
+                r.error(item, where, why)
+                return None
+        selectors.append(sel)
+    repairable = r.boolean(m["repairable"], join(path, "repairable")) if "repairable" in m else False
+    if repairable is None:
+        return None
+    return FlowTarget(tuple(selectors), hop, repairable)
+
+
+
+def timeline_warnings(r: Reader, timeline: tuple[TimelineEvent, ...], timeout_s: float) -> tuple[Problem, ...]:
+    """Suspicious timelines: two faults on one link at once, a ``link_up`` with no
+    ``link_down`` before it, a fault lasting past the timeout.
+
+    ``at`` times and ``at_iteration`` + ``after`` times are not comparable: a pair of one
+    of each is never called suspicious; overlaps are checked within ``at`` events and
+    within one iteration. Flow targets (resolved on the fabric) are skipped.
+    Cost: O(n^2) in events, n <= MAX_TIMELINE_EVENTS.
+    """
+    out: list[Problem] = []
+    spans = []  # (index, base, link, start, end)
+    for i, e in enumerate(timeline):
+        if e.link is None:
+            continue
+        base, start = _when(e)
+        if e.action == "link_up":
+            downs = [_when(d) for d in timeline if d.action == "link_down" and d.link == e.link]
+            if all(b[0] == base[0] and (b, t) > (base, start) for b, t in downs):
+                out.append(_warning(r, i, f"link_up {e.link} with no link_down of that link before it"))
+            continue
+        end = _fault_end(e, start, base, timeline)
+        for j, other_base, link, o_start, o_end in spans:
+            if link == e.link and other_base == base and None not in (end, o_end) and start < o_end \
+                    and o_start < end:
+                out.append(_warning(r, i, f"{e.action} on {e.link} overlaps timeline[{j}] "
+                                          f"({timeline[j].action} on the same link)"))
+        if base == ("at",) and end is not None and end != float("inf") and end > timeout_s:
+            out.append(_warning(r, i, f"{e.action} on {e.link} lasts until {units.format_duration(end)}, "
+                                      f"past the timeout ({units.format_duration(timeout_s)})"))
+        spans.append((i, base, e.link, start, end))
+    return tuple(out)
+
+
+def _when(e: TimelineEvent) -> tuple[tuple, float]:
+    """(time base, start in seconds within it) of an event: ``("at",)`` or ``("iteration", n)``."""
+    if e.at_s is not None:
+        return ("at",), e.at_s
+    return ("iteration", e.at_iteration), e.after_s
+
+
+def _fault_end(e: TimelineEvent, start: float, base: tuple, timeline: tuple[TimelineEvent, ...]) -> float | None:
+    """When a fault ends: a flap after its cycles, a link_down at the next link_up of the
+    link in the same time base (None, unknown, if the only link_up is in another), other
+    faults after their duration; inf if never."""
+    if e.action == "flap":
+        return start + (e.count or 0) * (e.period_s or 0.0)
+    if e.action == "link_down":
+        ups = [_when(u) for u in timeline if u.action == "link_up" and u.link == e.link]
+        same = [t for b, t in ups if b == base and t >= start]
+        if same:
+            return min(same)
+        return None if any(b[0] != base[0] for b, _ in ups) else float("inf")
+    return start + e.duration_s if e.duration_s else float("inf")
+
+
+def _warning(r: Reader, i: int, message: str) -> Problem:
+    path = join("timeline", i)
+    return Problem(r.file, r.line_for(path), path, f"warning: {message}")
+
+
