@@ -138,18 +138,10 @@ def unrepaired_links(topo: Topology, tf: TracedFlow, ecmp: dict) -> set[str]:
 def crossed_at(topo: Topology, tf: TracedFlow, hop: str, ecmp: dict) -> str | None:
     """The link ``tf`` crosses at ``hop`` (first such hop), None if it crosses none.
     ``ecmp``: ``topo.ecmp_next_hops()`` (for ``unrepaired``)."""
-    roles = hop_roles(topo, tf)
-    dst_switch = tf.hops[-1].node if tf.hops else None
-    for h, r in zip(tf.hops, roles):
-        if hop == UNREPAIRED:
-            node, nxt = topo.nodes[h.node], topo.nodes[h.next]
-            if node.role is Role.HOST or nxt.role is Role.HOST:
-                continue
-            if h.node == dst_switch or len(ecmp.get(h.node, {}).get(dst_switch, ())) == 1:
-                return h.link
-        elif r == hop:
-            return h.link
-    return None
+    if hop == UNREPAIRED:
+        unrepaired = unrepaired_links(topo, tf, ecmp)
+        return next((h.link for h in tf.hops if h.link in unrepaired), None)
+    return next((h.link for h, r in zip(tf.hops, hop_roles(topo, tf)) if r == hop), None)
 
 
 def resolve(target: FlowTarget, traced: Iterable[TracedFlow], topo: Topology, *, seed: int,
