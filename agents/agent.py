@@ -1,12 +1,15 @@
-"""The agent: one rank of the ring all-reduce, driven by the runner over the control socket.
+"""The agent: one rank of one collective job, driven by the runner over the control socket.
 
 Phases: connect control -> build the channel (mrc/rc: :class:`QPChannel`,
 tcp: :class:`TCPChannel`) -> wait until the channel is connected -> send
 ``ready`` -> wait for ``start`` -> run the :class:`agents.collectives.Workload`
--> when every all-reduce is done and every write acknowledged, send ``done``
--> linger (keep acknowledging the previous rank's retransmissions) until
-``stop``, EOF on the control socket, or ``linger_s``. The messages are in
-:mod:`agents.protocol`.
+(``collective``, ``targets`` from the job spec) -> when every iteration is
+done and every write acknowledged, send ``done`` -> linger (keep
+acknowledging the ``recv_from`` peers' retransmissions) until ``stop``, EOF
+on the control socket, or ``linger_s``. The messages are in
+:mod:`agents.protocol`; their ``rank`` is the job spec's ``agent`` (the
+runner's id for this agent, distinct over every job of a run), not the rank
+within the job.
 
 One single-threaded loop (:class:`agents.io.EventLoop`) serves the data
 path, the control socket and the sample timer; control output is queued
@@ -77,17 +80,17 @@ class Agent:
         if self.control.closed:
             self.stop_requested = True
 
-    def _on_ev_event(self, ev, side: str) -> None:
+    def _on_ev_event(self, ev, side: str, peer: str) -> None:
         self.ev_transitions += 1
-        peer = self.spec.next.host if side == "tx" else self.spec.prev.host
-        self.send(Event(self.spec.rank, self.wall(ev.time), "ev_state", peer=peer, dir=side, qpn=ev.qpn,
-                        ev_id=ev.ev, old=ev.old.name, new=ev.new.name, cause=ev.cause.value))
+        self.send(Event(self.spec.agent, self.wall(ev.time), "ev_state", peer=peer, dir=side,
+                        qpn=ev.qpn, ev_id=ev.ev, old=ev.old.name, new=ev.new.name,
+                        cause=ev.cause.value))
 
     def _on_iteration(self, r: IterationResult) -> None:
         key = (r.size_bytes, r.warmup)
         idx = self._per_size_index.get(key, 0)
         self._per_size_index[key] = idx + 1
-        self.send(Iteration(self.spec.rank, size=r.size_bytes, iter=idx, seq=r.iteration, warmup=r.warmup,
+        self.send(Iteration(self.spec.agent, size=r.size_bytes, iter=idx, seq=r.iteration, warmup=r.warmup,
                             t_start=r.t_start, t_end=r.t_end, seconds=r.seconds, wrong=r.wrong))
 
     def _sample(self, now: float, force: bool = False) -> None:
@@ -95,7 +98,7 @@ class Agent:
             return
         self._next_sample = now + self.spec.sample_interval_s
         loop = self.loop
-        self.send(Sample(self.spec.rank, self.wall(now), self.channel.flows(),
+        self.send(Sample(self.spec.agent, self.wall(now), self.channel.flows(),
                          LoopStats(loop.timers_fired, loop.timer_late_sum_s, loop.take_timer_late_max_s())))
 
     def _make_channel(self):
@@ -103,13 +106,18 @@ class Agent:
         region = self.workload.recv_region
         if spec.transport == "tcp":
             from .tcp import TCPChannel
-            return TCPChannel(self.loop, spec, region, on_arrival=self._on_arrival)
+            return TCPChannel(self.loop, spec, region, on_arrival=self._on_arrival,
+                              on_send_complete=self._on_send_complete)
         from .mrcchannel import QPChannel
         return QPChannel(self.loop, spec, region, on_arrival=self._on_arrival,
+                         on_send_complete=self._on_send_complete,
                          on_ev_event=self._on_ev_event)
 
-    def _on_arrival(self, imm: int) -> None:
-        self.workload.on_arrival(imm, time.time())
+    def _on_arrival(self, src_rank: int, imm: int) -> None:
+        self.workload.on_arrival(src_rank, imm, time.time())
+
+    def _on_send_complete(self, peer: int, imm: int) -> None:
+        self.workload.on_send_complete(peer, imm, time.time())
 
     def _spin(self, until, *, timeout_s: float | None = None, what: str = "") -> None:
         """Serve loop, channel, control and samples until ``until()``; raise on stop/timeout."""
@@ -162,8 +170,8 @@ class Agent:
         try:
             from .mrcchannel import QPChannelError
             if isinstance(exc, QPChannelError):
-                self.send(Event(self.spec.rank, time.time(), "qp_error", reason=str(exc)))
-            self.send(Failed(self.spec.rank, reason))
+                self.send(Event(self.spec.agent, time.time(), "qp_error", reason=str(exc)))
+            self.send(Failed(self.spec.agent, reason))
             self.control.flush_blocking(1.0)
         except (ControlError, OSError) as cexc:
             log.error("rank %d: could not report the failure: %s", self.spec.rank, cexc)
@@ -172,17 +180,19 @@ class Agent:
         spec = self.spec
         self.workload = Workload(spec.rank, spec.world_size, list(spec.sizes), spec.iterations,
                                  spec.warmup, spec.seed, post=lambda s: self.channel.post(s),
-                                 report=self._on_iteration, clock=time.time)
+                                 report=self._on_iteration, clock=time.time,
+                                 collective=spec.collective,
+                                 targets=list(spec.targets) if spec.targets else None)
         self.channel = self._make_channel()
         self._spin(lambda: self.channel.connected, timeout_s=spec.connect_timeout_s + 1,
-                   what="connection to the ring neighbours")
-        self.send(Ready(spec.rank))
+                   what="connections to the peers")
+        self.send(Ready(spec.agent))
         self._spin(lambda: self.started, what="start")
         log.info("rank %d: start", spec.rank)
         self.workload.start(time.time())
         self._spin(lambda: self.workload.done and self.channel.idle)
         self._sample(self.loop.time(), force=True)
-        self.send(Done(spec.rank, self.summary()))
+        self.send(Done(spec.agent, self.summary()))
         self.started = False                       # no samples after done
         self.control.flush_blocking()
         log.info("rank %d: done", spec.rank)
@@ -195,7 +205,10 @@ class Agent:
         return EXIT_DONE
 
     def summary(self) -> dict:
-        """The ``done`` summary: workload per size (nccl-tests fields) + transport counters."""
-        return {"transport": self.spec.transport, "host": self.spec.host,
+        """The ``done`` summary: job, collective, workload per size (nccl-tests fields) and
+        transport counters."""
+        spec = self.spec
+        return {"job": spec.job, "collective": spec.collective, "transport": spec.transport,
+                "qps": spec.qps, "host": spec.host, "job_rank": spec.rank,
                 **self.workload.summary(), "ev_transitions": self.ev_transitions,
                 "qp_errors": 0, "channel": self.channel.summary()}

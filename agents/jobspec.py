@@ -1,8 +1,15 @@
 """The agent's job spec (JSON written by the runner): strict parse into frozen dataclasses.
 
 Every problem is collected and reported together as one :class:`JobSpecError`
-naming the key path (``next.evs[2].address: expected a string``). Unknown
+naming the key path (``send_to[1].evs[2].address: expected str``). Unknown
 keys are rejected. The format is documented in :mod:`agents.__main__`.
+
+Cross-checks: the ranks of ``send_to``/``recv_from`` are exactly
+:func:`agents.collectives.peers` of (collective, rank, n, targets), in that
+order; every peer's ``host`` is ``world[peer.rank]``; ``qps > 1`` only for
+``rc``, whose peers then carry exactly ``qps`` EVs with ids ``0..qps-1``
+(QP q of a connection uses EV q); the derived QPNs fit 24 bits
+(:func:`agents.mrcchannel.qpn`).
 """
 from __future__ import annotations
 
@@ -11,6 +18,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.collectives import COLLECTIVES, peers
+from agents.mrcchannel import QPN_MAX, max_qpn
 from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT
 
 
@@ -47,11 +56,13 @@ class EVSpec:
 
 @dataclass(frozen=True)
 class PeerSpec:
-    """A ring neighbour: ``host``, ``ecmp_addr``, ``evs`` (paths that end at it), and its
-    UDP ``port``/TCP ``tcp_port`` (None: same as ours; loopback tests give each agent its own).
-    ``src_port`` (``next`` only): the TCP source port to connect from (seeded by the runner so
-    that one seed gives one set of ECMP paths; None: the kernel's ephemeral choice)."""
+    """A peer rank: ``rank``, ``host`` (== world[rank]), ``ecmp_addr``, ``evs`` (paths that
+    end at it), its UDP ``port``/TCP ``tcp_port`` (None: same as ours; loopback tests give
+    each agent its own). ``src_port`` (``send_to`` peers only): the TCP source port to
+    connect from (seeded by the runner so that one seed gives one set of ECMP paths; None:
+    the kernel's ephemeral choice)."""
 
+    rank: int
     host: str
     ecmp_addr: str
     evs: tuple[EVSpec, ...]
@@ -72,9 +83,14 @@ class JobSpec:
     sizes: tuple[int, ...]
     iterations: int
     warmup: int
-    next: PeerSpec
-    prev: PeerSpec
+    send_to: tuple[PeerSpec, ...]
+    recv_from: tuple[PeerSpec, ...]
     bind_addr: str
+    collective: str = "all_reduce"
+    targets: tuple[int, ...] | None = None
+    agent: int = 0
+    job: str = "job0"
+    qps: int = 1
     sample_interval_s: float = 0.01
     port: int = UDP_PORT
     mtu: int = 1500
@@ -125,9 +141,10 @@ class _Checker:
 
 
 _TOP = {"run_id", "rank", "world", "host", "transport", "control_socket", "seed", "sizes",
-        "iterations", "warmup", "sample_interval_s", "port", "mtu", "next", "prev",
-        "bind_addr", "qp", "tcp_port", "connect_timeout_s", "linger_s"}
-_PEER = {"host", "ecmp_addr", "evs", "port", "tcp_port", "src_port"}
+        "iterations", "warmup", "sample_interval_s", "port", "mtu", "send_to", "recv_from",
+        "bind_addr", "qp", "tcp_port", "connect_timeout_s", "linger_s", "collective",
+        "targets", "agent", "job", "qps"}
+_PEER = {"rank", "host", "ecmp_addr", "evs", "port", "tcp_port", "src_port"}
 _EV = {"ev_id", "address", "links", "src_port"}
 
 
@@ -135,14 +152,14 @@ def _port(v) -> bool:
     return 0 < v < 65536
 
 
-def _peer(c: _Checker, obj, path: str, need_evs: bool) -> PeerSpec | None:
-    if not isinstance(obj, dict):
-        c.problems.append(f"{path}: expected an object")
-        return None
-    c.unknown(obj, _PEER, path)
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _evs(c: _Checker, obj: dict, path: str) -> tuple[list[EVSpec], list]:
     evs = []
-    raw_evs = c.get(obj, "evs", path, list, default=[])
-    for i, ev in enumerate(raw_evs or []):
+    raw_evs = c.get(obj, "evs", path, list, default=[]) or []
+    for i, ev in enumerate(raw_evs):
         p = f"{path}.evs[{i}]"
         if not isinstance(ev, dict):
             c.problems.append(f"{p}: expected an object")
@@ -154,18 +171,132 @@ def _peer(c: _Checker, obj, path: str, need_evs: bool) -> PeerSpec | None:
         src_port = c.get(ev, "src_port", p, int, default=None, check=_port, why="not a port")
         if ev_id is not None and address is not None:
             evs.append(EVSpec(ev_id, address, tuple(map(str, links or [])), src_port))
-    if need_evs and not raw_evs:
-        c.problems.append(f"{path}.evs: at least one EV is needed for this transport")
     if len({e.ev_id for e in evs}) != len(evs):
         c.problems.append(f"{path}.evs: duplicate ev_id")
+    return evs, raw_evs
+
+
+def _peer(c: _Checker, obj, path: str, *, transport: str | None, qps: int,
+          sender: bool) -> PeerSpec | None:
+    if not isinstance(obj, dict):
+        c.problems.append(f"{path}: expected an object")
+        return None
+    c.unknown(obj, _PEER, path)
+    evs, raw_evs = _evs(c, obj, path)
+    if transport in ("mrc", "rc") and not raw_evs:
+        c.problems.append(f"{path}.evs: at least one EV is needed for this transport")
+    elif transport == "rc" and len(evs) == len(raw_evs) and \
+            sorted(e.ev_id for e in evs) != list(range(qps)):
+        c.problems.append(f"{path}.evs: rc with qps {qps} needs exactly ev_id 0..{qps - 1} "
+                          f"(one EV per QP), got {sorted(e.ev_id for e in evs)}")
+    rank = c.get(obj, "rank", path, int, check=lambda v: v >= 0, why="must be >= 0")
     host = c.get(obj, "host", path, str)
     ecmp = c.get(obj, "ecmp_addr", path, str)
     port = c.get(obj, "port", path, int, default=None, check=_port, why="not a port")
     tcp_port = c.get(obj, "tcp_port", path, int, default=None, check=_port, why="not a port")
     src_port = c.get(obj, "src_port", path, int, default=None, check=_port, why="not a port")
-    if host is None or ecmp is None:
+    if src_port is not None and not sender:
+        c.problems.append(f"{path}.src_port: only send_to peers have a TCP source port")
+    if rank is None or host is None or ecmp is None:
         return None
-    return PeerSpec(host, ecmp, tuple(evs), port, tcp_port, src_port)
+    return PeerSpec(rank, host, ecmp, tuple(evs), port, tcp_port, src_port)
+
+
+def _peer_list(c: _Checker, raw: dict, key: str, **kw) -> list[PeerSpec | None] | None:
+    if key not in raw:
+        c.problems.append(f"{key}: missing")
+        return None
+    items = raw[key]
+    if not isinstance(items, list) or not items:
+        c.problems.append(f"{key}: expected a non-empty list of peers")
+        return None
+    return [_peer(c, p, f"{key}[{i}]", sender=key == "send_to", **kw) for i, p in enumerate(items)]
+
+
+def _qp_keys(c: _Checker, qp: dict) -> None:
+    for key, value in qp.items():
+        if key in QP_ATTR_KEYS:
+            if not _is_int(value):
+                c.problems.append(f"qp.{key}: expected int, got {value!r}")
+        elif key in QP_CONFIG_KEYS:
+            want = QP_CONFIG_KEYS[key]
+            ok = isinstance(value, want) or want is float and isinstance(value, int)
+            if not ok or isinstance(value, bool):
+                c.problems.append(f"qp.{key}: expected {want.__name__}, got {value!r}")
+        elif key != "ev_min_active":
+            c.problems.append(f"qp.{key}: unknown key")
+    if "ev_min_active" in qp and not (_is_int(qp["ev_min_active"]) and qp["ev_min_active"] >= 1):
+        c.problems.append(f"qp.ev_min_active: expected int >= 1, got {qp['ev_min_active']!r}")
+
+
+def _targets(c: _Checker, raw: dict, collective: str | None, n: int | None):
+    if "targets" not in raw:
+        if collective == "permutation":
+            c.problems.append("targets: missing (the permutation collective needs it)")
+        return None
+    t = raw["targets"]
+    if collective is not None and collective != "permutation":
+        c.problems.append(f"targets: only for the permutation collective, not {collective}")
+        return None
+    if not isinstance(t, list) or not all(_is_int(x) for x in t):
+        c.problems.append(f"targets: expected a list of ranks, got {t!r}")
+        return None
+    if n is not None and (sorted(t) != list(range(n)) or any(x == r for r, x in enumerate(t))):
+        c.problems.append(f"targets: must be a permutation of 0..{n - 1} without a fixed point "
+                          f"(targets[r] = the rank r sends to), got {t}")
+        return None
+    return tuple(t)
+
+
+def _check_peers(c: _Checker, v: dict, world: list, rank: int) -> None:
+    n = len(world)
+    known = v["collective"] is not None and (v["collective"] != "permutation" or
+                                             v["targets"] is not None)
+    want = (None, None)
+    if known:
+        try:
+            want = peers(v["collective"], rank, n, v["targets"])
+        except ValueError as exc:          # e.g. a world beyond the immediate's chunk field
+            c.problems.append(f"world: {exc}")
+    for key, expected in zip(("send_to", "recv_from"), want):
+        got = v[key]
+        if got is None:
+            continue
+        for i, p in enumerate(got):
+            if p is not None and p.rank >= n:
+                c.problems.append(f"{key}[{i}].rank: {p.rank} outside world of {n}")
+            elif p is not None and p.host != world[p.rank]:
+                c.problems.append(f"{key}[{i}].host: {p.host!r} is not world[{p.rank}] = "
+                                  f"{world[p.rank]!r}")
+        ranks = [p.rank for p in got if p is not None]
+        if expected is not None and len(ranks) == len(got) and ranks != list(expected):
+            c.problems.append(f"{key}: ranks {ranks}, but rank {rank}'s {v['collective']} "
+                              f"{'sends to' if key == 'send_to' else 'receives from'} "
+                              f"{list(expected)}")
+
+
+def _cross_checks(c: _Checker, v: dict) -> None:
+    world, rank = v["world"], v["rank"]
+    if v["qps"] is not None and v["qps"] > 1 and v["transport"] not in (None, "rc"):
+        c.problems.append(f"qps: {v['qps']} QPs per connection is for rc only, "
+                          f"not {v['transport']}")
+    if not world or rank is None:
+        return
+    n = len(world)
+    if rank >= n:
+        c.problems.append(f"rank: {rank} outside world of {n}")
+        return
+    if v["host"] is not None and v["host"] != world[rank]:
+        c.problems.append(f"host: {v['host']!r} is not world[{rank}] = {world[rank]!r}")
+    _check_peers(c, v, world, rank)
+    if v["qps"] is not None and max_qpn(n, v["qps"]) > QPN_MAX:
+        c.problems.append(f"qps: {v['qps']} QPs per connection over {n} ranks do not fit "
+                          f"24-bit QPNs (agents.mrcchannel.qpn)")
+    least = 1 if v["collective"] == "permutation" else n
+    for size in v["sizes"] or []:
+        if size // 4 < least:
+            c.problems.append(f"sizes: {size} bytes is fewer float32 elements than "
+                              f"{'one' if least == 1 else f'{n} ranks'}")
 
 
 def parse_job(raw: Any, source: str = "<job>") -> JobSpec:
@@ -189,11 +320,17 @@ def parse_job(raw: Any, source: str = "<job>") -> JobSpec:
                             why="must be an absolute path"),
         "seed": g(raw, "seed", "", int),
         "sizes": g(raw, "sizes", "", list, check=lambda v: len(v) > 0 and all(
-            isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in v),
-            why="needs positive integer byte sizes"),
+            _is_int(s) and s > 0 for s in v), why="needs positive integer byte sizes"),
         "iterations": g(raw, "iterations", "", int, **pos),
         "warmup": g(raw, "warmup", "", int, check=lambda v: v >= 0, why="must be >= 0"),
         "bind_addr": g(raw, "bind_addr", "", str),
+        "collective": g(raw, "collective", "", str, default="all_reduce",
+                        check=lambda v: v in COLLECTIVES,
+                        why=f"must be one of {', '.join(COLLECTIVES)}"),
+        "agent": g(raw, "agent", "", int, default=None, check=lambda v: v >= 0,
+                   why="must be >= 0"),
+        "job": g(raw, "job", "", str, default="job0", check=bool, why="must not be empty"),
+        "qps": g(raw, "qps", "", int, default=1, check=lambda v: v >= 1, why="must be >= 1"),
         "sample_interval_s": g(raw, "sample_interval_s", "", float, default=0.01, **pos),
         "port": g(raw, "port", "", int, default=UDP_PORT, check=_port, why="not a port"),
         "mtu": g(raw, "mtu", "", int, default=1500, check=lambda v: 1280 <= v <= 65535,
@@ -204,42 +341,19 @@ def parse_job(raw: Any, source: str = "<job>") -> JobSpec:
         "linger_s": g(raw, "linger_s", "", float, default=2.0,
                       check=lambda v: v >= 0, why="must be >= 0"),
     }
-    need_evs = v["transport"] in ("mrc", "rc")
-    for side in ("next", "prev"):
-        if side not in raw:
-            c.problems.append(f"{side}: missing")
-            v[side] = None
-        else:
-            v[side] = _peer(c, raw[side], side, need_evs)
-    for key, value in (v["qp"] or {}).items():
-        if key in QP_ATTR_KEYS:
-            if not isinstance(value, int) or isinstance(value, bool):
-                c.problems.append(f"qp.{key}: expected int, got {value!r}")
-        elif key in QP_CONFIG_KEYS:
-            want = QP_CONFIG_KEYS[key]
-            ok = isinstance(value, want) or want is float and isinstance(value, int)
-            if not ok or isinstance(value, bool):
-                c.problems.append(f"qp.{key}: expected {want.__name__}, got {value!r}")
-        else:
-            c.problems.append(f"qp.{key}: unknown key")
-    world, rank = v["world"], v["rank"]
-    if world and rank is not None:
-        n = len(world)
-        if rank >= n:
-            c.problems.append(f"rank: {rank} outside world of {n}")
-        else:
-            if v["host"] is not None and v["host"] != world[rank]:
-                c.problems.append(f"host: {v['host']!r} is not world[{rank}] = {world[rank]!r}")
-            for side, other in (("next", world[(rank + 1) % n]), ("prev", world[(rank - 1) % n])):
-                if v[side] is not None and v[side].host != other:
-                    c.problems.append(f"{side}.host: {v[side].host!r}, the ring says {other!r}")
-        for size in v["sizes"] or []:
-            if size // 4 < n:
-                c.problems.append(f"sizes: {size} bytes is fewer float32 elements than {n} ranks")
+    world_ok = v["world"] is not None
+    v["targets"] = _targets(c, raw, v["collective"], len(v["world"]) if world_ok else None)
+    kw = dict(transport=v["transport"], qps=v["qps"] or 1)
+    v["send_to"] = _peer_list(c, raw, "send_to", **kw)
+    v["recv_from"] = _peer_list(c, raw, "recv_from", **kw)
+    _qp_keys(c, v["qp"] or {})
+    _cross_checks(c, v)
     if c.problems:
         raise JobSpecError(source, c.problems)
-    v["world"] = tuple(world)
-    v["sizes"] = tuple(v["sizes"])
+    if v["agent"] is None:
+        v["agent"] = v["rank"]
+    for key in ("world", "sizes", "send_to", "recv_from"):
+        v[key] = tuple(v[key])
     return JobSpec(**v)
 
 

@@ -1,22 +1,35 @@
-"""Ring channel over MRC (or the RC baseline): two QPs on one :class:`agents.io.Endpoint`.
+"""Collective channel over MRC (or the RC baseline): QPs to every peer on one :class:`agents.io.Endpoint`.
 
-Per rank ``r`` of ``n``: the *tx* QP (QPN ``tx_qpn(r)``) is the requester
-towards ``next``; it sprays over ``next.evs`` (uSID addresses that end at
-``next``) and receives the SACKs for its writes. The *rx* QP (QPN
-``rx_qpn(r - 1)``) is the responder for ``prev``'s writes: the payloads
-land in the receive region, and its SACKs / probe responses leave on the
-EV of the packet that triggered them, i.e. towards ``prev`` over
-``prev.evs`` (the reverse paths, which end at ``prev``). QPNs are derived
-from ranks, so nothing is exchanged out of band.
+Per rank ``r``: one *tx* connection per ``send_to`` peer and one *rx*
+connection per ``recv_from`` peer, each of ``qps`` QPs (1 for mrc; rc takes
+``qps: N``, NCCL_IB_QPS_PER_CONNECTION). A tx QP is a requester: it sprays
+over its EVs (mrc: every EV of the peer, uSID addresses that end at it; rc
+QP ``q``: EV ``q`` only, the peer's ECMP address with its own UDP source
+port) and receives the SACKs for its writes. An rx QP is the responder for
+one peer's QP: the payloads land in the one receive region, and its SACKs /
+probe responses leave on the EV of the packet that triggered them, i.e. over
+``recv_from[i].evs`` (the reverse paths, same EV ids).
 
-RC baseline (``transport == "rc"``): ``QPConfig(transport=Transport.RC)``,
-only the first EV of each list (a pinned uSID path, or the peer's ECMP
-address with the EV's ``src_port`` as entropy).
+QPNs are derived, never exchanged (:func:`qpn`): the connection from rank
+``src`` to rank ``dst``, QP ``q`` of a world of ``n`` ranks, has its
+requester at ``QPN_BASE + 2*((q*n + src)*n + dst)`` (on ``src``) and its
+responder at that + 1 (on ``dst``); 24-bit (:data:`QPN_MAX`), which the job
+spec checks (``2 * qps * n**2 + 0x100 <= 2**24``: n = 128 allows 511 QPs).
+For a ring all-reduce with ``qps == 1`` the QPs and their packets are those
+of the single-peer ring channel; only the QPN values differ.
+
+Striping (rc, ``qps == N``): a :class:`agents.collectives.Send` of L bytes
+becomes N WRITE_WITH_IMMs, part ``q`` = bytes ``[q*L//N, (q+1)*L//N)`` on QP
+``q`` at ``remote_offset + q*L//N``, every part with the same immediate. Each
+QP delivers in order, so the k-th arrival of every QP of a connection belongs
+to the k-th message: the channel reports the arrival once all N parts have
+landed, and the send completion once all N parts are acknowledged.
 """
 from __future__ import annotations
 
 import logging
 import random
+from collections import deque
 from typing import Callable
 
 import numpy as np
@@ -29,131 +42,218 @@ from .mrc import (EVEvent, QP, QPAttr, QPConfig, QPError, QPState, Transport, WC
 log = logging.getLogger(__name__)
 
 QPN_BASE = 0x100
+QPN_MAX = 0xFFFFFF
+"""QPNs are 24-bit (the InfiniBand BTH DestQP field, which MRC keeps)."""
 
 
-def tx_qpn(rank: int) -> int:
-    """QPN of rank's requester QP towards its next rank."""
-    return QPN_BASE + 2 * rank
+def qpn(src: int, dst: int, q: int, world_size: int, *, responder: bool) -> int:
+    """QPN of QP ``q`` of the connection ``src`` -> ``dst``: its requester (on ``src``,
+    ``responder=False``) or its responder (on ``dst``). Distinct for every (src, dst, q, side)."""
+    return QPN_BASE + 2 * ((q * world_size + src) * world_size + dst) + int(responder)
 
 
-def rx_qpn(sender_rank: int) -> int:
-    """QPN of the responder QP that receives ``sender_rank``'s writes (on sender_rank + 1)."""
-    return QPN_BASE + 2 * sender_rank + 1
+def max_qpn(world_size: int, qps: int) -> int:
+    """The largest QPN :func:`qpn` can give for ``world_size`` ranks and ``qps`` QPs each."""
+    return qpn(world_size - 1, world_size - 1, qps - 1, world_size, responder=True)
 
 
 class QPChannelError(RuntimeError):
     """A QP went to ERR (retries exhausted: the "job crash") or a write failed."""
 
 
-def _routes(peer, default_port: int, rc: bool) -> dict[int, Route]:
-    evs = peer.evs[:1] if rc else peer.evs
+class _Conn:
+    """One direction of one connection: ``qps`` QPs to/from ``peer`` (a PeerSpec)."""
+
+    __slots__ = ("peer", "side", "qps", "arrived")
+
+    def __init__(self, peer, side: str, qps: list[QP]):
+        self.peer, self.side, self.qps = peer, side, qps
+        self.arrived = [deque() for _ in qps]   # rx: per QP, imms of landed parts
+
+
+def _routes(peer, default_port: int, transport: str, q: int) -> dict[int, Route]:
+    evs = [ev for ev in peer.evs if ev.ev_id == q] if transport == "rc" else peer.evs
     return {ev.ev_id: Route(ev.address, peer.port or default_port, ev.src_port) for ev in evs}
 
 
 class QPChannel:
-    """MRC/RC ring channel for one rank (see module docstring).
+    """MRC/RC channel for one rank (see module docstring).
 
     ``loop``: :class:`agents.io.EventLoop`. ``spec``: the
     :class:`agents.jobspec.JobSpec`. ``recv_region``: uint8 array registered
-    as the rx QP's memory. Callbacks: ``on_arrival(imm)`` per WRITE_WITH_IMM
-    completion (in order), ``on_ev_event(EVEvent, side)`` per EV transition.
+    as every rx QP's memory. Callbacks: ``on_arrival(src_rank, imm)`` per
+    message from a peer (all its parts landed; in order per peer),
+    ``on_send_complete(peer_rank, imm)`` per message acknowledged by the peer,
+    ``on_ev_event(EVEvent, side, peer_host)`` per EV transition (side "tx"/"rx").
     Raises OSError if the UDP socket cannot be bound, ValueError for bad QP
     parameters; :meth:`service` raises QPChannelError when a QP enters ERR.
     """
 
     def __init__(self, loop, spec, recv_region: np.ndarray, *,
-                 on_arrival: Callable[[int], None],
-                 on_ev_event: Callable[[EVEvent, str], None]):
+                 on_arrival: Callable[[int, int], None],
+                 on_send_complete: Callable[[int, int], None],
+                 on_ev_event: Callable[[EVEvent, str, str], None]):
         self.loop, self.spec = loop, spec
-        self.on_arrival, self.on_ev_event = on_arrival, on_ev_event
+        self.on_arrival, self.on_send_complete = on_arrival, on_send_complete
+        self.on_ev_event = on_ev_event
         rc = spec.transport == "rc"
-        config = QPConfig(transport=Transport.RC if rc else Transport.MRC,
-                          payload_bytes=payload_bytes_for_mtu(spec.mtu),
-                          **spec.qp_config_kwargs())
-        attr = QPAttr(**spec.qp_attr_kwargs())
-        attr.validate()
+        self.config = QPConfig(transport=Transport.RC if rc else Transport.MRC,
+                               payload_bytes=payload_bytes_for_mtu(spec.mtu),
+                               **spec.qp_config_kwargs())
+        self.attr = QPAttr(**spec.qp_attr_kwargs())
+        self.attr.validate()
+        self.endpoint = Endpoint(loop, bind_addr=spec.bind_addr, port=spec.port)
+        try:
+            self.tx = [self._connect(p, "tx", recv_region) for p in spec.send_to]
+            self.rx = [self._connect(p, "rx", recv_region) for p in spec.recv_from]
+        except Exception:
+            self.endpoint.close()
+            raise
+        self._tx_by_rank = {c.peer.rank: c for c in self.tx}
+        self._owner = {qp.qpn: c for c in self.tx + self.rx for qp in c.qps}
+        self._all = [(c, q, qp) for c in self.tx + self.rx for q, qp in enumerate(c.qps)]
+        self._wr_id = 0
+        self._parts: dict[int, list] = {}   # wr_id -> [peer rank, imm, parts outstanding]
+        self.posted = 0
+        self.completed = 0
+        self.connected = True      # UDP: nothing to set up
+        self.wants_poll = False
+
+    def _connect(self, peer, side: str, recv_region) -> _Conn:
+        spec, attr, now = self.spec, self.attr, self.loop.time()
         n, r = spec.world_size, spec.rank
-        prev_rank = (r - 1) % n
-        self.tx = QP(tx_qpn(r), rng=random.Random(f"{spec.seed}:{r}:tx"), config=config)
-        self.rx = QP(rx_qpn(prev_rank), rng=random.Random(f"{spec.seed}:{r}:rx"),
-                     memory=recv_region, config=config)
-        self.tx_routes = _routes(spec.next, spec.port, rc)
-        self.rx_routes = _routes(spec.prev, spec.port, rc)
-        now = loop.time()
+        src, dst = (r, peer.rank) if side == "tx" else (peer.rank, r)
         ev_min = spec.qp.get("ev_min_active")
-        for qp, routes, dest in ((self.tx, self.tx_routes, rx_qpn(r)),
-                                 (self.rx, self.rx_routes, tx_qpn(prev_rank))):
+        qps = []
+        for q in range(spec.qps):
+            mine = qpn(src, dst, q, n, responder=side == "rx")
+            qp = QP(mine, rng=random.Random(f"{spec.seed}:{r}:{side}:{peer.rank}:{q}"),
+                    memory=recv_region if side == "rx" else None, config=self.config)
+            routes = _routes(peer, spec.port, spec.transport, q)
             init = {"evs": list(routes)}
             if ev_min is not None:
                 init["ev_min_active"] = ev_min
             qp.modify_qp(QPState.INIT, now, **init)
-            qp.modify_qp(QPState.RTR, now, dest_qpn=dest, mpr_dest=attr.mpr_dest,
-                         max_wimm_dest=attr.max_wimm_dest)
+            qp.modify_qp(QPState.RTR, now, dest_qpn=qpn(src, dst, q, n, responder=side == "tx"),
+                         mpr_dest=attr.mpr_dest, max_wimm_dest=attr.max_wimm_dest)
             qp.modify_qp(QPState.RTS, now, mpr=min(attr.mpr, attr.mpr_dest),
                          max_wimm=attr.max_wimm, timeout=attr.timeout,
                          retry_linear_cnt=attr.retry_linear_cnt,
                          retry_exp_cnt=attr.retry_exp_cnt)
-        self.endpoint = Endpoint(loop, bind_addr=spec.bind_addr, port=spec.port)
-        self.endpoint.attach(self.tx, self.tx_routes)
-        self.endpoint.attach(self.rx, self.rx_routes)
-        self._wr_id = 0
-        self._posted = 0
-        self._completed = 0
-        self.connected = True      # UDP: nothing to set up
-        self.wants_poll = False
+            self.endpoint.attach(qp, routes)
+            qps.append(qp)
+        return _Conn(peer, side, qps)
 
     def post(self, send: Send) -> None:
-        """WRITE_WITH_IMM of ``send.data`` at ``send.remote_offset`` on next's rx QP."""
-        self._wr_id += 1
-        self._posted += 1
-        self.tx.post_write(wr_id=self._wr_id, local=send.data,
-                           remote_offset=send.remote_offset, imm=send.imm)
-        self.endpoint.kick(self.tx)
+        """WRITE_WITH_IMM of ``send.data`` at ``send.remote_offset`` of rank ``send.peer``'s
+        region, striped over the connection's QPs (module docstring). KeyError: not a send_to
+        peer."""
+        conn = self._tx_by_rank[send.peer]
+        data = memoryview(send.data).cast("B")
+        size, n = len(data), len(conn.qps)
+        record = [send.peer, send.imm, n]
+        self.posted += 1
+        for q, qp in enumerate(conn.qps):
+            a, b = q * size // n, (q + 1) * size // n
+            self._wr_id += 1
+            self._parts[self._wr_id] = record
+            qp.post_write(wr_id=self._wr_id, local=data[a:b],
+                          remote_offset=send.remote_offset + a, imm=send.imm)
+            self.endpoint.kick(qp)
 
     def service(self, now: float) -> None:
-        """Drain both QPs' events into the callbacks; QPChannelError on a QP error."""
-        for side, qp in (("tx", self.tx), ("rx", self.rx)):
+        """Drain every QP's events into the callbacks; QPChannelError on a QP error."""
+        for conn, q, qp in self._all:
             while (ev := qp.next_event()) is not None:
                 if isinstance(ev, WorkCompletion):
-                    if ev.status is not WCStatus.SUCCESS:
-                        raise QPChannelError(f"{side} QP {qp.qpn}: write {ev.wr_id} completed "
-                                             f"with {ev.status.value}")
-                    if ev.opcode is WCOpcode.RECV_RDMA_WITH_IMM:
-                        self.on_arrival(ev.imm)
-                    else:
-                        self._completed += 1
+                    self._on_completion(conn, q, qp, ev)
                 elif isinstance(ev, EVEvent):
-                    self.on_ev_event(ev, side)
+                    self.on_ev_event(ev, conn.side, conn.peer.host)
                 elif isinstance(ev, QPError):
-                    peer = self.spec.next.host if side == "tx" else self.spec.prev.host
-                    raise QPChannelError(f"{side} QP {qp.qpn} to {peer} entered ERR: {ev.reason}")
+                    raise QPChannelError(f"{conn.side} QP {qp.qpn} ({q} of {len(conn.qps)}) "
+                                         f"{'to' if conn.side == 'tx' else 'from'} "
+                                         f"{conn.peer.host} entered ERR: {ev.reason}")
+
+    def _on_completion(self, conn: _Conn, q: int, qp: QP, wc: WorkCompletion) -> None:
+        if wc.status is not WCStatus.SUCCESS:
+            raise QPChannelError(f"{conn.side} QP {qp.qpn} ({conn.peer.host}): write "
+                                 f"{wc.wr_id} completed with {wc.status.value}")
+        if wc.opcode is WCOpcode.RECV_RDMA_WITH_IMM:
+            if len(conn.qps) == 1:
+                self.on_arrival(conn.peer.rank, wc.imm)
+                return
+            arrived = conn.arrived
+            arrived[q].append(wc.imm)
+            while all(arrived):
+                imms = {d.popleft() for d in arrived}
+                if len(imms) != 1:
+                    raise QPChannelError(f"parts of one message from {conn.peer.host} carry "
+                                         f"different immediates {sorted(imms)}")
+                self.on_arrival(conn.peer.rank, imms.pop())
+            return
+        record = self._parts.pop(wc.wr_id)
+        record[2] -= 1
+        if record[2] == 0:
+            self.completed += 1
+            self.on_send_complete(record[0], record[1])
 
     @property
     def idle(self) -> bool:
-        """Every posted write has completed (acknowledged by next)."""
-        return self.tx.idle
+        """Every posted write has completed (acknowledged by its peer)."""
+        return all(qp.idle for c in self.tx for qp in c.qps)
 
     def flows(self) -> list[dict]:
-        """Cumulative per-direction counters (QP.stats) for a sample message."""
+        """Cumulative counters per connection for a sample message: one "tx" entry per
+        send_to peer, one "rx" entry per recv_from peer (sums over the connection's QPs;
+        "evs": mrc the QP's EVs, rc one item per QP with ev_id = q)."""
         # The counters directly, not the full QP.stats() snapshot: this runs every sample
         # interval (20 ms) in every agent.
-        tx, rx = self.tx, self.rx
-        evs = [{"ev_id": ev, "state": i.state.name, "sent": i.packets_sent, "lost": i.packets_lost}
-               for ev, i in tx.evs.info.items()] if tx.evs is not None else []
-        return [
-            {"peer": self.spec.next.host, "dir": "tx", "bytes": tx.acked_bytes,
-             "retransmits": tx.rtx_packets, "retransmitted_bytes": tx.rtx_bytes,
-             "rtt_s": tx.srtt_s, "cwnd_bytes": tx.cc.cwnd_bytes, "evs": evs},
-            {"peer": self.spec.prev.host, "dir": "rx", "bytes": rx.rx_bytes,
-             "retransmits": 0, "rtt_s": None, "cwnd_bytes": None, "evs": [],
-             "duplicates": rx.rx_duplicates},
-        ]
+        out = []
+        for c in self.tx:
+            qps = c.qps
+            rtts = [qp.srtt_s for qp in qps if qp.srtt_s is not None]
+            evs = [{"ev_id": ev, "state": i.state.name, "sent": i.packets_sent,
+                    "lost": i.packets_lost}
+                   for qp in qps if qp.evs is not None for ev, i in qp.evs.info.items()]
+            out.append({"peer": c.peer.host, "peer_rank": c.peer.rank, "dir": "tx",
+                        "bytes": sum(qp.acked_bytes for qp in qps),
+                        "retransmits": sum(qp.rtx_packets for qp in qps),
+                        "retransmitted_bytes": sum(qp.rtx_bytes for qp in qps),
+                        "rtt_s": sum(rtts) / len(rtts) if rtts else None,
+                        "cwnd_bytes": sum(qp.cc.cwnd_bytes for qp in qps), "evs": evs})
+        for c in self.rx:
+            out.append({"peer": c.peer.host, "peer_rank": c.peer.rank, "dir": "rx",
+                        "bytes": sum(qp.rx_bytes for qp in c.qps), "retransmits": 0,
+                        "rtt_s": None, "cwnd_bytes": None, "evs": [],
+                        "duplicates": sum(qp.rx_duplicates for qp in c.qps)})
+        return out
 
     def summary(self) -> dict:
+        """The done summary's "channel": ``tx_qp``/``rx_qp`` (counters summed over every QP,
+        as :meth:`agents.mrc.QP.stats` keys), ``peers`` (per connection: peer, rank, dir,
+        and ``qps``: each QP's full stats), ``qps_per_connection`` and ``udp``."""
         ep = self.endpoint
-        return {"tx_qp": self.tx.stats(), "rx_qp": self.rx.stats(),
+        peers = [{"peer": c.peer.host, "rank": c.peer.rank, "dir": c.side,
+                  "qps": [qp.stats() for qp in c.qps]} for c in self.tx + self.rx]
+        return {"tx_qp": _aggregate([s for p in peers if p["dir"] == "tx" for s in p["qps"]]),
+                "rx_qp": _aggregate([s for p in peers if p["dir"] == "rx" for s in p["qps"]]),
+                "qps_per_connection": self.spec.qps, "peers": peers,
                 "udp": {"rx_datagrams": ep.rx_datagrams, "tx_datagrams": ep.tx_datagrams,
                         "tx_errors": ep.tx_errors, "rx_unknown_qpn": ep.rx_unknown_qpn}}
 
     def close(self) -> None:
         self.endpoint.close()
+
+
+_SUMMED = ("tx_packets", "tx_bytes", "retransmissions", "retransmitted_bytes", "timeouts",
+           "lost_packets", "acked_bytes", "inflight_bytes", "cwnd_bytes", "rx_packets",
+           "rx_bytes", "rx_duplicates", "rx_ooo", "rx_out_of_window", "rx_access_errors",
+           "bad_packets")
+
+
+def _aggregate(stats: list[dict]) -> dict:
+    """Counters of several QP.stats() summed; ``qps``: how many; ``states``: their states."""
+    out = {k: sum(s[k] for s in stats) for k in _SUMMED}
+    out["qps"] = len(stats)
+    out["states"] = sorted({s["state"] for s in stats})
+    return out

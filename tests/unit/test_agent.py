@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.collectives import derangement, peers
 from agents.jobspec import JobSpecError, parse_job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,25 +24,33 @@ def _free_port(kind) -> int:
 
 
 def make_jobs(tmp_path: Path, transport: str, *, world_size=3, sizes=(4 << 20,),
-              iterations=2, warmup=1, n_evs=4, **extra) -> list[dict]:
+              iterations=2, warmup=1, n_evs=4, collective="all_reduce", targets=None,
+              qps=1, **extra) -> list[dict]:
+    """One job spec per rank on ::1 (each agent its own UDP/TCP port), the new format."""
     hosts = [f"h{r}" for r in range(world_size)]
     udp = [_free_port(socket.SOCK_DGRAM) for _ in hosts]
     tcp = [_free_port(socket.SOCK_STREAM) for _ in hosts]
+    evs = qps if transport == "rc" else n_evs
 
     def peer(r):
-        return {"host": hosts[r], "ecmp_addr": "::1", "port": udp[r], "tcp_port": tcp[r],
-                "evs": [{"ev_id": e, "address": "::1", "links": [f"l{e}"]} for e in range(n_evs)]}
+        return {"rank": r, "host": hosts[r], "ecmp_addr": "::1", "port": udp[r],
+                "tcp_port": tcp[r],
+                "evs": [{"ev_id": e, "address": "::1", "links": [f"l{e}"]} for e in range(evs)]}
 
     jobs = []
     for r in range(world_size):
+        send_to, recv_from = peers(collective, r, world_size, targets)
         job = {"run_id": "t", "rank": r, "world": hosts, "host": hosts[r],
                "transport": transport, "control_socket": str(tmp_path / "ctl.sock"),
                "seed": 5, "sizes": list(sizes), "iterations": iterations, "warmup": warmup,
                "sample_interval_s": 0.01, "port": udp[r], "mtu": 9000 if transport != "tcp"
-               else 1500, "next": peer((r + 1) % world_size),
-               "prev": peer((r - 1) % world_size), "bind_addr": "::1", "tcp_port": tcp[r],
+               else 1500, "send_to": [peer(p) for p in send_to],
+               "recv_from": [peer(p) for p in recv_from], "bind_addr": "::1", "tcp_port": tcp[r],
+               "collective": collective, "qps": qps, "job": "j", "agent": 10 + r,
                "qp": {"timeout": 16, "retry_linear": 7, "retry_exp": 7, "cc": "uet-1.0-nscc",
                       "cc_params": {"rate_bps": 1e9, "base_rtt_s": 0.001}}, "linger_s": 5.0}
+        if targets is not None:
+            job["targets"] = list(targets)
         job.update(extra)
         jobs.append(job)
     return jobs
@@ -59,6 +68,7 @@ class FakeRunner:
         self.sel.register(self.listener, selectors.EVENT_READ)
         self.conns: dict[int, socket.socket] = {}
         self.messages: dict[int, list[dict]] = {j["rank"]: [] for j in jobs}
+        self.rank_of = {j.get("agent", j["rank"]): j["rank"] for j in jobs}   # agent id -> rank
         self.procs = []
         for job in jobs:
             path = tmp_path / f"job{job['rank']}.json"
@@ -90,9 +100,10 @@ class FakeRunner:
                 *lines, self._buf[key.fileobj] = buf.split(b"\n")
                 for line in lines:
                     msg = json.loads(line)
-                    self.messages[msg["rank"]].append(msg)
+                    rank = self.rank_of[msg["rank"]]     # messages carry the agent id
+                    self.messages[rank].append(msg)
                     if msg["type"] == "ready":
-                        self.conns[msg["rank"]] = key.fileobj
+                        self.conns[rank] = key.fileobj
 
     def types(self, rank: int) -> list[str]:
         return [m["type"] for m in self.messages[rank]]
@@ -149,6 +160,7 @@ def test_three_agents_all_reduce_on_loopback(tmp_path, runner_for, transport):
             [(64 << 10, True, 0), (64 << 10, False, 0), (64 << 10, False, 1)]
         summary = msgs[-1]["summary"]
         assert summary["wrong"] == 0 and summary["world_size"] == 3
+        assert (summary["job"], summary["collective"], summary["job_rank"]) == ("j", "all_reduce", rank)
         assert [s["size_bytes"] for s in summary["sizes"]] == [64 << 10, 1 << 20]
         samples = [m for m in msgs if m["type"] == "sample"]
         assert samples, "at least the final sample"
@@ -167,6 +179,86 @@ def test_three_agents_all_reduce_on_loopback(tmp_path, runner_for, transport):
         assert loops[-1]["late_sum_s"] >= max(lp["late_max_s"] for lp in loops)
         if transport != "tcp":
             assert loops[-1]["timers"] > 0          # QP timers (RTO, SACK delay) went through the loop
+
+
+def _run_job(runner_for, jobs, timeout_s=60):
+    """Ready, start, done, stop; every agent exits 0; returns the runner."""
+    run = runner_for(jobs)
+    run.pump(_all(run, "ready"), timeout_s=10)
+    run.broadcast({"type": "start"})
+    run.pump(_all(run, "done"), timeout_s=timeout_s)
+    run.broadcast({"type": "stop"})
+    assert run.wait_exit(5) == [0] * len(jobs), [p.stderr.read() for p in run.procs]
+    return run
+
+
+def _check_done(run, jobs, collective, iterations):
+    """Every rank: the timed and warm-up iterations all right; flows per peer of the job."""
+    for job in jobs:
+        msgs = run.messages[job["rank"]]
+        assert msgs[-1]["type"] == "done", [m["type"] for m in msgs][-3:]
+        summary = msgs[-1]["summary"]
+        assert summary["wrong"] == 0 and summary["collective"] == collective
+        assert summary["job"] == "j" and summary["job_rank"] == job["rank"]
+        its = [m for m in msgs if m["type"] == "iteration"]
+        assert len(its) == iterations and all(m["wrong"] == 0 for m in its)
+        flows = [m for m in msgs if m["type"] == "sample"][-1]["flows"]
+        tx = [f["peer"] for f in flows if f["dir"] == "tx"]
+        rx = [f["peer"] for f in flows if f["dir"] == "rx"]
+        assert tx == [p["host"] for p in job["send_to"]]
+        assert rx == [p["host"] for p in job["recv_from"]]
+        assert all(f["bytes"] > 0 for f in flows)
+
+
+@pytest.mark.parametrize("transport", ["mrc", "rc", "tcp"])
+def test_four_agents_all_to_all_on_loopback(tmp_path, runner_for, transport):
+    jobs = make_jobs(tmp_path, transport, world_size=4, collective="all_to_all",
+                     sizes=(64 << 10, 1 << 20), iterations=2, warmup=1)
+    run = _run_job(runner_for, jobs)
+    _check_done(run, jobs, "all_to_all", 2 * 3)
+    for job in jobs:
+        flows = [m for m in run.messages[job["rank"]] if m["type"] == "sample"][-1]["flows"]
+        assert len(flows) == 6
+
+
+@pytest.mark.parametrize("transport", ["mrc", "tcp"])
+def test_permutation_on_loopback(tmp_path, runner_for, transport):
+    targets = derangement(3, 4)
+    jobs = make_jobs(tmp_path, transport, world_size=4, collective="permutation",
+                     targets=targets, sizes=(256 << 10,), iterations=3, warmup=1)
+    run = _run_job(runner_for, jobs)
+    _check_done(run, jobs, "permutation", 4)
+    for job in jobs:
+        assert [p["rank"] for p in job["send_to"]] == [targets[job["rank"]]]
+
+
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter"])
+def test_ring_collectives_on_mrc(tmp_path, runner_for, collective):
+    jobs = make_jobs(tmp_path, "mrc", world_size=3, collective=collective,
+                     sizes=(48 << 10, 3 << 20), iterations=2, warmup=1)
+    run = _run_job(runner_for, jobs)
+    _check_done(run, jobs, collective, 2 * 3)
+
+
+def test_rc_with_four_qps_per_connection_stripes_over_all_of_them(tmp_path, runner_for):
+    jobs = make_jobs(tmp_path, "rc", world_size=3, qps=4, sizes=(64 << 10, 1 << 20),
+                     iterations=2, warmup=1)
+    run = _run_job(runner_for, jobs)
+    _check_done(run, jobs, "all_reduce", 2 * 3)
+    for job in jobs:
+        msgs = run.messages[job["rank"]]
+        channel = msgs[-1]["summary"]["channel"]
+        assert channel["qps_per_connection"] == 4 and msgs[-1]["summary"]["qps"] == 4
+        assert channel["tx_qp"]["qps"] == channel["rx_qp"]["qps"] == 4
+        for conn in channel["peers"]:
+            key = "acked_bytes" if conn["dir"] == "tx" else "rx_bytes"
+            # each QP carried a quarter of every message: 2 sizes x 3 iterations x 4 steps
+            assert all(qp[key] > (64 << 10) // 4 for qp in conn["qps"]), conn
+            assert len({qp["qpn"] for qp in conn["qps"]}) == 4
+        tx = [f for f in [m for m in msgs if m["type"] == "sample"][-1]["flows"]
+              if f["dir"] == "tx"]
+        assert [e["ev_id"] for e in tx[0]["evs"]] == [0, 1, 2, 3]
+        assert all(e["sent"] > 0 for e in tx[0]["evs"])
 
 
 def test_stop_ends_agents_promptly(tmp_path, runner_for):
@@ -213,20 +305,99 @@ def test_unreadable_job_and_unreachable_control_socket(tmp_path):
     assert proc.returncode == 1 and "control socket" in proc.stderr
 
 
-def test_job_spec_ring_consistency_and_qp_keys(tmp_path):
-    job = make_jobs(tmp_path, "rc")[1]
-    spec = parse_job(job)
-    assert spec.world_size == 3 and spec.next.host == "h2" and spec.prev.host == "h0"
-    assert spec.qp_attr_kwargs() == {"timeout": 16, "retry_linear_cnt": 7, "retry_exp_cnt": 7}
-    job["next"]["host"] = "h0"
-    job["qp"]["warp"] = 9
-    job["prev"]["evs"] = []
+def _problems(job) -> list[str]:
     with pytest.raises(JobSpecError) as err:
         parse_job(job)
-    assert err.value.problems == ["next.host: 'h0', the ring says 'h2'"] or \
-        set(err.value.problems) == {"prev.evs: at least one EV is needed for this transport",
-                                    "qp.warp: unknown key",
-                                    "next.host: 'h0', the ring says 'h2'"}
+    return err.value.problems
+
+
+def test_job_spec_defaults_and_peer_lists(tmp_path):
+    job = make_jobs(tmp_path, "rc")[1]
+    for key in ("collective", "qps", "job", "agent"):
+        del job[key]
+    spec = parse_job(job)
+    assert spec.world_size == 3 and spec.collective == "all_reduce" and spec.qps == 1
+    assert (spec.job, spec.agent, spec.targets) == ("job0", 1, None)
+    assert [p.rank for p in spec.send_to] == [2] and [p.rank for p in spec.recv_from] == [0]
+    assert spec.send_to[0].host == "h2" and spec.recv_from[0].host == "h0"
+    assert spec.qp_attr_kwargs() == {"timeout": 16, "retry_linear_cnt": 7, "retry_exp_cnt": 7}
+    spec = parse_job(make_jobs(tmp_path, "mrc", world_size=4, collective="all_to_all")[2])
+    assert [p.rank for p in spec.send_to] == [0, 1, 3] == [p.rank for p in spec.recv_from]
+    assert spec.agent == 12 and spec.job == "j"
+
+
+def test_job_spec_collects_every_problem_with_its_key_path(tmp_path):
+    job = make_jobs(tmp_path, "rc")[1]
+    job["send_to"][0]["host"] = "h0"
+    job["send_to"][0]["evs"][0]["address"] = 7
+    job["qp"]["warp"] = 9
+    job["recv_from"][0]["evs"] = []
+    job["recv_from"][0]["src_port"] = 4000
+    job["collective"] = "broadcast"
+    job["agent"] = -1
+    assert set(_problems(job)) == {
+        "send_to[0].host: 'h0' is not world[2] = 'h2'",
+        "send_to[0].evs[0].address: expected str, got 7",
+        "recv_from[0].evs: at least one EV is needed for this transport",
+        "recv_from[0].src_port: only send_to peers have a TCP source port",
+        "qp.warp: unknown key",
+        "collective: must be one of all_reduce, all_gather, reduce_scatter, all_to_all, "
+        "permutation (got 'broadcast')",
+        "agent: must be >= 0 (got -1)"}
+
+
+def test_job_spec_peer_ranks_must_be_the_collectives(tmp_path):
+    job = make_jobs(tmp_path, "mrc", world_size=4, collective="all_to_all")[0]
+    job["send_to"].pop(1)
+    job["recv_from"].reverse()
+    assert _problems(job) == [
+        "send_to: ranks [1, 3], but rank 0's all_to_all sends to [1, 2, 3]",
+        "recv_from: ranks [3, 2, 1], but rank 0's all_to_all receives from [1, 2, 3]"]
+    job = make_jobs(tmp_path, "tcp")[0]
+    job["send_to"], job["recv_from"] = job["recv_from"], job["send_to"]
+    assert _problems(job) == ["send_to: ranks [2], but rank 0's all_reduce sends to [1]",
+                              "recv_from: ranks [1], but rank 0's all_reduce receives from [2]"]
+    del job["send_to"]
+    job["recv_from"] = []
+    assert set(_problems(job)) == {"send_to: missing",
+                                   "recv_from: expected a non-empty list of peers"}
+
+
+def test_job_spec_permutation_targets(tmp_path):
+    targets = [1, 2, 3, 0]
+    job = make_jobs(tmp_path, "mrc", world_size=4, collective="permutation", targets=targets)[2]
+    spec = parse_job(job)
+    assert spec.targets == (1, 2, 3, 0)
+    assert [p.rank for p in spec.send_to] == [3] and [p.rank for p in spec.recv_from] == [1]
+    assert _problems({**job, "targets": [0, 2, 3, 1]}) == [
+        "targets: must be a permutation of 0..3 without a fixed point (targets[r] = the rank "
+        "r sends to), got [0, 2, 3, 1]"]
+    assert _problems({k: v for k, v in job.items() if k != "targets"}) == [
+        "targets: missing (the permutation collective needs it)"]
+    ring = make_jobs(tmp_path, "mrc", world_size=4)[0]
+    assert _problems({**ring, "targets": targets}) == [
+        "targets: only for the permutation collective, not all_reduce"]
+
+
+def test_job_spec_qps_is_rc_only_with_one_ev_per_qp(tmp_path):
+    job = make_jobs(tmp_path, "rc", qps=4)[0]
+    assert parse_job(job).qps == 4
+    job["send_to"][0]["evs"].pop()
+    assert _problems(job) == ["send_to[0].evs: rc with qps 4 needs exactly ev_id 0..3 "
+                              "(one EV per QP), got [0, 1, 2]"]
+    job = make_jobs(tmp_path, "mrc", qps=2)[0]
+    assert _problems(job) == ["qps: 2 QPs per connection is for rc only, not mrc"]
+    job = make_jobs(tmp_path, "rc", qps=1)[0]
+    job["qps"] = 0
+    assert "qps: must be >= 1 (got 0)" in _problems(job)
+    big = make_jobs(tmp_path, "rc", world_size=3, qps=1)[0]
+    big["world"] = [f"h{r}" for r in range(128)]
+    big["recv_from"][0].update(rank=127, host="h127")
+    big["qps"] = 512                     # 2 * 512 * 128**2 QPNs: one bit too many
+    for peer in big["send_to"] + big["recv_from"]:
+        peer["evs"] = [{"ev_id": q, "address": "::1"} for q in range(512)]
+    assert _problems(big) == ["qps: 512 QPs per connection over 128 ranks do not fit "
+                              "24-bit QPNs (agents.mrcchannel.qpn)"]
 
 
 def test_unreachable_tcp_peer_fails_with_reason(tmp_path, runner_for):
@@ -253,8 +424,8 @@ def _local_unbound_ipv6() -> str | None:
 
 
 def _kill_ev(job: dict, ev_id: int, address: str) -> None:
-    for side in ("next", "prev"):
-        for ev in job[side]["evs"]:
+    for peer in job["send_to"] + job["recv_from"]:
+        for ev in peer["evs"]:
             if ev["ev_id"] == ev_id:
                 ev["address"] = address   # local, but nobody listens there: a black hole
 
