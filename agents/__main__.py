@@ -1,39 +1,63 @@
-"""``python -m agents --job JOB.json``: one rank of a ring all-reduce, run by the testbed runner.
+"""``python -m agents --job JOB.json``: one rank of one collective job, run by the testbed runner.
 
 Started by the runner inside a host's network namespace. Contract:
 
-Job spec (JSON object; unknown keys rejected, every problem reported)::
+Job spec (JSON object; unknown keys rejected, every problem reported with its key path)::
 
-    {"run_id": str, "rank": int, "world": [host, ...]  (ring order, >= 2, distinct),
+    {"run_id": str, "rank": int, "world": [host, ...]  (the job's ranks, >= 2, distinct),
      "host": str (== world[rank]), "transport": "mrc" | "rc" | "tcp" (protocol.TRANSPORTS),
+     "collective": "all_reduce" (default) | "all_gather" | "reduce_scatter" | "all_to_all"
+                   | "permutation"  (agents.collectives.COLLECTIVES),
+     "targets": [rank, ...]  (permutation only, required there: targets[r] = the rank r
+                              sends to; a permutation of 0..n-1 without a fixed point),
+     "agent": int >= 0  (default: rank; the ``rank`` of every control message: the
+                         runner's id for this agent, distinct over the jobs of a run),
+     "job": str  (default "job0"; a name for logs and the done summary),
+     "qps": int >= 1  (default 1; > 1 for rc only: QPs per connection,
+                       NCCL_IB_QPS_PER_CONNECTION),
      "control_socket": "/abs/path.sock", "seed": int,
-     "sizes": [bytes, ...]  (each >= 4 * len(world); rounded down to float32 elements),
+     "sizes": [bytes, ...]  (each >= 4 * len(world); rounded down to float32 elements;
+                             nccl-tests' size column, see agents.collectives),
      "iterations": int >= 1, "warmup": int >= 0,
      "sample_interval_s": 0.01, "port": 4791 (this agent's UDP port, protocol.UDP_PORT), "mtu": 1500,
      "bind_addr": this host's ECMP address, "tcp_port": 5201 (this agent's TCP port, protocol.TCP_PORT),
-     "next": PEER, "prev": PEER,
+     "send_to": [PEER, ...], "recv_from": [PEER, ...],
      "qp": {"mpr", "mpr_dest", "max_wimm", "max_wimm_dest", "timeout", "retry_linear",
             "retry_exp" (mrc.h attributes), "ev_min_active", and QPConfig emulation
             parameters "time_scale", "min_rto_s", "cc", "cc_params", "sack_every",
             "ack_delay_s", "reorder_threshold", "probe_interval_s", "probe_timeout_s",
             "probe_successes", "skip_timeout_s", "max_burst"},
      "connect_timeout_s": 10.0, "linger_s": 2.0}
-    PEER = {"host", "ecmp_addr", "evs": [{"ev_id", "address", "links": [...],
-            "src_port" (optional: ECMP entropy as UDP source port)}],
+    PEER = {"rank", "host" (== world[rank]), "ecmp_addr",
+            "evs": [{"ev_id", "address", "links": [...],
+                     "src_port" (optional: ECMP entropy as UDP source port)}],
             "port" (optional, default: ours), "tcp_port" (optional, default: ours),
-            "src_port" (optional, ``next`` only: the TCP source port to connect from)}
+            "src_port" (optional, ``send_to`` peers only: the TCP source port to connect from)}
 
-``next.evs``: the paths to ``next`` (uSID addresses ending at next); the
-requester sprays over them. ``prev.evs``: the reverse paths (ending at
-prev) with the same EV ids prev uses towards us; our SACKs and probe
-responses for prev's QP leave on them. rc uses EV 0 (the first) only;
-tcp ignores EVs and connects to ``next.ecmp_addr``.
+The ranks of ``send_to`` and ``recv_from`` are exactly
+``agents.collectives.peers(collective, rank, len(world), targets)``, in that
+order (ring collectives: the next and the previous rank; all_to_all: every
+other rank both ways; permutation: targets[rank] and the rank that targets us).
+
+EVs per transport:
+
+* mrc: ``send_to[i].evs`` are the paths to that peer (uSID addresses ending
+  at it; a path may repeat, EVs > paths); the QP sprays over them.
+  ``recv_from[i].evs`` are the reverse paths (ending at that peer) with the
+  same EV ids it uses towards us; our SACKs and probe responses for its QP
+  leave on them.
+* rc with ``qps`` N: every peer has exactly N EVs, ev_id 0..N-1; QP q of a
+  connection uses EV q only (``send_to``: the peer's ECMP address with QP
+  q's own ``src_port``; ``recv_from``: the peer's QP q's EV towards us). A
+  message is striped over the N QPs (agents.mrcchannel).
+* tcp ignores EVs: it connects to ``send_to[i].ecmp_addr`` and accepts one
+  connection per ``recv_from`` peer.
 
 Control: a Unix stream socket at ``control_socket``, newline-delimited JSON; the
 messages (``ready``, ``start``, ``iteration``, ``sample``, ``event``, ``done``,
 ``failed``, ``stop``) and their framing are defined once in :mod:`agents.protocol`.
 
-After ``done`` the agent lingers (still acknowledging the previous rank)
+After ``done`` the agent lingers (still acknowledging its recv_from peers)
 until ``stop``, EOF on the control socket, or ``linger_s``.
 
 Exit status: 0 done; 1 failed (peer unreachable, QP ERR = "job crash",
@@ -52,7 +76,7 @@ from .jobspec import JobSpecError, load_job
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agents",
-                                     description="ring all-reduce agent (one rank)")
+                                     description="collective agent (one rank of one job)")
     parser.add_argument("--job", required=True, help="path of the job spec JSON")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -67,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     from .agent import Agent
     status = Agent(spec).run()
     if status == 1:
-        print(f"agent: error: rank {spec.rank} ({spec.host}) failed; see the log above",
+        print(f"agent: error: {spec.job} rank {spec.rank} ({spec.host}) failed; see the log above",
               file=sys.stderr)
     elif status == 3:
-        print(f"agent: rank {spec.rank} ({spec.host}) stopped by the runner before done",
+        print(f"agent: {spec.job} rank {spec.rank} ({spec.host}) stopped by the runner before done",
               file=sys.stderr)
     return status
 

@@ -25,6 +25,12 @@ Wire format: newline-delimited JSON objects over a Unix stream socket, each with
     agent -> runner  {"type": "failed", "rank", "reason"}
     runner -> agent  {"type": "stop"}                 at any time: exit promptly
 
+``rank`` in an agent's message is the job spec's ``agent`` id (by default the agent's
+rank in its job; the runner gives the agents of several jobs distinct ids). A sample has
+one "tx" flow per peer the agent sends to and one "rx" flow per peer it receives from
+("peer" its host name, "peer_rank" its rank in the job); the "evs" of an rc connection
+with N QPs are one item per QP (ev_id = the QP's index).
+
 Each message is a frozen dataclass below, its fields named as on the wire (an optional
 field that is None is left out). :class:`LineFramer` turns bytes into messages and
 messages into bytes; anything else (a line over :data:`MAX_LINE_BYTES`, bad JSON, an
