@@ -1,18 +1,22 @@
 """Scenario + topology -> one agent job spec per rank (pure; the format is in :mod:`agents.__main__`).
 
-Ring order is ``workload.hosts`` (rank r sends to rank r+1, as an NCCL ring does).
-Per transport:
+Rank order is ``workload.hosts`` (already ordered by ``workload.order``). Each rank's
+peers come from its collective (:func:`agents.collectives.peers`): the ring collectives
+send to rank r+1 and receive from r-1, all_to_all every other rank both ways, and a
+permutation sends to ``targets[r]`` (a seeded derangement). Per transport:
 
-* ``mrc``: ``next.evs`` are the SRv6 uSID paths to the next rank
+* ``mrc``: ``send_to[i].evs`` are the SRv6 uSID paths to that peer
   (:meth:`testbed.topology.Topology.evs`, at most ``workload.evs`` of them,
-  interleaved over planes); ``prev.evs`` are the mirror images of the paths the
-  previous rank uses towards us, under the same EV ids, so a SACK for a packet that
-  came over EV k goes back over the same switches and links.
-* ``rc``: one EV, ECMP-routed: the peer's plain address with a per-QP UDP source
-  port as entropy (RoCEv2 practice: the source port is the flow label the switches
-  hash), so routing reconvergence (``reconverge_after``) can move it.
+  interleaved over planes, or exactly ``workload.evs_per_qp``, reusing paths);
+  ``recv_from[i].evs`` are the mirror images of the paths that peer uses towards us,
+  under the same EV ids, so a SACK for a packet that came over EV k goes back over
+  the same switches and links.
+* ``rc`` (``rc-x<N>``: N QPs per connection): one EV per QP, ECMP-routed: the peer's
+  plain address with a per-QP UDP source port as entropy (RoCEv2 practice: the source
+  port is the flow label the switches hash), so routing reconvergence
+  (``reconverge_after``) can move it.
 * ``tcp``: kernel TCP between the ECMP addresses, connecting from the same seeded port
-  (``next.src_port``), so one seed gives one set of ECMP paths; EVs are ignored.
+  as rc's QP 0 (``send_to[i].src_port``), so one seed gives one set of ECMP paths.
 
 QP parameters (:data:`QP_DEFAULTS`) map the mrc.h attributes to emulation time:
 the fabric RTT at 20 Mbit/s is milliseconds, so ``timeout`` 16 (1.024 us * 2**16 =
@@ -22,6 +26,7 @@ the fabric RTT at 20 Mbit/s is milliseconds, so ``timeout`` 16 (1.024 us * 2**16
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -64,13 +69,25 @@ def _ev_dict(ev: EV, ev_id: int | None = None) -> dict:
             "links": list(ev.links)}
 
 
-def mirrored_evs(topo: Topology, src: str, dst: str, limit: int | None) -> list[dict]:
+def qp_evs(topo: Topology, src: str, dst: str, limit: int | None = None,
+           exactly: int | None = None) -> list[EV]:
+    """The EVs of an MRC QP from ``src`` to ``dst``: the paths of :meth:`Topology.evs` (at most
+    ``limit``), or, with ``exactly``, that many EVs reusing the paths round-robin (EV k takes path
+    k mod paths; ids 0..exactly-1). The MRC spec's EV count is independent of the path count."""
+    if exactly is None:
+        return topo.evs(src, dst, limit=limit)
+    paths = topo.evs(src, dst)
+    return [dataclasses.replace(paths[k % len(paths)], ev_id=k) for k in range(exactly)]
+
+
+def mirrored_evs(topo: Topology, src: str, dst: str, limit: int | None,
+                 exactly: int | None = None) -> list[dict]:
     """Paths from ``dst`` back to ``src`` mirroring ``src``'s EVs towards ``dst``, same ids.
 
     Raises ValueError if a path has no mirror (cannot happen on a symmetric fabric)."""
     back = {(ev.src.ifname, ev.dst.ifname, ev.switches): ev for ev in topo.evs(dst, src)}
     out = []
-    for ev in topo.evs(src, dst, limit=limit):
+    for ev in qp_evs(topo, src, dst, limit, exactly):
         mirror = back.get((ev.dst.ifname, ev.src.ifname, tuple(reversed(ev.switches))))
         if mirror is None:
             raise ValueError(f"EV {ev.ev_id} {src}->{dst} via {'/'.join(ev.switches)} has no reverse path")
@@ -103,61 +120,120 @@ def job_mtu(scenario: Scenario) -> int:
     return min(link_mtu, ROCE_PMTU_BYTES + IPV6_UDP_BYTES + DATA_OVERHEAD_BYTES)
 
 
-def _ecmp_ev(topo: Topology, host: str, src_port: int) -> list[dict]:
-    return [{"ev_id": 0, "address": str(topo.nics[host][0].address), "links": [], "src_port": src_port}]
+def _ecmp_evs(topo: Topology, host: str, src_ports: list[int]) -> list[dict]:
+    """RC EVs towards ``host``: one per QP of the connection, QP q's entropy ``src_ports[q]``."""
+    return [{"ev_id": q, "address": str(topo.nics[host][0].address), "links": [], "src_port": port}
+            for q, port in enumerate(src_ports)]
+
+
+def connection_ports(seed: int | str, connections: list[tuple[int, int]], qps: int) -> dict[tuple[int, int, int], int]:
+    """A distinct seeded UDP/TCP source port per (src rank, dst rank, QP): RoCEv2 entropy.
+
+    ``connections`` lists (src, dst) rank pairs; ports are drawn from :data:`ECMP_SRC_PORTS` by
+    ``random.Random(f"{seed}:ecmp")`` without replacement, QP 0 of every connection first, in
+    ``connections`` order (for a ring, rank order: rank r's port is the r-th draw, as it always
+    was). Raises ValueError when there are more QPs than ports."""
+    low, high = ECMP_SRC_PORTS
+    keys = [(a, b, q) for q in range(qps) for a, b in connections]
+    if len(keys) > high - low:
+        raise ValueError(f"{len(keys)} QPs need distinct source ports; only {high - low} exist")
+    rng, taken, out = random.Random(f"{seed}:ecmp"), set(), {}
+    for key in keys:                    # random.sample's set-based draw, one key at a time
+        j = rng.randrange(high - low)
+        while j in taken:
+            j = rng.randrange(high - low)
+        taken.add(j)
+        out[key] = low + j
+    return out
+
+
+def build_all_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socket: str,
+                   qp_overrides: dict | None = None) -> list[dict]:
+    """Job specs of every job of the scenario (:attr:`Scenario.all_jobs`), job after job, each
+    job's ranks in rank order. An agent's ``agent`` id (its rank on the control socket) is its
+    index in this list; job j's agents use UDP port ``UDP_PORT + j`` and TCP port
+    ``TCP_PORT + j`` (two jobs on one host are two agents), and its ECMP entropy ports are drawn
+    from a seed salted with its name (job 0: unsalted, as a single-job scenario's)."""
+    out: list[dict] = []
+    for j, wl in enumerate(scenario.all_jobs):
+        specs = build_jobs(dataclasses.replace(scenario, workload=wl), transport, run_id=run_id,
+                           control_socket=control_socket, qp_overrides=qp_overrides,
+                           port_offset=j, ecmp_salt="" if j == 0 else f":{wl.name}")
+        for spec in specs:
+            spec["agent"], spec["job"] = len(out), wl.name
+            out.append(spec)
+    return out
 
 
 def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socket: str,
-               qp_overrides: dict | None = None) -> list[dict]:
-    """Job spec dicts, one per rank in ring order. ``qp_overrides`` replace :data:`QP_DEFAULTS`
-    keys. Raises ValueError for an unknown transport."""
-    if transport not in TRANSPORTS:
-        raise ValueError(f"unknown transport {transport!r}")
+               qp_overrides: dict | None = None, port_offset: int = 0, ecmp_salt: str = "") -> list[dict]:
+    """Job spec dicts of ``scenario.workload``, one per rank in rank order (the format is in
+    :mod:`agents.__main__`). ``transport`` may be a variant (``rc-x8``: RC with 8 QPs per
+    connection). ``qp_overrides`` replace :data:`QP_DEFAULTS` keys; ``port_offset`` is added to
+    the agents' UDP and TCP ports, ``ecmp_salt`` to the entropy ports' seed (see
+    :func:`build_all_jobs`). Raises ValueError for an unknown transport."""
+    from .spec import transport_variant
+    base, qps = transport_variant(transport)
     topo, wl = scenario.topology, scenario.workload
     hosts = list(wl.hosts)
     n = len(hosts)
+    targets = wl.targets
+    peer_sets = [wl.peers(r) for r in range(n)]
+    sends = [(r, d) for r, (send_to, _) in enumerate(peer_sets) for d in send_to]
     # MRC's QP sprays over every plane's NIC; rc and tcp use the first NIC only.
-    rate = host_bandwidth_bps(scenario) if transport == "mrc" else host_link_rate_bps(scenario)
+    rate = host_bandwidth_bps(scenario) if base == "mrc" else host_link_rate_bps(scenario)
     mtu = job_mtu(scenario)
-    longest = max((ev.links for a, b in zip(hosts, hosts[1:] + hosts[:1]) for ev in topo.evs(a, b, limit=wl.evs)),
+    longest = max((ev.links for a, b in sends for ev in qp_evs(topo, hosts[a], hosts[b], wl.evs, wl.evs_per_qp)),
                   key=len)
     qp = {**QP_DEFAULTS, "cc_params": {"rate_bps": rate, "base_rtt_s": round(base_rtt_s(topo, longest, mtu), 6)},
           **(qp_overrides or {})}
-    ports = random.Random(f"{scenario.seed}:ecmp").sample(range(*ECMP_SRC_PORTS), n)
+    # Ring order first (connection r = rank r -> its first peer), so a ring keeps its ports.
+    order = sorted(sends, key=lambda c: (peer_sets[c[0]][0].index(c[1]), c[0]))
+    ports = connection_ports(f"{scenario.seed}{ecmp_salt}", order, qps)
 
-    def peer(r_from: int, r_to: int, towards: bool) -> dict:
-        a, b = hosts[r_from], hosts[r_to]
-        if transport == "mrc":
-            evs = ([_ev_dict(ev) for ev in topo.evs(a, b, limit=wl.evs)] if towards
-                   else mirrored_evs(topo, b, a, wl.evs))
-        else:  # towards next: our QP's port; back to prev: prev's QP's port
-            evs = _ecmp_ev(topo, b, ports[r_from] if towards else ports[r_to])
-        out = {"host": b, "ecmp_addr": str(topo.nics[b][0].address), "evs": evs}
-        if transport == "tcp" and towards:
-            out["src_port"] = ports[r_from]
+    def peer(me: int, other: int, towards: bool) -> dict:
+        a, b = hosts[me], hosts[other]
+        if base == "mrc":
+            evs = ([_ev_dict(ev) for ev in qp_evs(topo, a, b, wl.evs, wl.evs_per_qp)] if towards
+                   else mirrored_evs(topo, b, a, wl.evs, wl.evs_per_qp))
+        else:  # towards a destination: our QPs' ports; back to a source: its QPs' ports
+            conn = (me, other) if towards else (other, me)
+            evs = _ecmp_evs(topo, b, [ports[(*conn, q)] for q in range(qps)])
+        out = {"rank": other, "host": b, "ecmp_addr": str(topo.nics[b][0].address), "evs": evs}
+        if base == "tcp" and towards:
+            out["src_port"] = ports[(me, other, 0)]
         return out
 
     jobs = []
     for r, host in enumerate(hosts):
-        jobs.append({
-            "run_id": run_id, "rank": r, "world": hosts, "host": host, "transport": transport,
-            "control_socket": control_socket, "seed": scenario.seed,
+        send_to, recv_from = peer_sets[r]
+        job = {
+            "run_id": run_id, "rank": r, "world": hosts, "host": host, "transport": base,
+            "collective": wl.collective, "control_socket": control_socket, "seed": scenario.seed,
             "sizes": list(wl.sizes_bytes), "iterations": wl.iterations, "warmup": wl.warmup,
-            "sample_interval_s": SAMPLE_INTERVAL_S, "port": UDP_PORT, "tcp_port": TCP_PORT,
+            "sample_interval_s": SAMPLE_INTERVAL_S, "port": UDP_PORT + port_offset,
+            "tcp_port": TCP_PORT + port_offset,
             "mtu": mtu, "bind_addr": bind_address(topo, host),
-            "next": peer(r, (r + 1) % n, True), "prev": peer(r, (r - 1) % n, False),
+            "send_to": [peer(r, d, True) for d in send_to],
+            "recv_from": [peer(r, s, False) for s in recv_from],
             "qp": qp, "connect_timeout_s": 10.0, "linger_s": 2.0,
-        })
+        }
+        if targets is not None:
+            job["targets"] = list(targets)
+        if base == "rc":
+            job["qps"] = qps
+        jobs.append(job)
     return jobs
 
 
 def write_jobs(jobs: list[dict], directory: Path) -> list[Path]:
-    """Write ``rank<r>.json`` files into ``directory``; returns their paths in rank order."""
+    """Write ``rank<a>.json`` files into ``directory``, ``a`` the agent id (the rank for a
+    single job); returns their paths in list order."""
     import json
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for job in jobs:
-        path = directory / f"rank{job['rank']}.json"
+        path = directory / f"rank{job.get('agent', job['rank'])}.json"
         path.write_text(json.dumps(job, indent=1))
         paths.append(path)
     return paths

@@ -1,14 +1,15 @@
 """Path tracing: the links a flow crosses, as the kernel routes it.
 
-A flow of a run is a ring hop ``r -> r+1`` of one transport, in one direction:
+A flow of a run is one connection ``r -> s`` of one transport (s one of rank r's
+``send_to`` peers: r+1 on a ring), in one direction:
 
-* ``rc``: the QP's UDP datagrams from rank r's ECMP address, source port = the QP's
-  entropy port (job spec ``next.evs[0].src_port``), to rank r+1's ECMP address, port
-  4791 (``data``); its SACKs come back from r+1 with the same source port (``ack``).
-* ``tcp``: rank r's connection to r+1's port 5201 from its seeded source port (job spec
-  ``next.src_port``; :mod:`agents.tcp` binds it); ACKs come back with the ports swapped.
+* ``rc``: a QP's UDP datagrams from rank r's ECMP address, source port = the QP's
+  entropy port (job spec ``send_to[i].evs[q].src_port``), to s's ECMP address, port
+  4791 (``data``); its SACKs come back from s with the same source port (``ack``).
+* ``tcp``: rank r's connection to s's port 5201 from its seeded source port (job spec
+  ``send_to[i].src_port``; :mod:`agents.tcp` binds it); ACKs come back with the ports swapped.
 * ``mrc``: one flow per EV: the SRv6 uSID path is the EV's destination address, so its
-  links are those of the job spec (``next.evs[k].links``, from
+  links are those of the job spec (``send_to[i].evs[k].links``, from
   :meth:`testbed.topology.Topology.evs`); nothing hashes it. (tests/netns proves that a
   failed link black-holes exactly the EVs whose links contain it.)
 
@@ -27,13 +28,14 @@ route query's flowi6 with ``rt6_multipath_custom_hash_fl6`` but a forwarded pack
 the two disagree. Measured on k4 (e0_0, 12 source ports): ``ip route get`` named the
 wrong uplink for 5 of 12 flows, as the link counters showed.
 
-:func:`ring_flows` derives every flow of a transport from its job specs (pure);
+:func:`job_flows` derives every flow of a transport from its job specs (pure);
 :func:`trace_flows` traces them on a running fabric; :mod:`testbed.targets` resolves
 flow-aimed fault targets against the traced paths.
 """
 
 from __future__ import annotations
 
+import functools
 import socket
 import struct
 from dataclasses import asdict, dataclass
@@ -64,8 +66,9 @@ class FiveTuple:
 class Flow:
     """One direction of one ring hop of a transport.
 
-    ``label``: ``"<transport> <src_rank>-><dst_rank>"`` (plus ``" ev<k>"`` for an MRC EV
-    and ``" ack"`` for the acknowledgement direction). ``kind``: "data" or "ack".
+    ``label``: ``"<transport> <src_rank>-><dst_rank>"`` (plus ``" ev<k>"`` for an MRC EV,
+    ``" qp<q>"`` for one of an RC connection's QPs, ``" ack"`` for the acknowledgement
+    direction; ``"<job>: "`` in front when the run has several jobs). ``job``: the job's name. ``kind``: "data" or "ack".
     ``src_host``/``dst_host``: where the packets of this direction start and end.
     ``tuple``: the ECMP flow (None for SRv6 EVs, whose ``links`` are known up front)."""
 
@@ -79,6 +82,7 @@ class Flow:
     tuple: FiveTuple | None = None
     ev_id: int | None = None
     links: tuple[str, ...] = ()
+    job: str = "job0"
 
 
 @dataclass(frozen=True)
@@ -115,41 +119,48 @@ def flow_label(transport: str, src_rank: int, dst_rank: int) -> str:
 
 
 # -- flows of a transport (pure) ----------------------------------------------------------
-def ring_flows(jobs: list[dict], topo: Topology) -> list[Flow]:
-    """Every flow (data and ack) of the ring hops described by ``jobs`` (one job spec per
-    rank, :func:`testbed.jobs.build_jobs`). Raises KeyError on a job spec without the
-    fields its transport needs."""
+def job_flows(jobs: list[dict], topo: Topology, name: str | None = None) -> list[Flow]:
+    """Every flow (data and ack) of every connection in ``jobs`` (one job spec per rank,
+    :func:`testbed.jobs.build_jobs`): rank r to each of its ``send_to`` peers. RC with N QPs
+    per connection gives one flow per QP (labels ``"rc-x8 3->4 qp<q>"``). ``name``: the
+    transport's name in labels and ``Flow.transport`` (a variant such as ``rc-x8``; default the
+    job's transport). Raises KeyError on a job spec without the fields its transport needs."""
     out: list[Flow] = []
-    n = len(jobs)
+    several = len({job.get("job", "job0") for job in jobs}) > 1
     for job in jobs:
-        r, transport = job["rank"], job["transport"]
-        s = (r + 1) % n
-        nxt = jobs[s]
-        src_host, dst_host = job["host"], nxt["host"]
+        r, base = job["rank"], job["transport"]
+        transport = name or base
+        src_host = job["host"]
+        jname = job.get("job", "job0")
+        flow = functools.partial(Flow, job=jname)
         src_addr = str(topo.nics[src_host][0].address)
-        dst_addr = job["next"]["ecmp_addr"]
-        label = flow_label(transport, r, s)
-        if transport == "mrc":
-            for ev in job["next"]["evs"]:
-                links = tuple(ev["links"])
-                out.append(Flow(f"{label} ev{ev['ev_id']}", transport, r, s, "data", src_host, dst_host,
-                                ev_id=ev["ev_id"], links=links))
-                out.append(Flow(f"{label} ev{ev['ev_id']} ack", transport, r, s, "ack", dst_host, src_host,
-                                ev_id=ev["ev_id"], links=links[::-1]))
-        elif transport == "rc":
-            sport, port = job["next"]["evs"][0]["src_port"], job["next"].get("port", job["port"])
-            out.append(Flow(label, transport, r, s, "data", src_host, dst_host,
-                            FiveTuple(src_addr, dst_addr, "udp", sport, port), ev_id=0))
-            out.append(Flow(f"{label} ack", transport, r, s, "ack", dst_host, src_host,
-                            FiveTuple(dst_addr, src_addr, "udp", sport, port), ev_id=0))
-        elif transport == "tcp":
-            sport, port = job["next"]["src_port"], job["next"].get("tcp_port", job["tcp_port"])
-            out.append(Flow(label, transport, r, s, "data", src_host, dst_host,
-                            FiveTuple(src_addr, dst_addr, "tcp", sport, port)))
-            out.append(Flow(f"{label} ack", transport, r, s, "ack", dst_host, src_host,
-                            FiveTuple(dst_addr, src_addr, "tcp", port, sport)))
-        else:
-            raise KeyError(f"job of rank {r}: unknown transport {transport!r}")
+        for peer in job["send_to"]:
+            s, dst_host, dst_addr = peer["rank"], peer["host"], peer["ecmp_addr"]
+            label = (f"{jname}: " if several else "") + flow_label(transport, r, s)
+            if base == "mrc":
+                for ev in peer["evs"]:
+                    links = tuple(ev["links"])
+                    out.append(flow(f"{label} ev{ev['ev_id']}", transport, r, s, "data", src_host, dst_host,
+                                    ev_id=ev["ev_id"], links=links))
+                    out.append(flow(f"{label} ev{ev['ev_id']} ack", transport, r, s, "ack", dst_host,
+                                    src_host, ev_id=ev["ev_id"], links=links[::-1]))
+            elif base == "rc":
+                port = peer.get("port", job["port"])
+                for ev in peer["evs"]:
+                    q, sport = ev["ev_id"], ev["src_port"]
+                    qp_label = f"{label} qp{q}" if len(peer["evs"]) > 1 else label
+                    out.append(flow(qp_label, transport, r, s, "data", src_host, dst_host,
+                                    FiveTuple(src_addr, dst_addr, "udp", sport, port), ev_id=q))
+                    out.append(flow(f"{qp_label} ack", transport, r, s, "ack", dst_host, src_host,
+                                    FiveTuple(dst_addr, src_addr, "udp", sport, port), ev_id=q))
+            elif base == "tcp":
+                sport, port = peer["src_port"], peer.get("tcp_port", job["tcp_port"])
+                out.append(flow(label, transport, r, s, "data", src_host, dst_host,
+                                FiveTuple(src_addr, dst_addr, "tcp", sport, port)))
+                out.append(flow(f"{label} ack", transport, r, s, "ack", dst_host, src_host,
+                                FiveTuple(dst_addr, src_addr, "tcp", port, sport)))
+            else:
+                raise KeyError(f"job of rank {r}: unknown transport {base!r}")
     return out
 
 

@@ -83,24 +83,33 @@ class FlowTarget:
                 + (" repairable" if self.repairable else ""))
 
 
-def parse_selector(text: str, world: int) -> FlowSelector:
-    """``"rc"`` or ``"rc 3->4"`` -> FlowSelector. Raises ValueError naming what is wrong
-    (unknown transport, ranks outside the ring of ``world`` ranks, not a ring hop)."""
-    from .spec import TRANSPORTS
+def parse_selector(text: str, world: int, connections: set[tuple[int, int]] | None = None) -> FlowSelector:
+    """``"rc"`` or ``"rc 3->4"`` -> FlowSelector. ``connections``: the (sender, receiver) rank
+    pairs of the collective (default: a ring's, r -> r+1). Raises ValueError naming what is
+    wrong (unknown transport, ranks outside the world of ``world`` ranks, not a connection)."""
+    from .spec import TRANSPORTS, transport_variant
     words = text.split()
-    if not words or words[0] not in TRANSPORTS or len(words) > 2:
+    try:
+        transport_variant(words[0] if words else "")
+    except ValueError:
+        words = []
+    if not words or len(words) > 2:
         raise ValueError(f"{text!r} is not '<transport>' or '<transport> <r>-><r+1>' "
                          f"(transports: {', '.join(TRANSPORTS)})")
     if len(words) == 1:
         return FlowSelector(words[0])
     src, sep, dst = words[1].partition("->")
     if not sep or not src.isdigit() or not dst.isdigit():
-        raise ValueError(f"{text!r}: the flow is '<r>-><r+1>', ranks in ring order (e.g. 3->4)")
+        raise ValueError(f"{text!r}: the flow is '<sender>-><receiver>', ranks (e.g. 3->4)")
     s, d = int(src), int(dst)
     if not (s < world and d < world):
-        raise ValueError(f"{text!r}: the ring has ranks 0..{world - 1}")
-    if d != (s + 1) % world:
+        raise ValueError(f"{text!r}: the ranks are 0..{world - 1}")
+    if connections is None and d != (s + 1) % world:
         raise ValueError(f"{text!r}: rank {s} sends to rank {(s + 1) % world} in a ring of {world}")
+    if connections is not None and (s, d) not in connections:
+        sends = sorted(b for a, b in connections if a == s)
+        raise ValueError(f"{text!r}: rank {s} sends to rank{'s' if len(sends) != 1 else ''} "
+                         f"{', '.join(map(str, sends)) or 'none'} in this collective")
     return FlowSelector(words[0], s, d)
 
 
@@ -175,28 +184,31 @@ def resolve(target: FlowTarget, traced: Iterable[TracedFlow], topo: Topology, *,
 
 def trace_and_resolve(fabric, scenario, transport: str) -> tuple[tuple, list[TracedFlow], list[dict]]:
     """On a running, quiet ``fabric`` (agents not started): trace every flow of ``transport``
-    (data and ack) and the data flows of the transports that flow targets name, and resolve
+    (data and ack, every job) and the data flows of the transports that flow targets name (the
+    first job's: selectors name its ranks), and resolve
     the targets of ``scenario.timeline``. Returns (the timeline with every ``link`` resolved,
     ``transport``'s traced flows, one record per resolved target: ``{"index", "action",
     "target", "link", "flows"}``). Raises TargetError, paths.TraceError."""
     import dataclasses
 
-    from .jobs import build_jobs
-    from .paths import Tracer, ring_flows
+    from .jobs import build_all_jobs, build_jobs
+    from .paths import Tracer, job_flows
 
     topo = scenario.topology
     named = {t for e in scenario.timeline if e.target for t in e.target.transports}
     both_ways = {t for e in scenario.timeline if e.target and e.target.repairable for t in e.target.transports}
     flows = []
     for t in sorted(named | {transport}):
-        jobs = build_jobs(scenario, t, run_id="paths", control_socket="-")
-        flows += [f for f in ring_flows(jobs, topo) if t == transport or t in both_ways or f.kind == "data"]
+        jobs = (build_all_jobs(scenario, t, run_id="paths", control_socket="-") if t == transport
+                else build_jobs(scenario, t, run_id="paths", control_socket="-"))
+        flows += [f for f in job_flows(jobs, topo, t) if t == transport or t in both_ways or f.kind == "data"]
     with Tracer(fabric) as tracer:
         traced = [tracer.trace(f) for f in flows]
     events, resolved = [], []
+    primary = [tf for tf in traced if tf.flow.job == scenario.workload.name]   # selectors name job 0's flows
     for i, e in enumerate(scenario.timeline):
         if e.target is not None:
-            link, labels = resolve(e.target, traced, topo, seed=scenario.seed, index=i)
+            link, labels = resolve(e.target, primary, topo, seed=scenario.seed, index=i)
             e = dataclasses.replace(e, link=link)
             resolved.append({"index": i, "action": e.action, "target": str(e.target), "link": link,
                              "flows": labels})

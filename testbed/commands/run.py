@@ -32,7 +32,15 @@ from ..metrics import MetricsError
 from ..metrics.loading import collecting
 from ..report import print_damage, render
 from ..run import run_scenario
-from ..spec import TRANSPORTS, SpecError, load_scenario
+from ..spec import TRANSPORTS, SpecError, load_scenario, transport_variant
+
+
+def _transport(text: str) -> str:
+    try:
+        transport_variant(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,8 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.splitlines()[0])
     p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     p.add_argument("--runs-dir", default="runs", type=Path, help="where run directories go (default: runs)")
-    p.add_argument("--transport", action="append", choices=TRANSPORTS, dest="transports",
-                   help="run only this transport (repeatable; default: the scenario's list)")
+    p.add_argument("--transport", action="append", type=_transport, dest="transports", metavar="TRANSPORT",
+                   help=f"run only this transport ({', '.join(TRANSPORTS)} or rc-x<N>; repeatable; "
+                        "default: the scenario's list)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write PNG plots")
     p.add_argument("--trials", type=int, default=None, metavar="N",
                    help="run N trials with seeds seed, seed+1, ... (default: the scenario's 'trials', else 1)")

@@ -7,17 +7,21 @@ from __future__ import annotations
 import numpy as np
 
 
-def bus_factor(world_size: int) -> float:
-    """All-reduce bus bandwidth factor 2(n-1)/n (nccl-tests doc/PERFORMANCE.md). ValueError if n < 1."""
+def bus_factor(world_size: int, collective: str = "all_reduce") -> float:
+    """Bus bandwidth factor of ``collective`` over ``world_size`` ranks (nccl-tests
+    doc/PERFORMANCE.md: all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n;
+    permutation 1, as nccl-tests' sendrecv). ValueError if n < 1 or the collective is unknown."""
+    from agents.collectives import bus_factor as factor
     if world_size < 1:
         raise ValueError(f"world size must be >= 1, got {world_size}")
-    return 2 * (world_size - 1) / world_size
+    return factor(collective, world_size)
 
 
-def bandwidths(size_bytes: int, time_s: float, world_size: int) -> dict:
-    """algbw and busbw of an all-reduce of ``size_bytes`` taking ``time_s``: bytes/s and Mbit/s."""
+def bandwidths(size_bytes: int, time_s: float, world_size: int, collective: str = "all_reduce") -> dict:
+    """algbw and busbw of a ``collective`` of ``size_bytes`` (nccl-tests' size: see
+    :mod:`agents.collectives`) taking ``time_s``: bytes/s and Mbit/s."""
     algbw = size_bytes / time_s if time_s > 0 else float("nan")
-    busbw = algbw * bus_factor(world_size)
+    busbw = algbw * bus_factor(world_size, collective)
     return {"algbw_bytes_per_s": algbw, "algbw_mbit_per_s": algbw * 8e-6,
             "busbw_bytes_per_s": busbw, "busbw_mbit_per_s": busbw * 8e-6}
 
@@ -34,7 +38,7 @@ def _stats(values) -> dict:
             "max": float(v.max()), "mean": float(v.mean()), "n": int(len(v))}
 
 
-def size_table(events: list[dict], world_size: int) -> list[dict]:
+def size_table(events: list[dict], world_size: int, collective: str = "all_reduce") -> list[dict]:
     """nccl-tests-style rows per size, ascending: ``size_bytes, count`` (float32 elements),
     ``iterations`` (measured, all ranks reported), ``warmup``, ``time_s`` (mean), ``iteration_s``
     stats, bandwidths (see :func:`bandwidths`) and ``wrong``."""
@@ -53,31 +57,43 @@ def size_table(events: list[dict], world_size: int) -> list[dict]:
         its = by_size[size]
         done = [max(v["s"]) for k, v in its.items() if not k[2] and len(v["ranks"]) >= world_size]
         stats = _stats(done)
-        row = {"size_bytes": size, "count": size // 4, "type": "float32", "redop": "sum",
+        row = {"size_bytes": size, "count": size // 4, "type": "float32",
+               "redop": "sum" if collective in ("all_reduce", "reduce_scatter") else "none",
                "iterations": len(done), "warmup": sum(1 for k in its if k[2]),
                "time_s": stats["mean"], "iteration_s": stats,
                "wrong": sum(v["wrong"] for v in its.values())}
-        row.update(bandwidths(size, stats["mean"], world_size) if done else
+        row.update(bandwidths(size, stats["mean"], world_size, collective) if done else
                    dict.fromkeys(("algbw_bytes_per_s", "algbw_mbit_per_s", "busbw_bytes_per_s",
                                   "busbw_mbit_per_s")))
         rows.append(row)
     return rows
 
 
-def expected_measured_iterations(manifest: dict) -> int | None:
+def expected_measured_iterations(manifest: dict, job: int = 0) -> int | None:
     """Measured iterations the workload asks for (iterations * number of sweep sizes), from the
     first ``workload`` mapping with min_bytes/max_bytes/factor/iterations found in the manifest
-    (top level, or under ``scenario``/``spec``); None if there is none."""
+    (top level, or under ``scenario``/``spec``); for ``job`` > 0 from ``scenario.jobs[job]``.
+    None if there is none."""
+    if job:
+        jobs = (manifest.get("scenario") or {}).get("jobs") if isinstance(manifest.get("scenario"), dict) else None
+        w = jobs[job] if isinstance(jobs, list) and job < len(jobs) else None
+        return _sweep_iterations(w)
     for where in (manifest, manifest.get("scenario"), manifest.get("spec")):
         w = where.get("workload") if isinstance(where, dict) else None
         if isinstance(w, dict) and {"min_bytes", "max_bytes", "factor", "iterations"} <= w.keys():
-            n, size = 0, int(w["min_bytes"])
-            if size < 1 or int(w["factor"]) < 2:   # a damaged manifest: no sweep to count
-                return None
-            while size <= int(w["max_bytes"]) and int(w["factor"]) > 1:
-                n, size = n + 1, size * int(w["factor"])
-            return int(w["iterations"]) * max(n, 1)
+            return _sweep_iterations(w)
     return None
+
+
+def _sweep_iterations(w) -> int | None:
+    if not (isinstance(w, dict) and {"min_bytes", "max_bytes", "factor", "iterations"} <= w.keys()):
+        return None
+    n, size = 0, int(w["min_bytes"])
+    if size < 1 or int(w["factor"]) < 2:   # a damaged manifest: no sweep to count
+        return None
+    while size <= int(w["max_bytes"]) and int(w["factor"]) > 1:
+        n, size = n + 1, size * int(w["factor"])
+    return int(w["iterations"]) * max(n, 1)
 
 
 def completion(events: list[dict], world_size: int | None, expected_measured: int | None = None) -> dict:

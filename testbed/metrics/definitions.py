@@ -35,7 +35,15 @@ DEFINITIONS = {
                    "size; s",
     "time_s": "mean iteration_s over measured iterations of one size (nccl-tests 'time'); s",
     "algbw": "size_bytes / time_s (nccl-tests PERFORMANCE.md); bytes/s and Mbit/s",
-    "busbw": "algbw * 2(n-1)/n for all-reduce, n = world size (nccl-tests PERFORMANCE.md); bytes/s and Mbit/s",
+    "busbw": "algbw * factor, n = world size (nccl-tests PERFORMANCE.md): 2(n-1)/n for all_reduce, (n-1)/n for "
+             "all_gather, reduce_scatter and all_to_all, 1 for permutation (nccl-tests sendrecv); bytes/s and Mbit/s",
+    "jobs": "several jobs at once: per job its own collective figures, computed on its own agents only (ranks "
+            "of the job); the transport's other keys are the first job's, links and CPU the whole fabric's",
+    "balance": "fabric-link utilisation over the measured window (bytes sent by a link end * 8 / (configured rate "
+               "* window)): spread max/mean over every switch-switch direction (idle ones count), p50, max, "
+               "directions above 90%; collisions from traced data flows: a direction crossed by >= 2 QPs (an MRC "
+               "QP's EVs are one QP); load = sum over crossing flows of 1 / (data flows of their connection), "
+               "> 1 oversubscribed; EV paths: EVs and distinct paths per MRC QP (testbed/metrics/balance.py)",
     "busbw_fraction_of_host": "busbw / host_bandwidth_bps: the sum of a host's host-link rates over planes (one "
                               "NIC per plane), slowest ring host; rc and tcp use one NIC, so on n planes they "
                               "reach at most 1/n",

@@ -144,27 +144,32 @@ def fault_windows(faults: list[dict], t_end_s: float) -> list[dict]:
 
 
 def ev_links(jobs: list[dict]) -> dict[tuple, tuple[str, ...]]:
-    """``(rank, dir, ev_id) -> links`` of every EV of the job specs: "tx" the requester's EVs
-    towards ``next``, "rx" the responder's (SACK) EVs towards ``prev``."""
+    """``(rank, dir, peer host, ev_id) -> links`` of every EV of the job specs: "tx" the
+    requester's EVs towards each ``send_to`` peer, "rx" the responder's (SACK) EVs towards each
+    ``recv_from`` peer. (Job specs from before multi-peer jobs: ``next``/``prev``.)"""
     out = {}
     for job in jobs:
-        for direction, side in (("tx", "next"), ("rx", "prev")):
-            for ev in job.get(side, {}).get("evs", []):
-                out[(job["rank"], direction, ev["ev_id"])] = tuple(ev.get("links") or ())
+        for direction, side, old in (("tx", "send_to", "next"), ("rx", "recv_from", "prev")):
+            peers = job.get(side) or ([job[old]] if isinstance(job.get(old), dict) else [])
+            for peer in peers:
+                for ev in peer.get("evs", []):
+                    out[(job["rank"], direction, peer.get("host"), ev["ev_id"])] = tuple(ev.get("links") or ())
     return out
 
 
 def ev_retirements(transitions: list[dict], crossing: set[tuple], t_end_s: float) -> list[dict]:
-    """Every GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN transition: ``{t_s, rank, dir, ev_id,
+    """Every GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN transition: ``{t_s, rank, dir, peer, ev_id,
     crosses_fault, duration_s}`` (until the EV's next return to GOOD, else ``t_end_s``).
-    ``crossing``: the (rank, dir, ev_id) whose path crosses a faulted link."""
+    ``crossing``: the (rank, dir, peer, ev_id) whose path crosses a faulted link."""
+    def key_of(e: dict) -> tuple:
+        return (e["rank"], e["dir"] or "tx", e.get("peer"), e["ev_id"])
+
     out = []
     for i, e in enumerate(transitions):
         if e["old"] in ("GOOD", "SKIP") and e["new"] in DETECTED_STATES:
-            key = (e["rank"], e["dir"] or "tx", e["ev_id"])
-            back = next((g["t_s"] for g in transitions[i + 1:] if (g["rank"], g["dir"] or "tx", g["ev_id"]) == key
-                         and g["new"] == "GOOD"), t_end_s)
-            out.append({"t_s": e["t_s"], "rank": e["rank"], "dir": key[1], "ev_id": e["ev_id"],
+            key = key_of(e)
+            back = next((g["t_s"] for g in transitions[i + 1:] if key_of(g) == key and g["new"] == "GOOD"), t_end_s)
+            out.append({"t_s": e["t_s"], "rank": e["rank"], "dir": key[1], "peer": key[2], "ev_id": e["ev_id"],
                         "crosses_fault": key in crossing, "duration_s": max(0.0, back - e["t_s"])})
     return out
 

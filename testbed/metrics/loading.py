@@ -530,10 +530,36 @@ class TransportRecords:
             self.links = LinkTable.from_records(self.links)
 
 
-def load_transport(run_dir: Path, name: str) -> TransportRecords:
+def job_names(jobs: list[dict]) -> list[str]:
+    """The jobs of a run's job specs, in agent order (``["job0"]`` for a single job)."""
+    return list(dict.fromkeys(j.get("job", "job0") for j in jobs)) or ["job0"]
+
+
+def _job_filter(jobs: list[dict], job: str):
+    """``(keep(record) -> record | None, sched(record) -> record)`` restricting records to the
+    agents of ``job`` and renaming their agent ids (``rank`` on the control socket) to the
+    job's ranks; records without a ``rank`` (faults, targets, the runner's own) are kept."""
+    remap = {j.get("agent", j["rank"]): j["rank"] for j in jobs if j.get("job", "job0") == job}
+
+    def keep(record: dict) -> dict | None:
+        if "rank" not in record:
+            return record
+        rank = remap.get(record["rank"])
+        return None if rank is None else {**record, "rank": rank}
+
+    def sched(record: dict) -> dict:
+        ranks = record.get("ranks") or {}
+        return {**record, "ranks": {str(remap[int(a)]): v for a, v in ranks.items()
+                                    if a.isdigit() and int(a) in remap}}
+    return keep, sched
+
+
+def load_transport(run_dir: Path, name: str, job: str | None = None) -> TransportRecords:
     """The JSONL files, job specs and traced paths of transport ``name`` (missing files are
     empty), every record checked against its schema (:mod:`testbed.run.records`) and dropped
-    when it is dated outside :func:`time_window`; a bad record is a :func:`problem`."""
+    when it is dated outside :func:`time_window`; a bad record is a :func:`problem`.
+    ``job``: only that job's agents, under their ranks in the job (a run of several jobs,
+    :func:`job_names`); links and CPU are the whole fabric's."""
     run_dir = Path(run_dir)
     d = run_dir / name
     if not d.is_dir():
@@ -551,9 +577,17 @@ def load_transport(run_dir: Path, name: str) -> TransportRecords:
     def recs(fname: str) -> Iterator[dict]:
         return _windowed(iter_jsonl(d / fname), lo, hi, d / fname)
 
-    return TransportRecords(name, events, SampleTable.from_records(recs(rec.SAMPLES)),
-                            LinkTable.from_records(recs(rec.LINKS)), list(recs(rec.CPU)), list(recs(rec.SCHED)),
-                            _jobs(d / rec.JOBS_DIR), _paths(d / rec.PATHS))
+    jobs, paths = _jobs(d / rec.JOBS_DIR), _paths(d / rec.PATHS)
+    samples, sched = recs(rec.SAMPLES), list(recs(rec.SCHED))
+    if job is not None:
+        keep, sched_of = _job_filter(jobs, job)
+        events = [r for r in map(keep, events) if r is not None]
+        samples = (r for r in map(keep, samples) if r is not None)
+        sched = [sched_of(r) for r in sched]
+        jobs = sorted((j for j in jobs if j.get("job", "job0") == job), key=lambda j: j["rank"])
+        paths = [f for f in paths if f.get("job", "job0") == job]
+    return TransportRecords(name, events, SampleTable.from_records(samples),
+                            LinkTable.from_records(recs(rec.LINKS)), list(recs(rec.CPU)), sched, jobs, paths)
 
 
 def _quiet_timeout(manifest) -> float | None:
@@ -576,13 +610,14 @@ def _first_times(d: Path) -> list[float]:
 
 
 def _jobs(d: Path) -> list[dict]:
-    """The job specs ``jobs/rank<r>.json`` in rank order (:data:`testbed.run.records.JOB`)."""
+    """The job specs ``jobs/rank<a>.json`` in agent order (:data:`testbed.run.records.JOB`;
+    ``a`` the agent id, the rank for a single job)."""
     if not d.is_dir():
         if d.exists():
             problem(d, None, "not a directory")
         return []
     jobs = [read_json(p, None, rec.JOB) for p in sorted(d.glob("rank*.json"))]
-    return sorted((j for j in jobs if j is not None), key=lambda j: j["rank"])
+    return sorted((j for j in jobs if j is not None), key=lambda j: j.get("agent", j["rank"]))
 
 
 def _paths(path: Path) -> list[dict]:

@@ -13,7 +13,7 @@ from .definitions import DEFINITIONS, LINK_BIN_S
 from .fidelity import busiest_links, cpu_fidelity, emulation_validity
 from .kpis import (boundary_warnings, ev_links, ev_retirements, fault_windows, faulted_iteration, flow_kpis,
                    iteration_spans, p_nearest_rank, worst_recovery, worst_stall)
-from .loading import FlowKey, TransportRecords, load_manifest, load_transport, scenario_name
+from .loading import FlowKey, TransportRecords, job_names, load_manifest, load_transport, scenario_name
 from .recovery import (active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time,
                        time_to_detect)
 from .series import FlowSeries, aggregate_goodput_bps, bin_edges, flow_samples, link_series
@@ -90,7 +90,8 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
                   "recovery_s": recovery_time(edges, goodput, f["t_s"], baseline, window[1], active)}
                  for i, f in enumerate(disruptive)]
     stall_s, stall_at = longest_stall(edges, goodput, window, active)
-    sizes = size_table(tr.events, world_size)
+    collective = (tr.jobs[0].get("collective") if tr.jobs else None) or "all_reduce"
+    sizes = size_table(tr.events, world_size, collective)
     largest = sizes[-1] if sizes else None
     tx = [fs for k, fs in flows.items() if k[2] == "tx"] or list(flows.values())
     rtx_bytes = [fs.retransmitted_bytes for fs in tx if fs.retransmitted_bytes is not None]
@@ -102,7 +103,7 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     validity = emulation_validity(tr.sched, tr.samples.loop, tr.links.t, cpu, t0, window, fk["base_rtt_s"])
     invalid = validity["reasons"]
     summary = {
-        "transport": tr.name, "t0_wall_s": t0, "workload_window_s": list(window),
+        "transport": tr.name, "collective": collective, "t0_wall_s": t0, "workload_window_s": list(window),
         "world_size": world_size, "completion": completion(tr.events, world_size, expected_measured),
         "sizes": sizes, "size_bytes": largest["size_bytes"] if largest else None,
         "iteration_s": largest["iteration_s"] if largest else _stats([]),
@@ -157,7 +158,9 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
                 if p.get("kind") == "data" and faulted & set(p.get("links", ()))}
     evl = ev_links(jobs)
     if not tr.paths:   # runs from before paths.json: an MRC flow crosses where its EVs do
-        crossing = {(r, (r + 1) % len(hosts)) for (r, d, _), links in evl.items() if d == "tx" and faulted & set(links)}
+        rank_of = {h: r for r, h in enumerate(hosts)}
+        crossing = {(r, rank_of.get(peer)) for (r, d, peer, _), links in evl.items()
+                    if d == "tx" and faulted & set(links)}
     kp = flow_kpis(flows, hosts, spans, edges, windows, crossing, base_rtt)
     crossing_evs = {k for k, links in evl.items() if faulted & set(links)}
     rets = ev_retirements(trans, crossing_evs, window[1])
@@ -168,7 +171,7 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
             continue
         mine = {k for k, links in evl.items() if w["link"] in links}
         detect.append(next((r["t_s"] - w["t_s"] for r in rets if r["t_s"] >= w["t_s"] - 1e-9
-                            and (r["rank"], r["dir"], r["ev_id"]) in mine), None))
+                            and (r["rank"], r["dir"], r["peer"], r["ev_id"]) in mine), None))
     false = [r for r in rets if not r["crosses_fault"]
              and any(w["t_s"] - 1e-9 <= r["t_s"] <= w["until_s"] for w in windows)] if evl else []
     gaps = [g for k in kp for g in k["healthy_gaps_s"]]
@@ -179,11 +182,11 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
         "healthy_gap_p99_s": p_nearest_rank(gaps, 99),
         "faulted_iteration": faulted_iteration(spans, windows),
         "false_retirements": {"count": len(false), "total_s": float(sum(r["duration_s"] for r in false)),
-                              "evs": sorted({(r["rank"], r["dir"], r["ev_id"]) for r in false})},
+                              "evs": sorted({(r["rank"], r["dir"], r["peer"], r["ev_id"]) for r in false})},
         "retirements": rets,
         "fault_flows": [{"rank": f["dst"], "peer": f["peer"], "dir": "rx", "label": f["flow"]}
                         for f in kp if f["crosses_fault"]],
-        "evs_crossing_fault": [{"rank": r, "dir": d, "ev_id": e} for r, d, e in sorted(crossing_evs)],
+        "evs_crossing_fault": [{"rank": r, "dir": d, "peer": p, "ev_id": e} for r, d, p, e in sorted(crossing_evs)],
         "warnings": boundary_warnings(spans, windows),
     }
 
@@ -199,6 +202,15 @@ def comparison_row(s: dict) -> dict:
     return row
 
 
+def job_row(job: str, s: dict, busbw_fraction: float | None) -> dict:
+    """One job's headline figures in a run of several jobs (the keys of a transport summary)."""
+    return {"job": job, "collective": s.get("collective"), "world_size": s.get("world_size"),
+            "size_bytes": s.get("size_bytes"), "iteration_s": s.get("iteration_s"),
+            "busbw_mbit_per_s": s.get("busbw_mbit_per_s"), "busbw_fraction_of_host": busbw_fraction,
+            "wrong": s.get("wrong"), "complete": s["completion"]["complete"],
+            "completion": s["completion"]["reason"]}
+
+
 def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
     """Summary of a whole run (``scenario``, ``world_size``, ``host_link_rate_bps``,
     ``host_bandwidth_bps`` and ``host_nics`` (runs from before they existed: the host link rate,
@@ -207,15 +219,34 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
     Raises RunDirError / MetricsError."""
     manifest = load_manifest(run_dir)
     analyses = []
-    for name in manifest["transports"]:
-        tr = load_transport(run_dir, name)
-        ws = int(manifest.get("world_size") or len(tr.samples.ranks) or 1)
-        analyses.append(analyze_transport(tr, ws, expected_measured_iterations(manifest)))
     rate = manifest.get("host_link_rate_bps")
     host_bw = manifest.get("host_bandwidth_bps") or rate
+
+    def fraction(s: dict) -> float | None:
+        bb = s["busbw_mbit_per_s"]
+        return bb * 1e6 / host_bw if bb is not None and host_bw else None
+
+    from .balance import balance_summary, load_run_topology
+    topo, topo_problem = load_run_topology(run_dir, manifest)
+    for name in manifest["transports"]:
+        tr = load_transport(run_dir, name)
+        names = job_names(tr.jobs)
+        if len(names) == 1:
+            ws = int(manifest.get("world_size") or len(tr.samples.ranks) or 1)
+            a = analyze_transport(tr, ws, expected_measured_iterations(manifest))
+            a.summary["balance"] = balance_summary(tr, topo, a.t0_s, topology_problem=topo_problem)
+            analyses.append(a)
+            continue
+        per_job = []   # several jobs: each analysed on its own agents; the first is the headline
+        for i, job in enumerate(names):
+            trj = load_transport(run_dir, name, job)
+            per_job.append(analyze_transport(trj, len(trj.jobs) or 1, expected_measured_iterations(manifest, i)))
+        per_job[0].summary["jobs"] = [job_row(job, a.summary, fraction(a.summary)) for job, a in zip(names, per_job)]
+        # every job's flows against each other, on the whole fabric's counters
+        per_job[0].summary["balance"] = balance_summary(tr, topo, per_job[0].t0_s, topology_problem=topo_problem)
+        analyses.append(per_job[0])
     for a in analyses:
-        bb = a.summary["busbw_mbit_per_s"]
-        a.summary["busbw_fraction_of_host"] = bb * 1e6 / host_bw if bb is not None and host_bw else None
+        a.summary["busbw_fraction_of_host"] = fraction(a.summary)
     summary = {"scenario": scenario_name(manifest), "run_dir": str(run_dir),
                "world_size": manifest.get("world_size"), "host_link_rate_bps": rate,
                "host_bandwidth_bps": host_bw, "host_nics": manifest.get("host_nics", 1),

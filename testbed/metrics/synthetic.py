@@ -196,8 +196,11 @@ def write_extras(d: Path, name: str, *, world_size: int, duration_s: float, host
     for r in range(world_size):
         links = ["a0_0-c0_0"] if r % 4 == 0 else [link_names[r % len(link_names)][0]]
         evs = [{"ev_id": e, "links": links} for e in range(n_ev)]
-        job = {"rank": r, "world": hosts, "host": hosts[r], "transport": name, "next": {"evs": evs},
-               "prev": {"evs": evs}, "qp": {"cc_params": {"base_rtt_s": 0.002}}}
+        nxt, prv = (r + 1) % world_size, (r - 1) % world_size
+        job = {"rank": r, "world": hosts, "host": hosts[r], "transport": name, "collective": "all_reduce",
+               "send_to": [{"rank": nxt, "host": hosts[nxt], "evs": evs}],
+               "recv_from": [{"rank": prv, "host": hosts[prv], "evs": evs}],
+               "qp": {"cc_params": {"base_rtt_s": 0.002}}}
         (d / "jobs" / f"rank{r}.json").write_text(json.dumps(job, indent=1) + "\n")
     flows = [{"label": f"{name} {r}->{(r + 1) % world_size}", "src_rank": r, "dst_rank": (r + 1) % world_size,
               "kind": "data", "links": ["a0_0-c0_0"] if r % 4 == 0 else [link_names[r % len(link_names)][0]]}

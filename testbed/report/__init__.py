@@ -37,10 +37,12 @@ from .files import _cell, _float_cells, _load, _time_cells, _write_csv, load_sum
 from .fmt import fmt_count, fmt_num, fmt_pct, fmt_s, fmt_sig
 from .layout import Grid
 from .plots import fault_windows, plot_fault_flows, plot_goodput, plot_iteration_cdf
-from .tables import busbw_by_size_table, comparison_table, links_table, nccl_tests_block, validity_table
+from .balance import balance_table, collisions_table
+from .tables import (busbw_by_size_table, comparison_table, jobs_table, links_table, nccl_tests_block,
+                     validity_table)
 
 __all__ = [
-    "STATE_COLOURS", "Grid", "busbw_by_size_table", "comparison_table", "ev_segments", "fault_windows",
+    "STATE_COLOURS", "Grid", "busbw_by_size_table", "comparison_table", "jobs_table", "ev_segments", "fault_windows",
     "fmt_count", "fmt_num", "fmt_pct", "fmt_s", "fmt_sig", "links_table", "load_summary", "nccl_tests_block",
     "plot_ev_timelines", "plot_fault_flows", "plot_goodput", "plot_iteration_cdf", "print_damage", "render",
     "render_tables",
@@ -64,12 +66,17 @@ def render_tables(summary: dict, console: Console) -> None:
     """Print a summary's tables: side by side, busbw by size, nccl-tests text per transport,
     fidelity (host, links) and warnings; nothing wider than the console, nothing cut."""
     console.print(comparison_table(summary))
+    if (jobs := jobs_table(summary)) is not None:
+        console.print(jobs)
     console.print(busbw_by_size_table(summary))
     for s in summary["transports"].values():
         # Plain text, never wrapped or cropped: nccl-tests parsers read it line by line.
         console.print(Text(nccl_tests_block(s)), soft_wrap=True)
     console.print(validity_table(summary))
     console.print(links_table(summary))
+    if any(s.get("balance") for s in summary["transports"].values()):
+        console.print(balance_table(summary))
+        console.print(collisions_table(summary))
     for name, s in summary["transports"].items():
         for w in s.get("warnings") or ():
             console.print(Text.assemble(("warning", "yellow"), f" {name}: {w}"))

@@ -46,27 +46,29 @@ def _busiest_rank(transitions: list[dict]) -> int:
 
 
 def _plot_rank(path: Path, summary: dict, transport: str, trans: list[dict], rank: int,
-               crossing: set[tuple[str, object]]) -> Path:
+               crossing: set[tuple[str, object, object]]) -> Path:
     s = summary["transports"][transport]
-    sampled = {(f["dir"], ev["ev_id"]) for f in s.get("flows") or () if f["rank"] == rank
+    sampled = {(f["dir"], f.get("peer"), ev["ev_id"]) for f in s.get("flows") or () if f["rank"] == rank
                for ev in f.get("evs") or ()}
-    moved = {(e["dir"] or "tx", e["ev_id"]) for e in trans if e["rank"] == rank}
+    moved = {(e["dir"] or "tx", e.get("peer"), e["ev_id"]) for e in trans if e["rank"] == rank}
     evs = sampled | moved | crossing
-    evs = sorted(evs, key=lambda v: (v[0] != "tx", v[0], str(type(v[1])), v[1]))
+    evs = sorted(evs, key=lambda v: (v[0] != "tx", v[0], str(v[1]), str(type(v[2])), v[2]))
+    several = len({(d, p) for d, p, _ in evs}) > 2     # more than one peer per direction: name them
     t_end = max([s["workload_window_s"][1]] + [e["t_s"] for e in trans])
     fig, ax = plt.subplots(figsize=(11, 1.5 + 0.24 * max(1, len(evs))))
-    for y, (direction, ev) in enumerate(evs):
-        if (direction, ev) not in sampled | moved:     # crossing the fault, but no state ever recorded
+    for y, (direction, peer, ev) in enumerate(evs):
+        if (direction, peer, ev) not in sampled | moved:     # crossing the fault, but no state ever recorded
             ax.broken_barh([(0, t_end)], (y - 0.4, 0.8), facecolor="white", edgecolor="tab:gray", hatch="//")
             ax.annotate("no EV state recorded", (t_end / 2, y), ha="center", va="center", fontsize=7,
                         bbox={"facecolor": "white", "edgecolor": "none"})
             continue
-        mine = [e for e in trans if e["rank"] == rank and (e["dir"] or "tx") == direction and e["ev_id"] == ev]
+        mine = [e for e in trans if e["rank"] == rank and (e["dir"] or "tx") == direction
+                and e.get("peer") == peer and e["ev_id"] == ev]
         for start, dur, state in ev_segments(mine, t_end):
             ax.broken_barh([(start, dur)], (y - 0.4, 0.8), color=STATE_COLOURS.get(state, "tab:purple"))
     fault_lines(ax, s.get("faults") or [], label=False)
-    ax.set_yticks(range(len(evs)), [f"{d} {ev}" + (" *" if (d, ev) in crossing else "") for d, ev in evs],
-                  fontsize=7)
+    ax.set_yticks(range(len(evs)), [f"{d} {f'{p} ' if several else ''}{ev}" + (" *" if (d, p, ev) in crossing else "")
+                                    for d, p, ev in evs], fontsize=7)
     for tick, v in zip(ax.get_yticklabels(), evs):
         if v in crossing:
             tick.set_color("tab:red")
@@ -90,7 +92,7 @@ def plot_ev_timelines(run_dir: Path, summary: dict, transport: str, rank: int | 
     none for rc: one EV per QP says nothing a goodput plot does not).
 
     With ``rank``: ev-timeline-<transport>.png of that rank. Else, when the summary lists
-    ``evs_crossing_fault`` ({rank, dir, ev_id}: EVs whose path crosses the faulted link), one
+    ``evs_crossing_fault`` ({rank, dir, peer, ev_id}: EVs whose path crosses the faulted link), one
     ev-timeline-<transport>-rank<r>.png per rank listed there, those EVs starred; else
     ev-timeline-<transport>.png of the rank with the most transitions. Earlier timelines of
     the transport are removed first. EVs start in the ``old`` state of their first
@@ -110,11 +112,11 @@ def plot_ev_timelines(run_dir: Path, summary: dict, transport: str, rank: int | 
     crossing_list = s.get("evs_crossing_fault") or []
     if rank is not None or not crossing_list:
         r = _busiest_rank(trans) if rank is None else rank
-        crossing = {(c.get("dir") or "tx", c["ev_id"]) for c in crossing_list if c["rank"] == r}
+        crossing = {(c.get("dir") or "tx", c.get("peer"), c["ev_id"]) for c in crossing_list if c["rank"] == r}
         return [_plot_rank(run_dir / f"ev-timeline-{transport}.png", summary, transport, trans, r, crossing)]
     out = []
     for r in sorted({c["rank"] for c in crossing_list}):
-        crossing = {(c.get("dir") or "tx", c["ev_id"]) for c in crossing_list if c["rank"] == r}
+        crossing = {(c.get("dir") or "tx", c.get("peer"), c["ev_id"]) for c in crossing_list if c["rank"] == r}
         out.append(_plot_rank(run_dir / f"ev-timeline-{transport}-rank{r}.png", summary, transport, trans, r,
                               crossing))
     return out

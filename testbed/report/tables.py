@@ -186,6 +186,22 @@ def busbw_by_size_table(summary: dict) -> Grid:
                 justify=["right"] * (1 + len(names)), caption=None if rows else "no iteration finished")
 
 
+def jobs_table(summary: dict) -> Grid | None:
+    """A run of several jobs: one row per (transport, job): collective, ranks, busbw (Mbit/s and
+    of the host's bandwidth), iteration p50, #wrong and completion. None for a single job."""
+    rows = []
+    for name, s in summary["transports"].items():
+        for i, j in enumerate(s.get("jobs") or ()):
+            it = j.get("iteration_s") or {}
+            rows.append([name if i == 0 else "", j["job"], j.get("collective") or "?", str(j.get("world_size") or "?"),
+                         fmt_sig(j.get("busbw_mbit_per_s")), fmt_pct(j.get("busbw_fraction_of_host"), 3),
+                         fmt_s(it.get("p50")), str(j.get("wrong", "?")), "yes" if j.get("complete") else "no"])
+    if not rows:
+        return None
+    return Grid("jobs run at once", ["transport", "job", "collective", "ranks", "busbw (Mbit/s)", "busbw / host",
+                                     "iteration p50", "#wrong", "complete"], rows)
+
+
 def validity_table(summary: dict) -> Grid:
     """Whether the emulation kept up, one row per transport: host CPU, agents' scheduling
     delay and timer lateness, the sampler's coverage of the run."""
@@ -229,13 +245,13 @@ _TYPES = {"float32": "float", "float64": "double", "float16": "half", "int32": "
 
 
 def nccl_tests_block(s: dict) -> str:
-    """nccl-tests all_reduce_perf output of one transport summary, as plain text: time in
+    """nccl-tests <collective>_perf output of one transport summary, as plain text: time in
     microseconds (mean of the measured iterations, each the slowest rank's: nccl-tests -a 3),
     algbw and busbw in GB/s (1e9 bytes/s) to 3 significant figures (emulated links make them
     tiny: 0.000590, where nccl-tests would print 0.00), #wrong elements; then nccl-tests'
     "Out of bounds values" and "Avg bus bandwidth" (GB/s, mean over sizes) lines."""
     name, n = s.get("transport", "?"), s.get("world_size")
-    lines = [f"# {name}: all_reduce, {n} ranks; time = slowest rank, mean of iterations",
+    lines = [f"# {name}: {s.get('collective') or 'all_reduce'}, {n} ranks; time = slowest rank, mean of iterations",
              "#" + " " * 43 + f"{'out-of-place':^30}".rstrip(),
              "# " + _ROW.format("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")[2:],
              "# " + _ROW.format("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "")[2:]]

@@ -44,9 +44,9 @@ from agents.protocol import Done, Event, Failed, Iteration, Message, Ready, Samp
 from ..counters import LinkCounters
 from ..fabric import Fabric
 from ..faults import FaultInjector, LinkState, Reconverge
-from ..jobs import build_jobs, write_jobs
+from ..jobs import build_all_jobs, write_jobs
 from ..kernel import features
-from ..spec import Scenario
+from ..spec import Scenario, transport_variant
 from ..timeline import Step, Timeline, sweep_warmups
 from .control import ControlServer, control_socket_path
 from .progress import Display, Progress
@@ -75,7 +75,9 @@ class TransportRun:
         self.records = TransportRecords(self.dir)
         self.progress = progress
         self.python, self.qp_overrides = python, qp_overrides
-        self.world = list(scenario.workload.hosts)
+        #: the host of every agent, by agent id (job after job; a single job: its ranks)
+        self.world = [h for wl in scenario.all_jobs for h in wl.hosts]
+        self.primary = len(scenario.workload.hosts)   # agents 0..primary-1 run the first job
         self.events, self.samples = self.records.events, self.records.samples
         wl = scenario.workload
         self.timeline = Timeline(scenario.timeline, sweep_warmups(len(wl.sizes_bytes), wl.iterations, wl.warmup),
@@ -127,12 +129,11 @@ class TransportRun:
         self.fabric = Fabric(self.scenario.topology, have_netem=features().netem)
         self.fabric.start()
         self.journal({"kind": "fabric", "phase": "up", "timings": self.fabric.timings})
-        n = len(self.world)
-        pairs = {(self.world[r], self.world[(r + 1) % n]) for r in range(n)}
+        pairs = {(wl.hosts[a], wl.hosts[b]) for wl in self.scenario.all_jobs for a, b in wl.connections}
         pairs |= {(b, a) for a, b in pairs}
-        reach = probe(self.fabric, sorted(pairs), srv6=self.transport == "mrc")
+        reach = probe(self.fabric, sorted(pairs), srv6=transport_variant(self.transport)[0] == "mrc")
         if reach.lost:
-            raise RunnerError(f"fabric check: {len(reach.lost)} ring paths unreachable before the run "
+            raise RunnerError(f"fabric check: {len(reach.lost)} peer paths unreachable before the run "
                               f"(e.g. {sorted(reach.lost)[0]})")
         self._trace_paths()
         self.faults = FaultInjector(self.fabric, record=self.journal)
@@ -164,15 +165,15 @@ class TransportRun:
         sock = control_socket_path(self.dir, self.transport)
         self.server = ControlServer(sock, allowed_pids=lambda: (p.pid for p in self.procs.values()))
         run_id = f"{self.dir.parent.name}/{self.transport}"
-        jobs = build_jobs(self.scenario, self.transport, run_id=run_id, control_socket=sock,
-                          qp_overrides=self.qp_overrides)
+        jobs = build_all_jobs(self.scenario, self.transport, run_id=run_id, control_socket=sock,
+                              qp_overrides=self.qp_overrides)
         paths = write_jobs(jobs, self.dir / "jobs")
         repo = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         for job, path in zip(jobs, paths):
-            logf = open(agent_log(self.dir, job["rank"]), "wb", opener=records.private_opener)
+            logf = open(agent_log(self.dir, job["agent"]), "wb", opener=records.private_opener)
             self.logs.append(logf)
-            self.procs[job["rank"]] = self.fabric.popen(
+            self.procs[job["agent"]] = self.fabric.popen(
                 job["host"], [self.python, "-m", "agents", "--job", str(path.resolve())],
                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(repo), env=env)
         self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()}})
@@ -219,7 +220,7 @@ class TransportRun:
 
     def _on_message(self, msg: Message) -> None:
         if not 0 <= msg.rank < len(self.world):
-            log.warning("control message from rank %d, not in the ring: %r", msg.rank, msg)
+            log.warning("control message from agent %d, not one of this run's: %r", msg.rank, msg)
             return
         self._handlers[type(msg)](self, msg)
 
@@ -228,8 +229,9 @@ class TransportRun:
 
     def _on_iteration(self, msg: Iteration) -> None:
         self.events.write(records.iteration_record(msg))
-        self.progress.iteration(msg)
-        self.timeline.iteration_done(msg.seq, time.monotonic())
+        if msg.rank < self.primary:   # progress and at_iteration follow the first job
+            self.progress.iteration(msg)
+            self.timeline.iteration_done(msg.seq, time.monotonic())
 
     def _on_event(self, msg: Event) -> None:
         self.events.write(records.event_record(msg))
@@ -365,7 +367,8 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
     manifest = base_manifest(scenario)
     write_manifest(run_dir, manifest)
     wl = scenario.workload
-    rows = [Progress(t, len(wl.hosts), wl.measured_iterations, list(wl.sizes_bytes), status="waiting")
+    rows = [Progress(t, len(wl.hosts), wl.measured_iterations, list(wl.sizes_bytes), status="waiting",
+                     collective=wl.collective)
             for t in (transports or scenario.transports)]
     result = RunResult(run_dir, {}, {})
     display = Display(rows, console, live=live)

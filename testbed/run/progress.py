@@ -38,6 +38,7 @@ class Progress:
     last_busbw_mbit: float | None = None
     faults: int = 0
     wrong: int = 0
+    collective: str = "all_reduce"
 
     def iteration(self, msg: Iteration) -> None:
         """Count an agent's iteration report."""
@@ -49,7 +50,7 @@ class Progress:
         secs = self.per_iter.setdefault(key, [])
         secs.append(float(msg.seconds))
         if len(secs) == self.world:       # slowest rank, as metrics does (nccl-tests -a 3)
-            self.last_busbw_mbit = bandwidths(msg.size, max(secs), self.world)["busbw_mbit_per_s"]
+            self.last_busbw_mbit = bandwidths(msg.size, max(secs), self.world, self.collective)["busbw_mbit_per_s"]
             del self.per_iter[key]
 
     def row(self) -> list[str]:

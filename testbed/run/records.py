@@ -287,11 +287,14 @@ def event_schema(record) -> Obj:
 
 
 _EV_PATH = Obj({"ev_id": KEY}, {"links": Opt(ListOf(STR, 1 << 10))})
-_PEER = Obj({}, {"evs": ListOf(_EV_PATH, 1 << 16)})
+_PEER = Obj({}, {"evs": ListOf(_EV_PATH, 1 << 16), "host": STR, "rank": RANK})
 JOB = Obj({"rank": RANK}, {"world": ListOf(STR, 1 << 20), "next": _PEER, "prev": _PEER,
+                           "send_to": ListOf(_PEER, 1 << 16), "recv_from": ListOf(_PEER, 1 << 16),
+                           "collective": STR, "job": STR, "agent": RANK,
                            "qp": Obj({}, {"cc_params": Obj({}, {"base_rtt_s": Opt(Num(0, 1e6))})})})
 """``jobs/rank<r>.json`` (:mod:`testbed.jobs`; the keys the metrics read)."""
-PATH_FLOW = Obj({"src_rank": RANK, "dst_rank": RANK}, {"kind": Opt(STR), "links": ListOf(STR, 1 << 10)})
+PATH_FLOW = Obj({"src_rank": RANK, "dst_rank": RANK}, {"kind": Opt(STR), "links": ListOf(STR, 1 << 10),
+                                                       "job": STR})
 PATHS_DOC = Obj({}, {"flows": ListOf(ANY, 1 << 20)})
 """``paths.json``: ``{"transport", "flows": [PATH_FLOW]}`` (:mod:`testbed.paths`)."""
 

@@ -33,12 +33,13 @@ Scenario file
 -------------
 ``name``?, ``description``?, ``topology`` (path, relative to the scenario's
 directory first, then the current directory), ``transports`` (non-empty,
-unique, from ``mrc rc tcp``), ``seed`` (int >= 0), ``timeout`` (duration),
+unique, from ``mrc rc tcp``, or ``rc-x<N>``: RC with N QPs per connection, 1 <= N <= 64), ``seed`` (int >= 0), ``timeout`` (duration),
 ``reconverge_after``? (duration), ``trials``? (int >= 1: seeds seed, seed+1, ..., each on
-fresh fabrics), ``workload`` (``collective: all_reduce``,
-``hosts: all`` or a list of >= 2 hosts, ``min_bytes``, ``max_bytes``,
-``factor`` (int >= 2), ``iterations`` (>= 1), ``warmup`` (>= 0), ``evs``?,
-``mtu``?) and ``timeline``? (a list; each item has exactly one trigger, ``at:
+fresh fabrics), ``workload`` (``collective``: all_reduce, all_gather, reduce_scatter,
+all_to_all or permutation; ``hosts: all`` or a list of >= 2 hosts; ``order``?:
+listed (default), random (seeded) or rail; ``min_bytes``, ``max_bytes``,
+``factor`` (int >= 2), ``iterations`` (>= 1), ``warmup`` (>= 0), ``evs``? (at most
+one EV per path) or ``evs_per_qp``? (exactly that many, reusing paths), ``mtu``?) and ``timeline``? (a list; each item has exactly one trigger, ``at:
 <duration>`` or ``at_iteration: N`` with optional ``after: <duration>``, and
 exactly one action: ``link_down: LINK``, ``link_up: LINK``, ``flap: {link,
 period, count}``, ``loss: {link, percent, duration?}``, ``rate: {link, rate,
@@ -46,6 +47,7 @@ duration?}``, ``blackhole: {link, duration?}``). LINK is a link name
 (``a0_0-c0_0``, either direction), a selector ``random <role>-<role>``,
 resolved with ``random.Random(seed)`` in timeline order at load time, or a flow
 target ``{crossed_by: "rc 3->4" | [rc, tcp], hop?: core-aggregation | unrepaired}``
+(``3->4`` a sender and receiver of the collective)
 (:mod:`testbed.targets`), checked here and resolved by the runner on the fabric.
 
 Bounds
@@ -76,7 +78,7 @@ from agents.protocol import TRANSPORTS
 from ..kernel import KernelFeatures
 from ..topology import Topology
 from ..yamlread import Problem, Reader, SpecError
-from .common import ACTIONS, MAX_REFERRED_PROBLEMS, SCENARIO_KEYS
+from .common import ACTIONS, COLLECTIVES, MAX_REFERRED_PROBLEMS, ORDERS, SCENARIO_KEYS, transport_variant
 from .model import Scenario, TimelineEvent, Workload
 from .scenfile import load_scenario
 from .timelinefile import timeline_warnings
@@ -84,7 +86,7 @@ from .topofile import load_topology
 
 __all__ = ["Problem", "SpecError", "Scenario", "Workload", "TimelineEvent", "load_topology",
            "load_scenario", "load_file", "is_scenario", "timeline_warnings", "TRANSPORTS", "ACTIONS",
-           "MAX_REFERRED_PROBLEMS", "Path"]
+           "COLLECTIVES", "ORDERS", "transport_variant", "MAX_REFERRED_PROBLEMS", "Path"]
 
 # -- either -------------------------------------------------------------------
 

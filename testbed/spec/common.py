@@ -20,13 +20,15 @@ _CLASS_KEYS = ["rate", "queue", "delay", "loss", "mtu"]
 #: Host NIC uSIDs 0x1000.. are limited to 0x8000 NICs (topology.py's plan).
 MAX_HOST_NICS = 0x8000
 ACTIONS = ("link_down", "link_up", "flap", "loss", "rate", "blackhole")
-SCENARIO_KEYS = ("transports", "timeline", "workload")
+SCENARIO_KEYS = ("transports", "timeline", "workload", "jobs")
 _ACTION_KEYS = {"flap": (["link", "period", "count"], []), "loss": (["link", "percent"], ["duration"]),
                 "rate": (["link", "rate"], ["duration"]), "blackhole": (["link"], ["duration"])}
 _WORKLOAD_REQUIRED = ["collective", "hosts", "min_bytes", "max_bytes", "factor", "iterations", "warmup"]
 
 #: A scenario name names its run directory: no '/', no '..', nothing a shell would trip on.
 SCENARIO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: A job's name labels its flows and report rows.
+JOB_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 #: Kernel limits: a qdisc queue limit is a u32; netem takes its delay in microseconds as a u32.
 MAX_QUEUE_PKTS = 2**32 - 1
 MAX_DELAY_S = (2**32 - 1) / 1e6
@@ -36,6 +38,28 @@ ELEMENT_BYTES = 4
 MAX_WORKLOAD_BYTES = 1 << 30
 MAX_ITERATIONS = 100_000
 MAX_EVS = 4096
+#: ``workload.collective`` values (agents/collectives.py implements them).
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permutation")
+#: ``workload.order``: ``listed`` (the hosts as given, ``all`` in topology order), ``random``
+#: (seeded shuffle) or ``rail`` (hosts grouped by their position under their edge switch).
+ORDERS = ("listed", "random", "rail")
+#: RC with N QPs per connection (NCCL_IB_QPS_PER_CONNECTION) as a transport variant ``rc-x<N>``.
+RC_VARIANT_RE = re.compile(r"rc-x([1-9][0-9]?)")
+MAX_RC_QPS = 64
+
+
+def transport_variant(name: str) -> tuple[str, int]:
+    """``(base transport, QPs per connection)`` of a transport name: ``"rc-x8"`` -> ``("rc", 8)``,
+    ``"mrc"`` -> ``("mrc", 1)``. Raises ValueError for a name that is neither a transport of
+    :data:`agents.protocol.TRANSPORTS` nor ``rc-x<N>`` with 1 <= N <= :data:`MAX_RC_QPS`."""
+    from agents.protocol import TRANSPORTS
+    if name in TRANSPORTS:
+        return name, 1
+    m = RC_VARIANT_RE.fullmatch(name)
+    if m and 1 <= int(m.group(1)) <= MAX_RC_QPS:
+        return "rc", int(m.group(1))
+    raise ValueError(f"{name!r} is not a transport ({', '.join(TRANSPORTS)}, or rc-x<N> for RC with "
+                     f"N QPs per connection, 1 <= N <= {MAX_RC_QPS})")
 #: Timeline bounds: more events than this is a generated file gone wrong; a flap
 #: toggles a link through tc/ip (~ms each), so a period below 10ms is not a flap.
 MAX_TIMELINE_EVENTS = 1000

@@ -15,7 +15,9 @@ from ..yamlread import Problem
 
 @dataclass(frozen=True)
 class Workload:
-    """The collective to run: ``hosts`` resolved to names; sizes in bytes."""
+    """The collective to run: ``hosts`` resolved to names in rank order (after ``order``);
+    sizes in bytes. ``evs``: at most that many EVs per QP, one per distinct path;
+    ``evs_per_qp``: exactly that many, reusing paths round-robin where there are fewer."""
 
     collective: str
     hosts: tuple[str, ...]
@@ -26,6 +28,22 @@ class Workload:
     warmup: int
     evs: int | None = None
     mtu: int | None = None
+    order: str = "listed"
+    evs_per_qp: int | None = None
+    #: permutation only: ``targets[r]`` is the rank r sends to (a seeded derangement).
+    targets: tuple[int, ...] | None = None
+    #: the job's name (``jobs[i].name``; ``job0`` for a scenario's single ``workload``)
+    name: str = "job0"
+
+    def peers(self, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(send_to, recv_from) ranks of ``rank`` (:func:`agents.collectives.peers`)."""
+        from agents.collectives import peers
+        return peers(self.collective, rank, len(self.hosts), self.targets)
+
+    @property
+    def connections(self) -> list[tuple[int, int]]:
+        """Every (sender, receiver) rank pair of the collective, by sender then receiver."""
+        return [(r, d) for r in range(len(self.hosts)) for d in self.peers(r)[0]]
 
     @property
     def sizes_bytes(self) -> tuple[int, ...]:
@@ -86,6 +104,14 @@ class Scenario:
     #: Suspicious but valid timeline items (overlapping faults, a link_up with no
     #: link_down, faults outlasting the timeout), as Problems; not in ``to_dict``.
     warnings: tuple[Problem, ...] = dataclass_field(default=(), compare=False)
+    #: Every job run at once (``jobs:``); ``workload`` is the first. Empty: ``(workload,)``.
+    jobs: tuple[Workload, ...] = ()
+
+    @property
+    def all_jobs(self) -> tuple[Workload, ...]:
+        """The jobs run at once: ``jobs``, or the single ``workload``. The timeline's
+        ``at_iteration`` and flow selectors refer to the first."""
+        return self.jobs or (self.workload,)
 
     def to_dict(self) -> dict:
         """JSON-able resolved spec for manifest.json (topology summarized, not inlined)."""
@@ -98,9 +124,14 @@ class Scenario:
             "transports": list(self.transports), "seed": self.seed, "trials": self.trials,
             "timeout_s": self.timeout_s,
             "reconverge_after_s": self.reconverge_after_s,
-            "workload": {**vars(self.workload), "hosts": list(self.workload.hosts),
-                         "sizes_bytes": list(self.workload.sizes_bytes)},
+            "workload": _workload_dict(self.workload),
+            "jobs": [_workload_dict(j) for j in self.all_jobs],
             "timeline": [{**vars(e), "target": str(e.target) if e.target else None} for e in self.timeline],
         }
 
 
+
+
+def _workload_dict(wl: Workload) -> dict:
+    return {**vars(wl), "hosts": list(wl.hosts), "sizes_bytes": list(wl.sizes_bytes),
+            "targets": list(wl.targets) if wl.targets is not None else None}

@@ -15,7 +15,7 @@ from ..kernel import KernelFeatures, features as probe_features
 from ..topology import Topology
 from ..units import show
 from ..yamlread import Reader, SpecError, join, line_of
-from .common import (SCENARIO_KEYS, _WORKLOAD_REQUIRED, SCENARIO_NAME_RE, ELEMENT_BYTES, MAX_WORKLOAD_BYTES,
+from .common import (COLLECTIVES, JOB_NAME_RE, ORDERS, transport_variant, SCENARIO_KEYS, _WORKLOAD_REQUIRED, SCENARIO_NAME_RE, ELEMENT_BYTES, MAX_WORKLOAD_BYTES,
                      MAX_ITERATIONS, MAX_EVS, MAX_REFERRED_PROBLEMS, _sorted, _not_a_mapping, _did_you_mean,
                      _explain_missing)
 from .model import Scenario, Workload
@@ -55,8 +55,8 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
               seed_override: int | None = None) -> Scenario | None:
     if _not_a_mapping(r, root, "a scenario"):
         return None
-    m = r.mapping(root, "", ["topology", "transports", "seed", "timeout", "workload"],
-                  ["name", "description", "reconverge_after", "timeline", "trials"])
+    m = r.mapping(root, "", ["topology", "transports", "seed", "timeout"],
+                  ["name", "description", "reconverge_after", "timeline", "trials", "workload", "jobs"])
     if m is None:
         return None
     found = [k for k in SCENARIO_KEYS if k in m]
@@ -95,13 +95,48 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     if timeout_s == 0:
         r.error(m["timeout"], "timeout", "must be > 0")
     reconverge = r.unit(m.get("reconverge_after"), "reconverge_after", units.parse_duration)
-    workload = _workload(r, m.get("workload"), topo)
+    jobs = _jobs(r, m, topo, seed)
+    workload = jobs[0] if jobs else None
     timeline = _timeline(r, m.get("timeline"), topo, seed, timeout_s, workload, feats)
     if r.problems or None in (name, topo, transports, seed, timeout_s, workload, timeline, trials):
         return None
     warnings = timeline_warnings(r, timeline, timeout_s)
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
-                    reconverge, workload, timeline, trials, warnings)
+                    reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs))
+
+
+def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None) -> list[Workload] | None:
+    """``workload`` (one job, named job0) or ``jobs`` (a list of workloads with unique
+    ``name``s, run at once on disjoint or shared hosts); exactly one of the two."""
+    if ("workload" in m) == ("jobs" in m):
+        r.error(m.get("jobs") or m.get("workload") or 1, "", "give exactly one of 'workload' (one job) or "
+                                                            "'jobs' (a list of jobs run at once)")
+        return None
+    if "workload" in m:
+        wl = _workload(r, m["workload"], topo, seed)
+        return [wl] if wl is not None else None
+    items = r.seq(m["jobs"], "jobs")
+    if not items:
+        if items == []:
+            r.error(m["jobs"], "jobs", "needs at least one job")
+        return None
+    out, names = [], []
+    for i, item in enumerate(items):
+        where = join("jobs", i)
+        if _not_a_mapping(r, item, "a job"):
+            return None
+        keys = {k.value: v for k, v in item.value}
+        name = r.text(keys.get("name"), join(where, "name")) if "name" in keys else f"job{i}"
+        if name is not None and not JOB_NAME_RE.fullmatch(name):
+            r.error(keys["name"], join(where, "name"), f"job name {show(name)}: use 1-32 lower-case letters, "
+                                                       "digits, '_' or '-', starting with a letter")
+            name = None
+        elif name in names:
+            r.error(keys["name"], join(where, "name"), f"duplicate job name {show(name)}")
+            name = None
+        names.append(name)
+        out.append(_workload(r, item, topo, seed, where, name or f"job{i}"))
+    return out if None not in out and None not in names else None
 
 
 def _scenario_name(r: Reader, node: Node | None, stem: str) -> str | None:
@@ -125,61 +160,105 @@ def _transports(r: Reader, node: Node | None) -> tuple[str, ...] | None:
     if not items:
         r.error(node, "transports", f"must name at least one of {', '.join(TRANSPORTS)}")
         return None
-    out = [r.choice(item, join("transports", i), TRANSPORTS) for i, item in enumerate(items)]
+    out = []
+    for i, item in enumerate(items):
+        name = r.text(item, join("transports", i))
+        try:
+            if name is not None:
+                transport_variant(name)
+            out.append(name)
+        except ValueError as exc:
+            r.error(item, join("transports", i), str(exc))
+            out.append(None)
     for i, t in enumerate(out):
         if t is not None and t in out[:i]:
             r.error(items[i], join("transports", i), f"duplicate transport {t!r}")
     return tuple(out) if None not in out and len(set(out)) == len(out) else None
 
 
-def _workload(r: Reader, node: Node | None, topo: Topology | None) -> Workload | None:
-    m = r.mapping(node, "workload", _WORKLOAD_REQUIRED, ["evs", "mtu"]) if node is not None else None
+def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | None,
+              where: str = "workload", name: str = "job0") -> Workload | None:
+    m = (r.mapping(node, where, _WORKLOAD_REQUIRED, ["evs", "evs_per_qp", "mtu", "order"]
+                   + (["name"] if where != "workload" else []))
+         if node is not None else None)
     if m is None or not set(_WORKLOAD_REQUIRED) <= m.keys():
         return None
-    collective = r.choice(m["collective"], "workload.collective", ["all_reduce"])
-    hosts = _hosts(r, m["hosts"], topo)
-    sizes = [r.unit(m[k], f"workload.{k}", units.parse_size) for k in ("min_bytes", "max_bytes")]
+    collective = r.choice(m["collective"], f"{where}.collective", COLLECTIVES)
+    hosts = _hosts(r, m["hosts"], topo, where)
+    order = r.choice(m["order"], f"{where}.order", ORDERS) if "order" in m else "listed"
+    sizes = [r.unit(m[k], f"{where}.{k}", units.parse_size) for k in ("min_bytes", "max_bytes")]
     for i, key in enumerate(("min_bytes", "max_bytes")):
         if sizes[i] is not None and sizes[i] > MAX_WORKLOAD_BYTES:
-            r.error(m[key], f"workload.{key}", f"{units.format_size(sizes[i])} is above the largest buffer a "
+            r.error(m[key], f"{where}.{key}", f"{units.format_size(sizes[i])} is above the largest buffer a "
                                                f"rank may hold ({units.format_size(MAX_WORKLOAD_BYTES)})")
             sizes[i] = None
         elif sizes[i] and sizes[i] % ELEMENT_BYTES:
-            r.error(m[key], f"workload.{key}", f"{sizes[i]} bytes is not a whole number of float32 "
+            r.error(m[key], f"{where}.{key}", f"{sizes[i]} bytes is not a whole number of float32 "
                                                f"elements ({ELEMENT_BYTES} bytes each)")
             sizes[i] = None
     if sizes[0] == 0:
-        r.error(m["min_bytes"], "workload.min_bytes", "must be >= 1 byte")
+        r.error(m["min_bytes"], f"{where}.min_bytes", "must be >= 1 byte")
     elif None not in sizes and sizes[1] < sizes[0]:
-        r.error(m["max_bytes"], "workload.max_bytes",
+        r.error(m["max_bytes"], f"{where}.max_bytes",
                 f"{units.format_size(sizes[1])} is below min_bytes ({units.format_size(sizes[0])})")
-    counts = [r.integer(m[k], f"workload.{k}", minimum=low, maximum=high) for k, low, high in
+    counts = [r.integer(m[k], f"{where}.{k}", minimum=low, maximum=high) for k, low, high in
               (("factor", 2, MAX_WORKLOAD_BYTES), ("iterations", 1, MAX_ITERATIONS), ("warmup", 0, MAX_ITERATIONS))]
-    evs = r.integer(m.get("evs"), "workload.evs", minimum=1, maximum=MAX_EVS)
-    mtu = r.integer(m.get("mtu"), "workload.mtu", minimum=1280, maximum=65535)
+    evs = r.integer(m.get("evs"), f"{where}.evs", minimum=1, maximum=MAX_EVS)
+    evs_per_qp = r.integer(m.get("evs_per_qp"), f"{where}.evs_per_qp", minimum=1, maximum=MAX_EVS)
+    if "evs" in m and "evs_per_qp" in m:
+        r.error(m["evs_per_qp"], f"{where}.evs_per_qp", "give either evs (at most one EV per path) or "
+                                                        "evs_per_qp (exactly this many, reusing paths), not both")
+    mtu = r.integer(m.get("mtu"), f"{where}.mtu", minimum=1280, maximum=65535)
     if mtu is not None and topo is not None and mtu > (low := min(l.params.mtu for l in topo.links)):
-        r.error(m["mtu"], "workload.mtu", f"{mtu} is above the fabric's smallest link MTU ({low})")
-    if r.problems or None in (collective, hosts, *sizes, *counts):
+        r.error(m["mtu"], f"{where}.mtu", f"{mtu} is above the fabric's smallest link MTU ({low})")
+    if r.problems or None in (collective, hosts, order, *sizes, *counts):
         return None
-    return Workload(collective, hosts, sizes[0], sizes[1], *counts, evs=evs, mtu=mtu)
+    targets = None
+    if collective == "permutation":
+        from agents.collectives import derangement
+        targets = tuple(derangement(seed, len(hosts)))
+    salt = "" if where == "workload" or where == "jobs[0]" else f":{name}"
+    return Workload(collective, order_hosts(hosts, order, topo, f"{seed}{salt}"), sizes[0], sizes[1], *counts,
+                    evs=evs, mtu=mtu, order=order, evs_per_qp=evs_per_qp, targets=targets, name=name)
 
 
-def _hosts(r: Reader, node: Node, topo: Topology | None) -> tuple[str, ...] | None:
+def order_hosts(hosts: tuple[str, ...], order: str, topo: Topology, seed: int | str | None) -> tuple[str, ...]:
+    """Rank order of ``hosts`` (see :data:`testbed.spec.common.ORDERS`).
+
+    ``random``: ``random.Random(f"{seed}:order").shuffle``, a placement by a scheduler that does
+    not know the topology (a scenario's second and later jobs salt the seed with their name, so
+    two random rings differ). ``rail``: hosts sorted by (position under their first NIC's switch,
+    that switch's position), so consecutive ranks sit under different edge switches and every
+    ring hop crosses the fabric, as with rail-ordered rings over servers whose GPU i is on rail i.
+    """
+    import random
+    out = list(hosts)
+    if order == "random":
+        random.Random(f"{seed}:order").shuffle(out)
+    elif order == "rail":
+        switch_of = {h: topo.nics[h][0].switch for h in out}
+        switches = list(dict.fromkeys(switch_of[h] for h in (x.name for x in topo.hosts) if h in switch_of))
+        under = {s: [h for h in (x.name for x in topo.hosts) if switch_of.get(h) == s] for s in switches}
+        out.sort(key=lambda h: (under[switch_of[h]].index(h), switches.index(switch_of[h])))
+    return tuple(out)
+
+
+def _hosts(r: Reader, node: Node, topo: Topology | None, where: str = "workload") -> tuple[str, ...] | None:
     known = [h.name for h in topo.hosts] if topo else None
     if r.value(node) == "all":
         return tuple(known) if known is not None else None
-    items = r.seq(node, "workload.hosts")
+    items = r.seq(node, f"{where}.hosts")
     if items is None:
         return None
-    names = [r.text(item, join("workload.hosts", i)) for i, item in enumerate(items)]
+    names = [r.text(item, join(f"{where}.hosts", i)) for i, item in enumerate(items)]
     for i, host in enumerate(names):
-        path = join("workload.hosts", i)
+        path = join(f"{where}.hosts", i)
         if host is not None and known is not None and host not in known:
             r.error(items[i], path, f"unknown host {show(host)}{_did_you_mean(host, known)}")
         elif host is not None and host in names[:i]:
             r.error(items[i], path, f"duplicate host {show(host)}")
     if len(items) < 2:
-        r.error(node, "workload.hosts", f"an all-reduce needs >= 2 hosts, got {len(items)}")
+        r.error(node, f"{where}.hosts", f"a collective needs >= 2 hosts, got {len(items)}")
     return tuple(names)
 
 

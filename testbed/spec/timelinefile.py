@@ -178,7 +178,7 @@ def _flow_target(r: Reader, node: Node, path: str, topo: Topology | None,
         if text is None:
             return None
         try:
-            sel = parse_selector(text, len(hosts))
+            sel = parse_selector(text, len(hosts), set(workload.connections))
         except ValueError as exc:
             r.error(item, where, str(exc))
             return None

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from testbed.counters import LinkCounters
-from testbed.paths import FiveTuple, Flow, Tracer, ring_flows, trace_flows
+from testbed.paths import FiveTuple, Flow, Tracer, job_flows, trace_flows
 
 PACKETS = 40
 
@@ -18,9 +18,10 @@ def _ring_jobs(fabric, transport: str, seed: int = 1) -> list[dict]:
     from types import SimpleNamespace
 
     from testbed.jobs import build_jobs
+    from testbed.spec import Workload
     topo = fabric.topo
     hosts = tuple(h.name for h in topo.hosts)
-    wl = SimpleNamespace(hosts=hosts, evs=8, mtu=None, sizes_bytes=(1 << 20,), iterations=1, warmup=0)
+    wl = Workload("all_reduce", hosts, 1 << 20, 1 << 20, 2, 1, 0, evs=8)
     scenario = SimpleNamespace(topology=topo, workload=wl, seed=seed)
     return build_jobs(scenario, transport, run_id="t", control_socket="/tmp/none.sock")
 
@@ -48,7 +49,7 @@ def _crossed(before: dict, after: dict, at_least: int) -> set[tuple[str, str]]:
 
 @pytest.mark.parametrize("transport", ["rc", "tcp"])
 def test_every_ring_flow_is_delivered_over_a_shortest_path(k4, transport):
-    flows = ring_flows(_ring_jobs(k4, transport), k4.topo)
+    flows = job_flows(_ring_jobs(k4, transport), k4.topo)
     traced = trace_flows(k4, flows)
     assert len(traced) == 32
     for tf in traced:

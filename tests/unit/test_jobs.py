@@ -1,4 +1,5 @@
-"""Scenario -> agent job specs: ring neighbours, mirrored EVs, ECMP entropy, valid specs."""
+"""Scenario -> agent job specs: peers per collective, mirrored EVs, ECMP entropy, RC QPs per
+connection, EVs beyond paths, rank orders, valid specs."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -27,8 +28,8 @@ def test_every_job_parses_and_forms_a_ring(scenario, transport):
     assert [j["host"] for j in jobs] == hosts
     for r, job in enumerate(jobs):
         spec = parse_job(job, f"rank {r}")
-        assert spec.next.host == hosts[(r + 1) % len(hosts)]
-        assert spec.prev.host == hosts[(r - 1) % len(hosts)]
+        assert [p.host for p in spec.send_to] == [hosts[(r + 1) % len(hosts)]]
+        assert [p.host for p in spec.recv_from] == [hosts[(r - 1) % len(hosts)]]
         assert spec.sizes == scenario.workload.sizes_bytes
         assert job["qp"]["timeout"] == QP_DEFAULTS["timeout"]
 
@@ -39,8 +40,8 @@ def test_mrc_evs_reach_the_next_rank_and_sacks_mirror_the_previous_ranks_paths(s
     n = len(jobs)
     for r, job in enumerate(jobs):
         prev = jobs[(r - 1) % n]
-        fwd = {e["ev_id"]: e for e in prev["next"]["evs"]}        # prev -> us
-        back = {e["ev_id"]: e for e in job["prev"]["evs"]}         # us -> prev, same ids
+        fwd = {e["ev_id"]: e for e in prev["send_to"][0]["evs"]}        # prev -> us
+        back = {e["ev_id"]: e for e in job["recv_from"][0]["evs"]}       # us -> prev, same ids
         assert fwd.keys() == back.keys()
         assert len(fwd) == min(len(topo.evs(prev["host"], job["host"])), scenario.workload.evs)
         for ev_id, e in fwd.items():
@@ -62,23 +63,27 @@ def test_mirror_ends_at_the_source(scenario):
 
 def test_rc_uses_one_ecmp_ev_with_distinct_source_ports(scenario):
     jobs = build_jobs(scenario, "rc", run_id="r", control_socket="/tmp/c.sock")
-    ports = [j["next"]["evs"][0]["src_port"] for j in jobs]
-    assert all(len(j["next"]["evs"]) == 1 for j in jobs)
+    ports = [j["send_to"][0]["evs"][0]["src_port"] for j in jobs]
+    assert all(len(j["send_to"][0]["evs"]) == 1 for j in jobs)
     assert len(set(ports)) == len(ports) and all(49152 <= p <= 65535 for p in ports)
     topo = scenario.topology
     for j in jobs:
-        assert j["next"]["evs"][0]["address"] == str(topo.nics[j["next"]["host"]][0].address)
+        assert j["send_to"][0]["evs"][0]["address"] == str(topo.nics[j["send_to"][0]["host"]][0].address)
     again = build_jobs(scenario, "rc", run_id="r", control_socket="/tmp/c.sock")
-    assert [j["next"]["evs"][0]["src_port"] for j in again] == ports      # seeded
+    assert [j["send_to"][0]["evs"][0]["src_port"] for j in again] == ports      # seeded
+    # a ring keeps the ports it always had: random.sample's draws of n ports, in rank order
+    import random
+    assert ports == [49152 + j for j in random.Random(f"{scenario.seed}:ecmp").sample(range(65535 - 49152),
+                                                                                       len(jobs))]
 
 
 def test_qp_overrides_and_unknown_transport(scenario):
     jobs = build_jobs(scenario, "mrc", run_id="r", control_socket="/tmp/c.sock", qp_overrides={"timeout": 12})
     assert jobs[0]["qp"]["timeout"] == 12
-    with pytest.raises(ValueError, match="unknown transport"):
+    with pytest.raises(ValueError, match="not a transport"):
         build_jobs(scenario, "ib", run_id="r", control_socket="/tmp/c.sock")
     smaller = replace(scenario, workload=replace(scenario.workload, evs=2))
-    assert all(len(j["next"]["evs"]) <= 2 for j in build_jobs(smaller, "mrc", run_id="r", control_socket="x"))
+    assert all(len(j["send_to"][0]["evs"]) <= 2 for j in build_jobs(smaller, "mrc", run_id="r", control_socket="x"))
 
 
 def test_multi_plane_hosts_have_one_nic_per_plane_and_mrc_sizes_nscc_to_all(tmp_path):
@@ -97,5 +102,80 @@ def test_multi_plane_hosts_have_one_nic_per_plane_and_mrc_sizes_nscc_to_all(tmp_
     rc = build_jobs(sc, "rc", run_id="r", control_socket="x")
     assert mrc[0]["qp"]["cc_params"]["rate_bps"] == 40_000_000
     assert rc[0]["qp"]["cc_params"]["rate_bps"] == 20_000_000
-    first_links = {ev["links"][0] for ev in mrc[0]["next"]["evs"]}       # the NIC's host link
+    first_links = {ev["links"][0] for ev in mrc[0]["send_to"][0]["evs"]}       # the NIC's host link
     assert first_links == {nic.link for nic in sc.topology.nics[mrc[0]["host"]]}  # both planes used
+
+
+def _with(scenario, **workload):
+    wl = replace(scenario.workload, **workload)
+    if wl.collective == "permutation" and wl.targets is None:
+        from agents.collectives import derangement
+        wl = replace(wl, targets=tuple(derangement(scenario.seed, len(wl.hosts))))
+    return replace(scenario, workload=wl)
+
+
+@pytest.mark.parametrize("transport", ["mrc", "rc", "rc-x4", "tcp"])
+@pytest.mark.parametrize("collective", ["all_to_all", "permutation", "all_gather"])
+def test_peers_follow_the_collective_and_every_job_parses(scenario, transport, collective):
+    from agents.collectives import peers
+    sc = _with(scenario, collective=collective)
+    jobs = build_jobs(sc, transport, run_id="r", control_socket="/tmp/c.sock")
+    n = len(jobs)
+    for r, job in enumerate(jobs):
+        spec = parse_job(job, f"rank {r}")
+        send_to, recv_from = peers(collective, r, n, sc.workload.targets)
+        assert [p.rank for p in spec.send_to] == list(send_to)
+        assert [p.rank for p in spec.recv_from] == list(recv_from)
+        assert spec.collective == collective
+    if transport.startswith("rc"):   # every QP of the whole collective has its own entropy port
+        ports = [ev["src_port"] for j in jobs for p in j["send_to"] for ev in p["evs"]]
+        assert len(set(ports)) == len(ports) == sum(len(j["send_to"]) for j in jobs) * (4 if "x4" in transport else 1)
+        # the receiver's view of each QP's port is the sender's
+        by_conn = {(j["rank"], p["rank"]): [e["src_port"] for e in p["evs"]] for j in jobs for p in j["send_to"]}
+        for j in jobs:
+            for p in j["recv_from"]:
+                assert [e["src_port"] for e in p["evs"]] == by_conn[(p["rank"], j["rank"])]
+
+
+def test_rc_variant_stripes_over_n_qps(scenario):
+    jobs = build_jobs(scenario, "rc-x8", run_id="r", control_socket="/tmp/c.sock")
+    assert all(j["transport"] == "rc" and j["qps"] == 8 for j in jobs)
+    assert all([e["ev_id"] for e in j["send_to"][0]["evs"]] == list(range(8)) for j in jobs)
+    # QP 0 keeps rc x1's port: rc-x8 adds QPs, it does not move the first one
+    x1 = build_jobs(scenario, "rc", run_id="r", control_socket="/tmp/c.sock")
+    assert [j["send_to"][0]["evs"][0]["src_port"] for j in jobs] == [j["send_to"][0]["evs"][0]["src_port"] for j in x1]
+    with pytest.raises(ValueError, match="rc-x<N>"):
+        build_jobs(scenario, "rc-x0", run_id="r", control_socket="/tmp/c.sock")
+
+
+def test_evs_per_qp_reuses_paths_round_robin(scenario):
+    topo = scenario.topology
+    sc = _with(scenario, evs=None, evs_per_qp=10)
+    jobs = build_jobs(sc, "mrc", run_id="r", control_socket="/tmp/c.sock")
+    n = len(jobs)
+    for r, job in enumerate(jobs):
+        evs = job["send_to"][0]["evs"]
+        paths = topo.evs(job["host"], job["send_to"][0]["host"])
+        assert [e["ev_id"] for e in evs] == list(range(10))
+        assert [e["links"] for e in evs] == [list(paths[k % len(paths)].links) for k in range(10)]
+        back = {e["ev_id"]: e for e in jobs[(r + 1) % n]["recv_from"][0]["evs"]}
+        assert all(back[e["ev_id"]]["links"] == list(reversed(e["links"])) for e in evs)
+
+
+def test_several_jobs_get_distinct_agents_ports_and_entropy(scenario):
+    from testbed.jobs import build_all_jobs
+    ring = replace(scenario.workload, name="ring", hosts=scenario.workload.hosts[:8])
+    perm = _with(scenario, name="perm", collective="permutation", hosts=scenario.workload.hosts[8:]).workload
+    sc = replace(scenario, workload=ring, jobs=(ring, perm))
+    jobs = build_all_jobs(sc, "rc", run_id="r", control_socket="/tmp/c.sock")
+    assert [j["agent"] for j in jobs] == list(range(16))
+    assert [j["job"] for j in jobs] == ["ring"] * 8 + ["perm"] * 8
+    assert {j["port"] for j in jobs[:8]} == {4791} and {j["port"] for j in jobs[8:]} == {4792}
+    assert [j["rank"] for j in jobs] == list(range(8)) * 2
+    for j in jobs:
+        parse_job(j, f"agent {j['agent']}")
+    ports = [e["src_port"] for j in jobs for p in j["send_to"] for e in p["evs"]]
+    assert len(set(ports)) == len(ports)   # salted per job: no two QPs share an entropy port
+    from testbed.paths import job_flows
+    labels = [f.label for f in job_flows(jobs, sc.topology)]
+    assert "ring: rc 0->1" in labels and any(lab.startswith("perm: rc ") for lab in labels)

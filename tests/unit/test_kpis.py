@@ -79,13 +79,15 @@ def test_faulted_iteration_slowdown_against_healthy_median():
 
 
 def test_false_retirements_are_evs_off_the_faulted_path():
-    tr = [{"t_s": 1.0, "rank": 0, "dir": "tx", "ev_id": 1, "old": "GOOD", "new": "ASSUMED_BAD"},
-          {"t_s": 1.1, "rank": 0, "dir": "tx", "ev_id": 2, "old": "SKIP", "new": "ASSUMED_BAD"},
-          {"t_s": 1.2, "rank": 0, "dir": "tx", "ev_id": 2, "old": "ASSUMED_BAD", "new": "GOOD"},
-          {"t_s": 1.3, "rank": 0, "dir": "tx", "ev_id": 3, "old": "GOOD", "new": "SKIP"}]
-    rets = ev_retirements(tr, {(0, "tx", 1)}, 5.0)
-    assert [(r["ev_id"], r["crosses_fault"], round(r["duration_s"], 3)) for r in rets] == [(1, True, 4.0),
-                                                                                           (2, False, 0.1)]
+    tr = [{"t_s": 1.0, "rank": 0, "dir": "tx", "peer": "b", "ev_id": 1, "old": "GOOD", "new": "ASSUMED_BAD"},
+          {"t_s": 1.1, "rank": 0, "dir": "tx", "peer": "b", "ev_id": 2, "old": "SKIP", "new": "ASSUMED_BAD"},
+          {"t_s": 1.2, "rank": 0, "dir": "tx", "peer": "b", "ev_id": 2, "old": "ASSUMED_BAD", "new": "GOOD"},
+          {"t_s": 1.3, "rank": 0, "dir": "tx", "peer": "b", "ev_id": 3, "old": "GOOD", "new": "SKIP"},
+          # the same EV id towards another peer (all_to_all): a different EV, on its own path
+          {"t_s": 1.4, "rank": 0, "dir": "tx", "peer": "c", "ev_id": 1, "old": "GOOD", "new": "ASSUMED_BAD"}]
+    rets = ev_retirements(tr, {(0, "tx", "b", 1)}, 5.0)
+    assert [(r["peer"], r["ev_id"], r["crosses_fault"], round(r["duration_s"], 3)) for r in rets] == [
+        ("b", 1, True, 4.0), ("b", 2, False, 0.1), ("c", 1, False, 3.6)]
 
 
 def test_samplers_that_miss_their_period_invalidate_the_run():

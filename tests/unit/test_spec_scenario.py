@@ -94,22 +94,23 @@ def test_explicit_hosts_list(tmp_path):
 BAD = [
     ("unknown keys", HEAD + """
     colour: blue
-    """, ["14: colour: unknown key (allowed: topology, transports, seed, timeout, workload, name, description, "
-          "reconverge_after, timeline, trials)"]),
+    """, ["14: colour: unknown key (allowed: topology, transports, seed, timeout, name, description, "
+          "reconverge_after, timeline, trials, workload, jobs)"]),
     ("transports", HEAD.replace("[mrc, rc]", "[mrc, roce, mrc]"),
-     ["2: transports[1]: 'roce' is not one of mrc, rc, tcp", "2: transports[2]: duplicate transport 'mrc'"]),
+     ["2: transports[1]: 'roce' is not a transport (mrc, rc, tcp, or rc-x<N> for RC with N QPs per connection, "
+      "1 <= N <= 64)", "2: transports[2]: duplicate transport 'mrc'"]),
     ("no transports", HEAD.replace("[mrc, rc]", "[]"), ["2: transports: must name at least one of mrc, rc, tcp"]),
     ("units", HEAD.replace("60s", "60").replace("1KiB", "1 KiB"),
      ["4: timeout: 60 is not a duration (examples: 50us, 10ms, 2.5s, 1m)",
       "8: workload.min_bytes: '1 KiB' is not a size (examples: 4096, 64KiB, 1MiB, 1MB)"]),
     ("workload ranges", HEAD.replace("factor: 2", "factor: 1").replace("max_bytes: 4KiB", "max_bytes: 512")
      .replace("hosts: all", "hosts: [h0_0_0]").replace("warmup: 0", "warmup: -1\n      mtu: 9999999\n      gpus: 8"),
-     ["7: workload.hosts: an all-reduce needs >= 2 hosts, got 1",
+     ["7: workload.hosts: a collective needs >= 2 hosts, got 1",
       "9: workload.max_bytes: 512 is below min_bytes (1KiB)", "10: workload.factor: must be >= 2, got 1",
       "12: workload.warmup: must be >= 0, got -1",
       "13: workload.mtu: must be <= 65535, got 9999999",
       "14: workload.gpus: unknown key (allowed: collective, hosts, min_bytes, max_bytes, factor, iterations, "
-      "warmup, evs, mtu)"]),
+      "warmup, evs, evs_per_qp, mtu, order)"]),
     ("unknown host", HEAD.replace("hosts: all", "hosts: [h0_0_0, h0_0_9, h0_0_0]"),
      ["7: workload.hosts[1]: unknown host 'h0_0_9' (did you mean 'h0_0_1'?)",
       "7: workload.hosts[2]: duplicate host 'h0_0_0'"]),
@@ -201,3 +202,96 @@ def test_topology_problems_reported_with_their_own_file(tmp_path):
     path = write(tmp_path, HEAD.replace(str(K4), "bad-topo.yaml").replace("seed: 7", "seed: x"))
     assert problems(path) == [f"{path}:3: seed: expected an integer, got 'x'",
                               f"{topo}:2: k: fat-tree k must be even and >= 2, got 3"]
+
+
+def _workload(tmp_path: Path, extra: str, transports: str = "[mrc, rc]") -> Path:
+    return write(tmp_path, HEAD.replace("transports: [mrc, rc]", f"transports: {transports}")
+                 + "".join(f"      {line}\n" for line in extra.splitlines()))
+
+
+def test_rank_orders(tmp_path):
+    listed = load_scenario(_workload(tmp_path, ""), features=FEATURES).workload
+    assert listed.order == "listed"
+    rnd = load_scenario(_workload(tmp_path, "order: random"), features=FEATURES).workload
+    assert sorted(rnd.hosts) == sorted(listed.hosts) and rnd.hosts != listed.hosts
+    assert load_scenario(_workload(tmp_path, "order: random"), features=FEATURES).workload.hosts == rnd.hosts
+    rail = load_scenario(_workload(tmp_path, "order: rail"), features=FEATURES)
+    topo = rail.topology
+    edge = [topo.nics[h][0].switch for h in rail.workload.hosts]
+    assert all(a != b for a, b in zip(edge, edge[1:]))          # consecutive ranks: different edges
+    assert sorted(rail.workload.hosts) == sorted(listed.hosts)
+    assert "is not one of listed, random, rail" in " ".join(problems(_workload(tmp_path, "order: best")))
+
+
+def test_collectives_variants_and_ev_counts(tmp_path):
+    path = _workload(tmp_path, "evs_per_qp: 16", "[mrc, rc, rc-x8, tcp]")
+    path.write_text(path.read_text().replace("all_reduce", "permutation"))
+    s = load_scenario(path, features=FEATURES)
+    wl = s.workload
+    assert s.transports == ("mrc", "rc", "rc-x8", "tcp") and wl.evs_per_qp == 16
+    assert sorted(wl.targets) == list(range(16)) and all(t != r for r, t in enumerate(wl.targets))
+    assert wl.connections == [(r, wl.targets[r]) for r in range(16)]
+    bad = problems(_workload(tmp_path, "evs: 4\nevs_per_qp: 8", "[mrc, rc-x0, rc-x65, ib]"))
+    assert any("transports[1]" in p and "rc-x<N>" in p for p in bad)
+    assert any("transports[2]" in p for p in bad) and any("transports[3]" in p for p in bad)
+    assert any("workload.evs_per_qp" in p and "not both" in p for p in bad)
+    assert "is not one of all_reduce" in " ".join(problems(write(tmp_path, HEAD.replace("all_reduce", "broadcast"))))
+
+
+def test_flow_selector_must_name_a_connection_of_the_collective(tmp_path):
+    timeline = '    timeline:\n      - at: 1s\n        link_down: {crossed_by: "rc %s"}\n'
+    ring = HEAD + timeline % "3->5"
+    assert any("rank 3 sends to rank 4" in p for p in problems(write(tmp_path, ring)))
+    a2a = HEAD.replace("all_reduce", "all_to_all") + timeline % "3->5"
+    s = load_scenario(write(tmp_path, a2a), features=FEATURES)
+    assert str(s.timeline[0].target) == "crossed_by [rc 3->5] hop unrepaired"
+
+
+JOBS = f"""
+    topology: {K4}
+    transports: [mrc, rc]
+    seed: 7
+    timeout: 60s
+    jobs:
+      - name: ring
+        collective: all_reduce
+        hosts: [h0_0_0, h1_0_0, h2_0_0, h3_0_0]
+        order: random
+        min_bytes: 1KiB
+        max_bytes: 1KiB
+        factor: 2
+        iterations: 2
+        warmup: 0
+      - name: ring2
+        collective: all_reduce
+        hosts: [h0_0_0, h1_0_0, h2_0_0, h3_0_0]
+        order: random
+        min_bytes: 1KiB
+        max_bytes: 1KiB
+        factor: 2
+        iterations: 2
+        warmup: 0
+"""
+
+
+def test_several_jobs(tmp_path):
+    s = load_scenario(write(tmp_path, JOBS), features=FEATURES)
+    assert [j.name for j in s.all_jobs] == ["ring", "ring2"] and s.workload is s.jobs[0]
+    assert s.jobs[0].hosts != s.jobs[1].hosts                 # each job's random order salted by its name
+    assert [j["name"] for j in s.to_dict()["jobs"]] == ["ring", "ring2"]
+    single = load_scenario(write(tmp_path, HEAD), features=FEATURES)
+    assert single.all_jobs == (single.workload,) and single.workload.name == "job0"
+
+
+def test_bad_jobs(tmp_path):
+    both = problems(write(tmp_path, JOBS + HEAD[HEAD.index("    workload:"):]))
+    assert any("give exactly one of 'workload'" in p for p in both)
+    dup = JOBS.replace("name: ring2", "name: ring").replace("collective: all_reduce\n        hosts: [h0_0_0, h1_0_0,"
+                                                               " h2_0_0, h3_0_0]\n        order: random\n        min_bytes: 1KiB",
+                                                               "collective: all_reduce\n        hosts: [h0_0_0]\n"
+                                                               "        order: random\n        min_bytes: 1KiB", 1)
+    found = problems(write(tmp_path, dup))
+    assert any(":15: jobs[1].name: duplicate job name 'ring'" in p for p in found), found
+    assert any(":8: jobs[0].hosts: a collective needs >= 2 hosts" in p for p in found), found
+    bad_name = problems(write(tmp_path, JOBS.replace("name: ring2", "name: Ring 2")))
+    assert any("jobs[1].name: job name 'Ring 2'" in p for p in bad_name)

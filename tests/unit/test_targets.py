@@ -32,7 +32,7 @@ def test_parse_selector():
     assert parse_selector("rc", 16) == FlowSelector("rc")
     assert parse_selector("tcp 15->0", 16) == FlowSelector("tcp", 15, 0)
     for bad, why in (("udp", "not '<transport>'"), ("rc 3->5", "rank 3 sends to rank 4"),
-                     ("rc 3-4", "ring order"), ("rc 16->17", "ranks 0..15")):
+                     ("rc 3-4", "<sender>-><receiver>"), ("rc 16->17", "ranks are 0..15")):
         with pytest.raises(ValueError, match=why):
             parse_selector(bad, 16)
 
