@@ -39,7 +39,19 @@ KPIS: dict[str, tuple[str, object]] = {
     "iteration_s.p50": ("iteration p50 (s)", fmt_sig),
     "wrong": ("#wrong", _count),
     "qp_errors": ("QP errors", _count),
+    "balance.fabric.max_over_mean": ("fabric utilisation max/mean", fmt_sig),
+    "balance.collisions.max_load": ("max load on a fabric link (flows)", fmt_sig),
 }
+#: Per job of a run of several jobs (``jobs.<name>.<key>``: the transport summary's ``jobs`` row).
+JOB_KPIS: dict[str, tuple[str, object]] = {
+    "busbw_fraction_of_host": ("busbw / host (%)", _scaled(100)),
+}
+
+
+def job_kpis(trials: list[dict | None]) -> dict[str, tuple[str, object]]:
+    """``jobs.<name>.<key>`` KPIs (label, formatter) of every job seen in the trials, in order."""
+    names = list(dict.fromkeys(j["job"] for s in trials if s for j in s.get("jobs") or ()))
+    return {f"jobs.{n}.{k}": (f"{n}: {label}", fmt) for n in names for k, (label, fmt) in JOB_KPIS.items()}
 
 
 def kpi_value(s: dict, kpi: str) -> float | None:
@@ -48,6 +60,11 @@ def kpi_value(s: dict, kpi: str) -> float | None:
     if kpi == "worst_recovery.s":
         r = s.get("worst_recovery")
         return r.get("s") if r and r.get("dip") and r.get("recovered") else None
+    if kpi.startswith("jobs."):
+        _, name, key = kpi.split(".", 2)
+        row = next((j for j in s.get("jobs") or () if j.get("job") == name), None)
+        v = row.get(key) if row else None
+        return None if v is None or isinstance(v, bool) else float(v)
     v = s
     for part in kpi.split("."):
         if not isinstance(v, dict):
@@ -72,7 +89,7 @@ def first_faulted_link(s: dict) -> str | None:
 
 
 def _transport(trials: list[dict | None]) -> dict:
-    out = {kpi: stats([kpi_value(s, kpi) if s else None for s in trials]) for kpi in KPIS}
+    out = {kpi: stats([kpi_value(s, kpi) if s else None for s in trials]) for kpi in {**KPIS, **job_kpis(trials)}}
     rec = [s.get("worst_recovery") for s in trials if s and "worst_recovery" in s]
     out["worst_recovery.s"]["no_dip"] = sum(1 for r in rec if r is not None and not r.get("dip"))
     out["worst_recovery.s"]["not_recovered"] = sum(1 for r in rec if r and r.get("dip") and not r.get("recovered"))
@@ -128,14 +145,25 @@ def _recovery_cell(st: dict, fmt) -> str:
     return text + ("; " + ", ".join(extra) if extra else "")
 
 
+def _job_rows(t: dict) -> dict[str, tuple[str, object]]:
+    out = {}
+    for kpi in t:
+        if kpi.startswith("jobs."):
+            _, name, key = kpi.split(".", 2)
+            label, fmt = JOB_KPIS[key]
+            out[kpi] = (f"{name}: {label}", fmt)
+    return out
+
+
 def trials_table(agg: dict) -> Grid:
     """KPIs (rows) per transport (columns) as "median [min-max] (n)"; a renderable that fits the
     console width like the report's tables (:class:`testbed.report.layout.Grid`)."""
     names = list(agg["transports"])
     rows = []
-    for kpi, (label, fmt) in KPIS.items():
+    per_job = {k: v for n in names for k, v in _job_rows(agg["transports"][n]).items()}
+    for kpi, (label, fmt) in {**KPIS, **per_job}.items():
         cells = [_recovery_cell(agg["transports"][n][kpi], fmt) if kpi == "worst_recovery.s"
-                 else fmt_stats(agg["transports"][n][kpi], fmt) for n in names]
+                 else fmt_stats(agg["transports"][n].get(kpi) or {}, fmt) for n in names]
         rows.append([label, *cells])
     rows.append(["faulted link (trials)", *(", ".join(f"{k}: {v}" for k, v in agg["transports"][n]["faulted_link"]
                                                       .items()) or "-" for n in names)])

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 from .fmt import fmt_pct, fmt_sig
 from .layout import Grid
 
@@ -50,6 +52,20 @@ def balance_table(summary: dict) -> Grid:
                         "by 2+ QPs' traced paths; load: full-rate flows on one direction")
 
 
+_QP = re.compile(r"^(?P<conn>.*) qp\d+$")
+
+
+def grouped_flows(labels: list[str]) -> str:
+    """Flow labels with the QPs of one connection folded: ``"rc-x8 4->5 qp0", "rc-x8 4->5 qp3"``
+    -> ``"rc-x8 4->5 (2 QPs)"``; other labels as they are, in order of first appearance."""
+    groups: dict[str, int] = {}
+    for label in labels:
+        m = _QP.match(label)
+        key = m.group("conn") if m else label
+        groups[key] = groups.get(key, 0) + (1 if m else 0)
+    return ", ".join(f"{k} ({n} QP{'s' if n != 1 else ''})" if n else k for k, n in groups.items())
+
+
 def collisions_table(summary: dict, shown: int = COLLIDING_SHOWN) -> Grid:
     """The oversubscribed fabric directions of each transport (load above 1: traced paths of
     more than one connection's worth of flows cross it), most loaded first, at most ``shown``:
@@ -62,7 +78,7 @@ def collisions_table(summary: dict, shown: int = COLLIDING_SHOWN) -> Grid:
         quiet += len(links) - len(over)
         for i, c in enumerate(over[:shown]):
             rows.append([name if i == 0 else "", c["direction"], fmt_sig(c["load"]), fmt_pct(c.get("utilisation")),
-                         ", ".join(c["flows"])])
+                         grouped_flows(c["flows"])])
         if len(over) > shown:
             rows.append(["", f"... {len(over) - shown} more", "", "", ""])
     caption = [] if rows else ["no fabric direction oversubscribed"]

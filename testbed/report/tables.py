@@ -187,19 +187,21 @@ def busbw_by_size_table(summary: dict) -> Grid:
 
 
 def jobs_table(summary: dict) -> Grid | None:
-    """A run of several jobs: one row per (transport, job): collective, ranks, busbw (Mbit/s and
-    of the host's bandwidth), iteration p50, #wrong and completion. None for a single job."""
+    """A run of several jobs: one row per (transport, job): the job (collective, ranks), busbw
+    (Mbit/s and of the host's bandwidth), iteration p50 and #wrong ("-" marks a job that did not
+    complete). None for a single job."""
     rows = []
     for name, s in summary["transports"].items():
         for i, j in enumerate(s.get("jobs") or ()):
             it = j.get("iteration_s") or {}
             rows.append([name if i == 0 else "", j["job"], j.get("collective") or "?", str(j.get("world_size") or "?"),
                          fmt_sig(j.get("busbw_mbit_per_s")), fmt_pct(j.get("busbw_fraction_of_host"), 3),
-                         fmt_s(it.get("p50")), str(j.get("wrong", "?")), "yes" if j.get("complete") else "no"])
+                         fmt_s(it.get("p50")), str(j.get("wrong", "?")) + ("" if j.get("complete") else " -")])
     if not rows:
         return None
-    return Grid("jobs run at once", ["transport", "job", "collective", "ranks", "busbw (Mbit/s)", "busbw / host",
-                                     "iteration p50", "#wrong", "complete"], rows)
+    return Grid("jobs run at once (each on its own agents; the table above shows the first)",
+                ["transport", "job", "collective", "n", "busbw Mbit/s", "of host", "iter p50", "#wrong"], rows,
+                justify=["left", "left", "left", "right", "right", "right", "right", "right"])
 
 
 def validity_table(summary: dict) -> Grid:

@@ -299,3 +299,9 @@ def test_synthetic_run_with_traced_paths(tmp_path):
         assert s["window_source"] == "measured_iterations"
         assert s["fabric"]["directions"] == 64 and 0 < s["fabric"]["mean"] < 1.5
         assert s["collisions"]["flows"] == 4
+
+
+def test_collisions_table_folds_the_qps_of_one_connection():
+    from testbed.report.balance import grouped_flows
+    labels = ["perm: rc-x8 4->5 qp0", "ring: rc-x8 4->5 qp1", "perm: rc-x8 4->5 qp3", "rc 1->2", "mrc 0->1 ev2"]
+    assert grouped_flows(labels) == "perm: rc-x8 4->5 (2 QPs), ring: rc-x8 4->5 (1 QP), rc 1->2, mrc 0->1 ev2"

@@ -306,3 +306,17 @@ def test_grid_falls_back_to_records_when_a_word_cannot_fit():
     assert "1234567890123" in text and "[y]" in text and "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 24
     assert text.count("t: ") == 2          # one record table per row
+
+
+def test_jobs_table_one_row_per_transport_and_job_within_80_columns():
+    from testbed.report import jobs_table
+    row = {"job": "ring", "collective": "all_reduce", "world_size": 8, "busbw_mbit_per_s": 4.63,
+           "busbw_fraction_of_host": 0.926, "iteration_s": {"p50": 3.154}, "wrong": 0, "complete": True}
+    perm = {**row, "job": "perm", "collective": "permutation", "complete": False}
+    summary = {"transports": {"mrc": {"jobs": [row, perm]}, "rc-x8": {"jobs": [row, perm]}}}
+    out = io.StringIO()
+    Console(file=out, width=80).print(jobs_table(summary))
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert text.count("permutation") == 2 and "92.6%" in text and "0 -" in text   # "-": did not complete
+    assert jobs_table({"transports": {"mrc": {}}}) is None

@@ -100,3 +100,18 @@ def test_trials_table_fits_80_columns():
         assert "4.75" in text and "[4.73-4.77]" in text and "a0_0-c0_0:" in text   # 3 s.f., never cut
     assert "4.75 [4.73-4.77] (5)" in text and "- (0); 5 not recovered" in text    # 200 columns: one line each
     assert trials.fmt_stats({"median": 0.5, "min": 0.0, "max": 1.0, "n": 2}, trials.KPIS["wrong"][1]) == "0.5 [0-1] (2)"
+
+
+def test_jobs_and_balance_kpis_of_a_run_of_several_jobs():
+    def summary(seed, ring, perm, mom):
+        jobs = [{"job": "ring", "busbw_fraction_of_host": ring}, {"job": "perm", "busbw_fraction_of_host": perm}]
+        return {"scenario": "s", "seed": seed, "transports": {"rc": {
+            "jobs": jobs, "balance": {"fabric": {"max_over_mean": mom}, "collisions": {"max_load": 2.0}}}}}
+    agg = trials.aggregate([summary(1, 0.2, 0.3, 3.0), summary(2, 0.4, None, 2.0), summary(3, 0.3, 0.5, 2.5)])
+    rc = agg["transports"]["rc"]
+    assert rc["jobs.ring.busbw_fraction_of_host"] == {"median": 0.3, "min": 0.2, "max": 0.4, "n": 3}
+    assert rc["jobs.perm.busbw_fraction_of_host"]["n"] == 2
+    assert rc["balance.fabric.max_over_mean"]["median"] == 2.5
+    out = io.StringIO()
+    Console(file=out, width=80).print(trials.trials_table(agg))
+    assert "ring: busbw / host (%)" in out.getvalue() and "30.0 [20.0-40.0] (3)" in out.getvalue()
