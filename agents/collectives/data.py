@@ -1,0 +1,124 @@
+"""Rank data, expected results, the check, the size sweep, the immediate and bus factors.
+
+Data and check (nccl-tests style): rank data are integer-valued float32 in
+[-8, 8] from ``np.random.default_rng((seed, rank, iteration))`` (a pattern of
+:data:`DATA_PERIOD` elements, repeated), so every summation order gives the
+exact sum, a result is bit-exact or wrong, and the expected result of any
+collective costs ``O(n * DATA_PERIOD + count)``. all_gather's input is chunk
+``r`` of that data. ``#wrong`` counts elements outside ``atol + rtol*|expected|``.
+
+Sizes are nccl-tests' ``size`` column: all_reduce the buffer; all_gather the
+output (``n`` chunks); reduce_scatter the input (``n`` chunks); all_to_all the
+send buffer of a rank; permutation the bytes a rank sends. Bus bandwidth
+(nccl-tests ``doc/PERFORMANCE.md``): ``algbw = size / time``, ``busbw = algbw *``
+:func:`bus_factor` (all_reduce ``2(n-1)/n``; all_gather, reduce_scatter and
+all_to_all ``(n-1)/n``; permutation 1, nccl-tests' sendrecv factor).
+
+Immediate (:func:`encode_imm`, u32): ``seq`` (10 bits: iteration mod
+:data:`SEQ_MOD`) | ``step`` (11 bits) | ``chunk`` (11 bits), hence at most
+:data:`MAX_WORLD_SIZE` ranks.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permutation")
+DTYPE = np.float32
+ELEMENT_BYTES = 4
+DATA_MAX_ABS = 8
+"""Rank data are integers in [-DATA_MAX_ABS, DATA_MAX_ABS]: sums exact in float32 for n < 2**20."""
+DATA_PERIOD = 65521
+"""Rank data repeat with this prime period (elements): a chunk misplaced by any offset that
+is not a multiple of it is caught, and the expected result is cheap for any size."""
+SEQ_BITS, STEP_BITS, CHUNK_BITS = 10, 11, 11
+SEQ_MOD = 1 << SEQ_BITS
+MAX_WORLD_SIZE = SEQ_MOD
+"""2(n-1) steps fit STEP_BITS, n chunks CHUNK_BITS, and a permutation sender's lead SEQ_BITS."""
+_RING = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def encode_imm(seq: int, step: int, chunk: int) -> int:
+    """u32 immediate: seq (iteration mod SEQ_MOD) << 22 | step << 11 | chunk. ValueError if out of range."""
+    if not (0 <= seq < SEQ_MOD and 0 <= step < 1 << STEP_BITS and 0 <= chunk < 1 << CHUNK_BITS):
+        raise ValueError(f"seq {seq} / step {step} / chunk {chunk} do not fit the immediate")
+    return (seq << STEP_BITS | step) << CHUNK_BITS | chunk
+
+
+def decode_imm(imm: int) -> tuple[int, int, int]:
+    """(seq, step, chunk) of an immediate made by :func:`encode_imm`."""
+    return imm >> (STEP_BITS + CHUNK_BITS), imm >> CHUNK_BITS & (1 << STEP_BITS) - 1, \
+        imm & (1 << CHUNK_BITS) - 1
+
+
+def bus_factor(collective: str, world_size: int) -> float:
+    """busbw / algbw (nccl-tests doc/PERFORMANCE.md). ValueError: unknown collective, n < 1."""
+    if collective not in COLLECTIVES or world_size < 1:
+        raise ValueError(f"no bus factor for {collective!r} on {world_size} ranks")
+    n = world_size
+    return {"all_reduce": 2 * (n - 1) / n, "permutation": 1.0}.get(collective, (n - 1) / n)
+
+
+def bus_bandwidth(size_bytes: int, time_s: float, world_size: int,
+                  collective: str = "all_reduce") -> tuple[float, float]:
+    """(algbw, busbw) in bytes/s: ``algbw = size_bytes / time_s``, busbw = algbw * bus_factor."""
+    algbw = size_bytes / time_s if time_s > 0 else 0.0
+    return algbw, algbw * bus_factor(collective, world_size)
+
+def _pattern(seed: int, rank: int, iteration: int, count: int) -> np.ndarray:
+    rng = np.random.default_rng((seed, rank, iteration))
+    return rng.integers(-DATA_MAX_ABS, DATA_MAX_ABS + 1, size=min(count, DATA_PERIOD),
+                        dtype=np.int8).astype(DTYPE)
+
+
+def _periodic(pattern: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Elements [start, stop) of ``pattern`` repeated forever."""
+    return np.resize(np.roll(pattern, -(start % pattern.size)), stop - start)
+
+
+def rank_data(seed: int, rank: int, iteration: int, count: int) -> np.ndarray:
+    """Deterministic input of ``rank`` for ``iteration``: float32[count], integers in [-8, 8].
+
+    A random pattern of DATA_PERIOD elements seeded by (seed, rank, iteration),
+    repeated: checking costs O(n * DATA_PERIOD + count), not O(n * count).
+    """
+    return np.resize(_pattern(seed, rank, iteration, count), count)
+
+
+def _data_slice(seed: int, rank: int, iteration: int, count: int, start: int, stop: int) -> np.ndarray:
+    return _periodic(_pattern(seed, rank, iteration, count), start, stop)
+
+
+def _sum_slice(seed: int, iteration: int, world_size: int, count: int, start: int,
+               stop: int) -> np.ndarray:
+    total = np.zeros(min(count, DATA_PERIOD), dtype=DTYPE)
+    for rank in range(world_size):
+        total += _pattern(seed, rank, iteration, count)
+    return _periodic(total, start, stop)
+
+
+def expected_sum(seed: int, iteration: int, world_size: int, count: int) -> np.ndarray:
+    """The exact all-reduce result: sum of every rank's :func:`rank_data` (float32[count])."""
+    return _sum_slice(seed, iteration, world_size, count, 0, count)
+
+
+def count_wrong(result: np.ndarray, expected: np.ndarray, *, rtol: float = 0.0,
+                atol: float = 0.0) -> int:
+    """#wrong (nccl-tests): elements with ``|result - expected| > atol + rtol*|expected|``.
+
+    NaN counts as wrong. Raises ValueError when the shapes differ.
+    """
+    if result.shape != expected.shape:
+        raise ValueError(f"result shape {result.shape} != expected {expected.shape}")
+    ok = np.abs(result - expected) <= atol + rtol * np.abs(expected)
+    return int(result.size - np.count_nonzero(ok))
+
+
+def size_sweep(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
+    """nccl-tests ``-b min -e max -f factor``: min, min*f, ... up to max (bytes)."""
+    if min_bytes <= 0 or max_bytes < min_bytes or factor < 2:
+        raise ValueError("need 0 < min_bytes <= max_bytes and factor >= 2")
+    out, size = [], min_bytes
+    while size <= max_bytes:
+        out.append(size)
+        size *= factor
+    return out
