@@ -42,15 +42,17 @@ def summarize(obj: Topology | Scenario) -> dict:
            "nodes": len(topo.nodes), "links": len(topo.links), "hosts": len(topo.hosts)}
     if isinstance(obj, Scenario):
         out.update(topology=topo.name, transports=list(obj.transports), timeline=len(obj.timeline),
-                   actions=[f"{e.action} {e.link}" for e in obj.timeline])
+                   actions=[f"{e.action} {e.link}" for e in obj.timeline],
+                   jobs=[f"{j.name} ({j.collective}, {len(j.hosts)} ranks)" for j in obj.all_jobs])
     return out
 
 
 def _summary_text(s: dict) -> str:
     text = f"{s['type']} {s['name']}: {s['nodes']} nodes, {s['links']} links, {s['hosts']} hosts"
     if s["type"] == "scenario":
-        text += (f" (topology {s['topology']}); transports {', '.join(s['transports'])}; "
-                 f"timeline {s['timeline']} events")
+        text += (f" (topology {s['topology']}); "
+                 + (f"jobs {', '.join(s['jobs'])}; " if len(s.get("jobs") or ()) > 1 else "")
+                 + f"transports {', '.join(s['transports'])}; timeline {s['timeline']} events")
     return text
 
 

@@ -38,7 +38,7 @@ ELEMENT_BYTES = 4
 MAX_WORKLOAD_BYTES = 1 << 30
 MAX_ITERATIONS = 100_000
 MAX_EVS = 4096
-#: ``workload.collective`` values (agents/collectives.py implements them).
+#: ``workload.collective`` values (the agents/collectives package implements them).
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permutation")
 #: ``workload.order``: ``listed`` (the hosts as given, ``all`` in topology order), ``random``
 #: (seeded shuffle) or ``rail`` (hosts grouped by their position under their edge switch).
