@@ -88,6 +88,11 @@ class LinkParams:
     ``delay_s`` one-way delay in seconds and ``loss_pct`` random loss in percent
     (both need sch_netem), ``mtu`` the interfaces' IPv6 MTU in bytes (1280..65535;
     jumbo 9000 carries RoCEv2's 4096-byte path MTU, as AI fabrics do).
+    Switch features on a router's egress (:mod:`testbed.switch`, a tc BPF program with a
+    virtual queue drained at ``rate_bps``): ``ecn_threshold_pkts`` marks ECT packets CE
+    above that many MTU-sized packets queued; ``trim_threshold_pkts`` trims MRC data
+    packets to their header above it (sent at high priority; dropped only when
+    ``trim_header_queue_pkts`` headers are queued). None: off.
     """
 
     rate_bps: int
@@ -95,6 +100,14 @@ class LinkParams:
     delay_s: float = 0.0
     loss_pct: float = 0.0
     mtu: int = 1500
+    ecn_threshold_pkts: int | None = None
+    trim_threshold_pkts: int | None = None
+    trim_header_queue_pkts: int | None = None
+
+    @property
+    def switch_features(self) -> bool:
+        """True when a router egress on this link runs the switch program (ECN or trimming)."""
+        return self.ecn_threshold_pkts is not None or self.trim_threshold_pkts is not None
 
 
 @dataclass(frozen=True)

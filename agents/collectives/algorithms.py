@@ -27,13 +27,17 @@ Algorithms (``n`` ranks, rank ``r``; a buffer of ``count`` float32 is cut in
 * ``permutation``: one step; ``r`` writes its whole buffer to ``targets[r]``
   (a derangement, :func:`derangement`) and receives the buffer of the rank
   that targets it: the Hedera/MPTCP permutation traffic matrix.
+* ``incast``: one step; every rank but 0 writes its whole buffer to rank 0 at
+  once (N-to-1, the MRC paper's incast shape, §5.2.8); rank 0's result is the
+  ``n-1`` buffers in rank order.
 
 Receive region: one per rank, written by all its senders. The stride is the
 largest chunk of the largest size (permutation: the largest size), one layout
 for every size of the sweep. Slot of the write of iteration ``i``, step ``s``,
 from ``src`` to ``r``: all_reduce ``s`` (``2(n-1)`` slots); all_gather and
 reduce_scatter ``(i%2)(n-1) + s`` (``2(n-1)``); all_to_all
-``(i%2)(n-1) + (src-r-1) % n`` (``2(n-1)``); permutation ``i%2`` (2). A slot is
+``(i%2)(n-1) + (src-r-1) % n`` (``2(n-1)``); permutation ``i%2`` (2); incast
+``(i%2)(n-1) + src-1`` at rank 0 (``2(n-1)``, stride the largest size). A slot is
 written again only after the receiver consumed (or copied out) what it held:
 
 * rings: with steps counted across iterations, a write of step ``G`` is posted
@@ -43,7 +47,7 @@ written again only after the receiver consumed (or copied out) what it held:
 * all_to_all: ``src`` writes slot ``(src, i%2)`` again in iteration ``i+2``, after
   finishing ``i+1``, which needed ``r``'s write of ``i+1``, which ``r`` posts after
   finishing ``i``, i.e. after consuming ``src``'s write of ``i``.
-* permutation: only completions gate a sender. ``src`` posts ``i+2`` after its
+* permutation and incast: only completions gate a sender. ``src`` posts ``i+2`` after its
   write of ``i+1`` completed, so slot ``i%2`` is safe if write ``i`` is announced
   at ``r`` before write ``i+2`` lands there. That holds when a write is reported
   complete only after the receiver announced it (the in-memory harness), or when
@@ -123,6 +127,8 @@ def peers(collective: str, rank: int, n: int,
         return others, others
     if collective == "permutation":
         return (targets[rank],), (list(targets).index(rank),)
+    if collective == "incast":
+        return ((), tuple(range(1, n))) if rank == 0 else ((0,), ())
     return ((rank + 1) % n,), ((rank - 1) % n,)
 
 
@@ -335,5 +341,49 @@ class _Permutation(_Algo):
         return rank_data(seed, self.src, self.iteration, self.count)
 
 
+class _Incast(_Algo):
+    """incast: every rank but 0 writes its whole buffer to rank 0; rank 0 receives n-1 buffers."""
+
+    def recv_chunk(self, src: int, step: int) -> int | None:
+        return 0 if self.rank == 0 and step == 0 and 0 < src < self.n else None
+
+    def offset(self, src: int, dst: int, step: int) -> int:
+        return (self.parity * (self.n - 1) + src - 1) * self.stride
+
+    def recv_elems(self, chunk: int) -> int:
+        return self.count
+
+    def prepare(self, seed: int) -> None:
+        self.send_buf = rank_data(seed, self.rank, self.iteration, self.count)
+        self.pending = set(range(1, self.n)) if self.rank == 0 else set()
+        self.out = np.full((self.n - 1) * self.count if self.rank == 0 else 0, np.nan, dtype=DTYPE)
+
+    def start(self) -> list[Send]:
+        return [] if self.rank == 0 else [self._send(0, 0, 0, self.send_buf)]
+
+    def due(self, src: int, step: int) -> bool:
+        return src in self.pending
+
+    def consumed(self, src: int, step: int) -> bool:
+        return src not in self.pending
+
+    def consume(self, src: int, step: int, incoming: np.ndarray) -> list[Send]:
+        self.out[(src - 1) * self.count:src * self.count] = incoming
+        self.pending.discard(src)
+        return []
+
+    @property
+    def received_all(self) -> bool:
+        return not self.pending
+
+    def result(self) -> np.ndarray:
+        return self.out
+
+    def expected(self, seed: int) -> np.ndarray:
+        if self.rank:
+            return np.empty(0, dtype=DTYPE)
+        return np.concatenate([rank_data(seed, src, self.iteration, self.count) for src in range(1, self.n)])
+
+
 _ALGOS = {"all_reduce": _Ring, "all_gather": _Ring, "reduce_scatter": _Ring,
-          "all_to_all": _AllToAll, "permutation": _Permutation}
+          "all_to_all": _AllToAll, "permutation": _Permutation, "incast": _Incast}

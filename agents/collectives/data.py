@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permutation")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permutation", "incast")
+#: Collectives whose iteration also waits for the rank's own writes to complete (nothing else
+#: bounds how far a sender runs ahead of its receiver).
+COMPLETION_GATED = ("permutation", "incast")
 DTYPE = np.float32
 ELEMENT_BYTES = 4
 DATA_MAX_ABS = 8
@@ -51,11 +54,13 @@ def decode_imm(imm: int) -> tuple[int, int, int]:
 
 
 def bus_factor(collective: str, world_size: int) -> float:
-    """busbw / algbw (nccl-tests doc/PERFORMANCE.md). ValueError: unknown collective, n < 1."""
+    """busbw / algbw (nccl-tests doc/PERFORMANCE.md). ``incast`` is not an nccl-tests collective:
+    its factor n-1 makes busbw the rate into the root (n-1 senders' ``size`` each per iteration),
+    comparable with the root's link. ValueError: unknown collective, n < 1."""
     if collective not in COLLECTIVES or world_size < 1:
         raise ValueError(f"no bus factor for {collective!r} on {world_size} ranks")
     n = world_size
-    return {"all_reduce": 2 * (n - 1) / n, "permutation": 1.0}.get(collective, (n - 1) / n)
+    return {"all_reduce": 2 * (n - 1) / n, "permutation": 1.0, "incast": float(n - 1)}.get(collective, (n - 1) / n)
 
 
 def bus_bandwidth(size_bytes: int, time_s: float, world_size: int,

@@ -7,8 +7,8 @@ timed iterations) of one of :data:`COLLECTIVES`. The caller owns the I/O:
 ``on_arrival(src_rank, imm, now)`` when a write has fully landed and
 ``on_send_complete(peer, imm, now)`` when the peer has acknowledged one.
 
-An iteration ends when every arrival has been consumed and, for permutation,
-the rank's own write is complete. Iteration numbers run on across sizes.
+An iteration ends when every arrival has been consumed and, for permutation and
+incast, the rank's own write is complete. Iteration numbers run on across sizes.
 
 An arrival that is not due yet (from a sender already in a later iteration, or
 a later step on a channel that reorders) is copied out of its slot when
@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .algorithms import _ALGOS, Send, _Algo, peers
-from .data import DTYPE, ELEMENT_BYTES, SEQ_MOD, bus_bandwidth, count_wrong, decode_imm
+from .data import COMPLETION_GATED, DTYPE, ELEMENT_BYTES, SEQ_MOD, bus_bandwidth, count_wrong, decode_imm
 
 log = logging.getLogger(__package__)   # "agents.collectives", as before the split
 
@@ -86,7 +86,7 @@ class Workload:
                                              self.targets)
         if self.iterations < 1 or self.warmup < 0 or not self.sizes_bytes:
             raise ValueError("need iterations >= 1, warmup >= 0 and at least one size")
-        least = 1 if self.collective == "permutation" else self.world_size
+        least = 1 if self.collective in COMPLETION_GATED else self.world_size
         for size in self.sizes_bytes:
             if size // ELEMENT_BYTES < least:
                 raise ValueError(f"size {size} bytes: {self.collective} on {self.world_size} "
@@ -108,7 +108,7 @@ class Workload:
     def slot_size_bytes(self) -> int:
         """The one slot stride of the sweep: the largest chunk of the largest size."""
         count = max(self.sizes_bytes) // ELEMENT_BYTES
-        if self.collective == "permutation":
+        if self.collective in COMPLETION_GATED:     # whole buffers
             return ELEMENT_BYTES * count
         return ELEMENT_BYTES * math.ceil(count / self.world_size)
 
@@ -142,7 +142,7 @@ class Workload:
             self._post(send)
 
     def _post(self, send: Send) -> None:
-        if self.collective == "permutation":
+        if self.collective in COMPLETION_GATED:
             self._unacked.add((send.peer, send.imm))
         self.post(send)
 
@@ -180,7 +180,7 @@ class Workload:
         Ends a permutation iteration whose arrival is in; other collectives need no
         completions. CollectiveError for a completion of no outstanding write.
         """
-        if self.collective != "permutation":
+        if self.collective not in COMPLETION_GATED:
             if peer not in self.send_to:
                 raise CollectiveError(f"rank {self.rank}: completion for rank {peer}, not a peer")
             return

@@ -36,7 +36,8 @@ DEFINITIONS = {
     "time_s": "mean iteration_s over measured iterations of one size (nccl-tests 'time'); s",
     "algbw": "size_bytes / time_s (nccl-tests PERFORMANCE.md); bytes/s and Mbit/s",
     "busbw": "algbw * factor, n = world size (nccl-tests PERFORMANCE.md): 2(n-1)/n for all_reduce, (n-1)/n for "
-             "all_gather, reduce_scatter and all_to_all, 1 for permutation (nccl-tests sendrecv); bytes/s and Mbit/s",
+             "all_gather, reduce_scatter and all_to_all, 1 for permutation (nccl-tests sendrecv), n-1 for incast (the "
+             "rate into the root, not an nccl-tests collective); bytes/s and Mbit/s",
     "jobs": "several jobs at once: per job its own collective figures, computed on its own agents only (ranks "
             "of the job); the transport's other keys are the first job's, links and CPU the whole fabric's",
     "balance": "fabric-link utilisation over the measured window (bytes sent by a link end * 8 / (configured rate "

@@ -16,7 +16,9 @@ from ..yamlread import Problem, Reader
 KINDS = ("fat-tree", "leaf-spine", "explicit")
 _KIND_KEYS = {"fat-tree": (["k"], []), "leaf-spine": (["leaves", "spines", "hosts_per_leaf"], ["planes"]),
               "explicit": (["nodes", "links"], [])}
-_CLASS_KEYS = ["rate", "queue", "delay", "loss", "mtu"]
+_CLASS_KEYS = ["rate", "queue", "delay", "loss", "mtu", "ecn", "trim"]
+#: Default queue of trimmed headers (packets) when ``trim`` gives no ``header_queue``.
+TRIM_HEADER_QUEUE_PKTS = 64
 #: Host NIC uSIDs 0x1000.. are limited to 0x8000 NICs (topology.py's plan).
 MAX_HOST_NICS = 0x8000
 ACTIONS = ("link_down", "link_up", "flap", "loss", "rate", "blackhole")
@@ -39,7 +41,7 @@ MAX_WORKLOAD_BYTES = 1 << 30
 MAX_ITERATIONS = 100_000
 MAX_EVS = 4096
 #: ``workload.collective`` values (the agents/collectives package implements them).
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permutation")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permutation", "incast")
 #: ``workload.order``: ``listed`` (the hosts as given, ``all`` in topology order), ``random``
 #: (seeded shuffle) or ``rail`` (hosts grouped by their position under their edge switch).
 ORDERS = ("listed", "random", "rail")

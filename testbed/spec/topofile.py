@@ -15,7 +15,7 @@ from ..topology import (IFNAME_MAX, MAX_PLANE, LinkDecl, LinkParams, NodeDecl, R
                        fat_tree, footprint, from_explicit, ifname_problem, leaf_spine)
 from ..units import show
 from ..yamlread import Reader, SpecError, join
-from .common import (KINDS, _KIND_KEYS, _CLASS_KEYS, MAX_HOST_NICS, SCENARIO_KEYS, MAX_QUEUE_PKTS,
+from .common import (TRIM_HEADER_QUEUE_PKTS, KINDS, _KIND_KEYS, _CLASS_KEYS, MAX_HOST_NICS, SCENARIO_KEYS, MAX_QUEUE_PKTS,
                      MAX_DELAY_S, MAX_COUNT, MEMORY_SHARE, _sorted, _not_a_mapping, _explain_missing)
 
 
@@ -134,11 +134,42 @@ def _link_params(r: Reader, m: dict[str, Node], path: str, base: LinkParams | No
         if fields.get(field) and not feats.netem:
             r.error(m[key], join(path, key), feats.lacks(key, "sch_netem"))
             fields[field] = None
+    _switch_features(r, m, path, fields, base, feats)
     if any(v is None for v in fields.values()):
         return None
     if base is None:
         return LinkParams(**fields) if "rate_bps" in fields else None
     return replace(base, **fields)
+
+
+def _switch_features(r: Reader, m: dict[str, Node], path: str, fields: dict, base: LinkParams | None,
+                     feats: KernelFeatures) -> None:
+    """``ecn: {threshold}`` and ``trim: {threshold, header_queue?}`` (packets) into ``fields``;
+    thresholds must lie within the link's queue (drop-tail would act first), and the kernel
+    must run the switch program (:mod:`testbed.switch`, kernel feature ``bpf_egress``)."""
+    queue = fields.get("queue_pkts") or (base.queue_pkts if base else LinkParams.queue_pkts)
+    for key, keys in (("ecn", (["threshold"], [])), ("trim", (["threshold"], ["header_queue"]))):
+        if key not in m:
+            continue
+        where = join(path, key)
+        sm = r.mapping(m[key], where, *keys)
+        if sm is None or "threshold" not in sm:
+            fields[f"{key}_threshold_pkts"] = None
+            continue
+        threshold = r.integer(sm["threshold"], join(where, "threshold"), minimum=1, maximum=MAX_QUEUE_PKTS)
+        if threshold is not None and queue and threshold >= queue:
+            r.error(sm["threshold"], join(where, "threshold"), f"{threshold} packets is not below the link's "
+                                                               f"queue ({queue} packets): drop-tail would act first")
+            threshold = None
+        fields[f"{key}_threshold_pkts"] = threshold
+        if key == "trim":
+            fields["trim_header_queue_pkts"] = (r.integer(sm["header_queue"], join(where, "header_queue"), minimum=1,
+                                                          maximum=MAX_QUEUE_PKTS)
+                                                if "header_queue" in sm else TRIM_HEADER_QUEUE_PKTS)
+        if not getattr(feats, "bpf_egress", False):
+            r.error(m[key], where, feats.lacks(f"{key} marking" if key == "ecn" else "trimming",
+                                               "a tc BPF egress program (clang, clsact, bpf_skb_change_tail)"))
+            fields[f"{key}_threshold_pkts"] = None
 
 
 def _link_classes(r: Reader, node: Node | None, feats: KernelFeatures, *,

@@ -104,7 +104,8 @@ def test_expected_results_match_numpy():
             expected = {"all_reduce": total, "reduce_scatter": total[a:b],
                         "all_gather": np.concatenate([datas[c][x:y] for c, (x, y) in enumerate(bounds)]),
                         "all_to_all": np.concatenate([datas[c][a:b] for c in range(n)]),
-                        "permutation": datas[targets.index(r)]}[collective]
+                        "permutation": datas[targets.index(r)],
+                        "incast": np.concatenate(datas[1:]) if r == 0 else np.empty(0, np.float32)}[collective]
             assert np.array_equal(algo.expected(seed), expected)
 
 
@@ -336,7 +337,7 @@ def test_region_layout(collective):
     n, sizes = 4, [4 * 1001, 4 * 66]
     targets = co.derangement(0, n) if collective == "permutation" else None
     w = co.Workload(0, n, sizes, 1, 0, 0, post=lambda s: None, collective=collective, targets=targets)
-    stride = 4 * (1001 if collective == "permutation" else math.ceil(1001 / n))
+    stride = 4 * (1001 if collective in ("permutation", "incast") else math.ceil(1001 / n))
     assert w.slot_size_bytes() == stride
     slots = 2 if collective == "permutation" else 2 * (n - 1)
     assert w.recv_region_bytes() == slots * stride
@@ -424,3 +425,19 @@ def test_ring_allreduce_over_mrc_sim_survives_a_dying_path():
     assert _wrong(ws) == [0] * 16
     assert ws[0].results[0].t_end < 0.004 < end           # the path died mid-run
     assert any(r == 1 and ev.ev == 1 and ev.new is EVState.ASSUMED_BAD for r, ev in ev_events)
+
+
+def test_incast_senders_are_gated_by_completions_and_the_root_gets_every_buffer():
+    """incast: rank 0 receives n-1 whole buffers; a sender's iteration ends when its write is
+    complete (nothing else bounds its lead); busbw is the rate into the root."""
+    n = 5
+    assert co.peers("incast", 0, n) == ((), (1, 2, 3, 4)) and co.peers("incast", 3, n) == ((0,), ())
+    assert co.bus_factor("incast", n) == n - 1
+    posted = []
+    w = co.Workload(2, n, [4 * 10], 3, 0, 1, post=posted.append, collective="incast")
+    w.start(0.0)
+    assert [s.peer for s in posted] == [0] and not w.results       # waits for the completion
+    w.on_send_complete(0, posted[0].imm, 1.0)
+    assert len(w.results) == 1 and len(posted) == 2
+    with pytest.raises(co.CollectiveError):
+        w.on_send_complete(0, posted[0].imm, 2.0)                   # completed already
