@@ -122,7 +122,9 @@ class QP(RequesterMixin, ResponderMixin):
         ``max_wimm``, ``timeout``, ``retry_linear_cnt``, ``retry_exp_cnt``.
         The requester must not be given an ``mpr`` above the peer's
         ``mpr_dest``. Raises QPStateError for an illegal transition, ValueError
-        for an attribute the step does not take or out of range.
+        for an attribute the step does not take or out of range, or for a
+        ``timeout`` whose RTO floor is too short for ``config.ack_delay_s``
+        (:meth:`agents.mrc.types.QPConfig.check_ack_delay`).
         """
         state = QPState(state)
         if state is QPState.ERR:
@@ -156,6 +158,9 @@ class QP(RequesterMixin, ResponderMixin):
         new_attr = dataclasses.replace(self.attr, **{k: v for k, v in attrs.items()
                                                      if k in _ATTR_FIELDS})
         new_attr.validate()
+        if state is QPState.RTS:
+            floor = mrc_timeout_s(new_attr.timeout, self.config.time_scale, self.config.min_rto_s)
+            self.config.check_ack_delay(floor, f"the RTO floor of timeout {new_attr.timeout}")
         self.attr = new_attr
         self._update_rto()
         self.state = state

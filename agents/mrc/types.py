@@ -9,6 +9,20 @@ from .packet import DEFAULT_PAYLOAD_BYTES
 RETRY_EXP_INFINITE = 25
 """OCP MRC 1.0, mrc.h: ``retry.exp_cnt`` 25 = infinite."""
 
+MAX_ACK_DELAY_RTO_FRACTION = 0.25
+"""``ack_delay_s`` may be at most this fraction of the RTO floor.
+
+A SACK held back by the responder is indistinguishable, at the requester,
+from a lost packet: the tail of a write (fewer than ``sack_every`` packets)
+waits the full ``ack_delay_s``. With the delay above the floor (0.5 ms vs
+timeout 8 = 262 us) the simulator retired 7 of 8 healthy EVs at the tail of a
+fault-free 32 MB write (issue 11). TCP keeps the same order: delayed ACKs
+within 500 ms (RFC 5681 section 4.2) under an RTO of at least 1 s (RFC 6298
+rule 2.4), ratio 1/2; QUIC adds ``max_ack_delay`` (25 ms) to its probe
+timeout instead (RFC 9002 section 6.2.1). 1/4 leaves SRTT up to 3/4 of the
+floor before a tail SACK can race the timer.
+"""
+
 
 class QPState(enum.Enum):
     RST = "RST"
@@ -116,8 +130,15 @@ class QPConfig:
 
     Other fields: ``payload_bytes`` per data packet (default fits a 1500-byte
     MTU), ``sack_every`` (coalesce one SACK per N data packets),
-    ``ack_delay_s`` (max SACK delay), ``reorder_threshold`` (a packet is lost
-    when this many later packets on the same EV were acked), probe
+    ``ack_delay_s`` (max SACK delay; at most :data:`MAX_ACK_DELAY_RTO_FRACTION`
+    of the RTO floor, checked by :meth:`validate` against ``min_rto_s`` and
+    by :meth:`check_ack_delay` against the floor of the QP ``timeout``),
+    ``reorder_threshold`` (a packet is lost when this many later packets on
+    the same EV were acked), loss inference across EVs (``ooo_threshold``
+    packets sent later on any EV acknowledged, and ``ooo_time_frac``, the
+    time guard; see :mod:`agents.mrc.requester`), ``ev_loss_run`` (losses
+    in a row on one EV, none of its later packets delivered, before it is
+    ASSUMED_BAD), probe
     parameters (``probe_interval_s``, ``probe_timeout_s`` — mrc_ctl example
     2 ms, a floor: the effective timeout is ``max(probe_timeout_s, RTO)``,
     see ``QP.probe_timeout_s`` — and ``probe_successes`` k), ``ev_min_active``, ``skip_timeout_s``,
@@ -137,6 +158,9 @@ class QPConfig:
     sack_every: int = 8
     ack_delay_s: float = 0.0005
     reorder_threshold: int = 3
+    ooo_threshold: int = 5
+    ooo_time_frac: float = 0.25
+    ev_loss_run: int = 2
     probe_interval_s: float = 0.005
     probe_timeout_s: float = 0.002
     probe_successes: int = 3
@@ -153,3 +177,21 @@ class QPConfig:
             raise ValueError("time_scale must be > 0; min_rto_s and ack_delay_s >= 0")
         if self.probe_successes < 1 or self.probe_interval_s <= 0 or self.max_burst < 1:
             raise ValueError("probe_successes, probe_interval_s and max_burst must be positive")
+        if self.ooo_threshold < 1 or self.ev_loss_run < 1 or self.ooo_time_frac < 0:
+            raise ValueError("ooo_threshold and ev_loss_run must be >= 1, ooo_time_frac >= 0")
+        if self.min_rto_s > 0:
+            self.check_ack_delay(self.min_rto_s, "min_rto_s")
+
+    def check_ack_delay(self, rto_floor_s: float, what: str = "the RTO floor") -> None:
+        """Raise ValueError unless ``ack_delay_s`` <= MAX_ACK_DELAY_RTO_FRACTION * ``rto_floor_s``.
+
+        ``rto_floor_s``: seconds, the floor the retransmission timer never goes
+        below (``min_rto_s``, or the mrc.h mapping of the QP ``timeout``).
+        """
+        bound = MAX_ACK_DELAY_RTO_FRACTION * rto_floor_s
+        if self.ack_delay_s > bound:
+            raise ValueError(
+                f"ack_delay_s={self.ack_delay_s * 1e6:.0f} us exceeds "
+                f"{MAX_ACK_DELAY_RTO_FRACTION:g} x {what} ({rto_floor_s * 1e6:.0f} us): a held "
+                f"SACK would look like a lost packet and retire healthy EVs; lower ack_delay_s "
+                f"to <= {bound * 1e6:.0f} us or raise the timeout")

@@ -44,8 +44,9 @@ def test_backoff_is_linear_then_doubling():
 
 
 def test_qp_rto_tracks_samples_above_its_floor():
-    qp = QP(1, rng=random.Random(0), config=QPConfig(min_rto_s=0.0))
-    peer = QP(2, rng=random.Random(1), memory=bytearray(1 << 16), config=QPConfig(min_rto_s=0.0))
+    cfg = QPConfig(min_rto_s=0.0, ack_delay_s=0.000004)          # <= 1/4 of the floor
+    qp = QP(1, rng=random.Random(0), config=cfg)
+    peer = QP(2, rng=random.Random(1), memory=bytearray(1 << 16), config=cfg)
     connect_pair(qp, peer, [0], attr=QPAttr(timeout=4))          # floor 16.4 us
     floor = qp.rto_s
     qp.post_write(wr_id=1, local=bytes(1000), remote_offset=0)
