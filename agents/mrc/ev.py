@@ -10,7 +10,9 @@ Behaviour (MRC.md, after the MRC paper and spec):
 
 * loss on an EV without a congestion signal -> ASSUMED_BAD at once, unless
   that would leave fewer than ``ev_min_active`` usable EVs (the floor holds:
-  the EV stays usable and ``floor_held`` is counted);
+  the EV stays usable and ``floor_held`` is counted). Which losses count as
+  an EV's failure (persistent loss, not congestion) is the requester's
+  decision: ``agents.mrc.requester.RequesterMixin._charge_ev``;
 * ASSUMED_BAD (and UNKNOWN) -> GOOD after ``probe_successes`` consecutive
   successful background EV probes;
 * a congestion signal (ECN echo, trim NACK) -> SKIP; SKIP -> GOOD once its
@@ -109,7 +111,8 @@ class EVInfo:
     __slots__ = ("ev", "state", "skip_until", "probe_ok", "probe_due", "probe_outstanding",
                  "bytes_sent", "packets_acked", "packets_lost",
                  "retransmits", "seq", "acked_seq", "last_ack_s", "rtt_last_s", "rtt_min_s",
-                 "rtt_samples", "probes_sent", "probes_ok_total")
+                 "rtt_srtt_s", "rtt_samples", "probes_sent", "probes_ok_total",
+                 "delivered_ts_ns", "loss_run", "loss_run_ts_ns", "losses_excused")
 
     def __init__(self, ev: int, state: EVState):
         self.ev = ev
@@ -127,7 +130,12 @@ class EVInfo:
         self.last_ack_s = float("-inf")  # last SACK of new data echoing this EV (timer restart)
         self.rtt_last_s: float | None = None
         self.rtt_min_s: float | None = None
+        self.rtt_srtt_s: float | None = None  # EWMA (1/8) of the echoed-timestamp RTT
         self.rtt_samples = 0
+        self.delivered_ts_ns = 0     # latest send stamp of a transmission on this EV known to arrive
+        self.loss_run = 0            # losses on this EV since its last delivery (see requester)
+        self.loss_run_ts_ns = 0      # send stamp of the last loss counted in loss_run
+        self.losses_excused = 0      # losses not charged: a later packet on the EV arrived
         self.probes_sent = 0
         self.probes_ok_total = 0
 
@@ -318,6 +326,6 @@ class EVSet:
                 "packets_lost": i.packets_lost, "retransmits": i.retransmits,
                 "rtt_last_s": i.rtt_last_s, "rtt_min_s": i.rtt_min_s,
                 "rtt_samples": i.rtt_samples, "probes_sent": i.probes_sent,
-                "probes_ok": i.probes_ok_total,
+                "probes_ok": i.probes_ok_total, "losses_excused": i.losses_excused,
             }
         return out

@@ -15,6 +15,7 @@ from agents.mrc.types import QPAttr, QPConfig, QPState, QPStateError, Transport
 def cfg(**kw):
     # These tests drive the window mechanics by hand: an unbounded window, not NSCC's.
     kw.setdefault("cc", "fixed")
+    kw.setdefault("ack_delay_s", 0.00005)   # <= 1/4 of timeout 8's 262 us floor
     return QPConfig(min_rto_s=0.0, **kw)
 
 
@@ -59,7 +60,8 @@ def test_state_machine_follows_mrc_h():
 
 
 def test_rto_maps_mrc_timeout_with_scale_and_floor():
-    qp = QP(1, rng=random.Random(0), config=QPConfig(time_scale=10.0, min_rto_s=0.001))
+    qp = QP(1, rng=random.Random(0), config=QPConfig(time_scale=10.0, min_rto_s=0.001,
+                                                     ack_delay_s=0.00025))
     qp.modify_qp(QPState.INIT, evs=[0])
     qp.modify_qp(QPState.RTR, dest_qpn=2)
     qp.modify_qp(QPState.RTS, timeout=8)
@@ -103,7 +105,7 @@ def test_sack_coalescing_every_n_and_at_once_on_ack_request():
 
 
 def test_delayed_sack_timer_flushes_a_partial_batch():
-    a, b = pair(sack_every=8, ack_delay_s=0.002)
+    a, b = pair(sack_every=8, ack_delay_s=0.002, attr=QPAttr(mpr=1, mpr_dest=1, timeout=13))
     a.post_write(wr_id=1, local=bytes(5 * a.config.payload_bytes), remote_offset=0)
     out = a.datagrams_to_send(0.0)
     for data, _ in out[:3]:                          # the ACK_REQ packet is held back
@@ -136,7 +138,7 @@ def test_sack_bitmap_acknowledges_out_of_order_psns():
     assert 2 not in a._outstanding and {0, 1, 3} <= set(a._outstanding)
 
 
-def test_loss_on_an_ev_retires_it_and_retransmits_elsewhere():
+def test_a_loss_on_a_delivering_ev_is_retransmitted_elsewhere_without_penalty():
     a, b = pair(sack_every=1, reorder_threshold=1)
     a.post_write(wr_id=1, local=bytes(16 * a.config.payload_bytes), remote_offset=0)
     out = a.datagrams_to_send(0.0)
@@ -146,10 +148,38 @@ def test_loss_on_an_ev_retires_it_and_retransmits_elsewhere():
         b.receive_datagram(data, 0.0)
     for data, _ in b.datagrams_to_send(0.0):
         a.receive_datagram(data, 0.001)
-    assert a.evs.info[lost_ev].state is EVState.ASSUMED_BAD
+    # later packets on lost_ev arrived: a congestion drop, not a failure
+    assert a.evs.info[lost_ev].state is EVState.GOOD
+    assert a.ev_losses_excused == 1 and a.stats()["evs"][lost_ev]["losses_excused"] == 1
     rtx = [pk.parse(d) for d, ev in a.datagrams_to_send(0.001) if d[1] == pk.PacketType.DATA]
     assert [p.psn for p in rtx] == [first.psn]
     assert rtx[0].ev != lost_ev and rtx[0].flags & pk.FLAG_RTX
+
+
+def test_an_ev_that_delivers_nothing_is_retired_by_later_acks_on_other_evs():
+    a, b = pair(sack_every=1)
+    size = 8 * a.config.payload_bytes
+    a.post_write(wr_id=1, local=bytes(size), remote_offset=0)
+    out = a.datagrams_to_send(0.0)
+    dead = out[0][1]
+    for data, ev in out:
+        if ev != dead:
+            b.receive_datagram(data, 0.0005)
+    for data, _ in b.datagrams_to_send(0.0005):
+        a.receive_datagram(data, 0.001)                 # RTT 1 ms
+    assert a.evs.info[dead].state is EVState.GOOD       # nothing sent later than the guard
+    a.post_write(wr_id=2, local=bytes(size), remote_offset=size)
+    for data, ev in a.datagrams_to_send(0.002):
+        if ev != dead:
+            b.receive_datagram(data, 0.0025)
+    for data, _ in b.datagrams_to_send(0.0025):
+        a.receive_datagram(data, 0.003)
+    # PSNs sent >= 5 transmissions and > guard (RTT / 4) later were acked on the other EVs:
+    # both first-batch packets on the dead EV are lost, a run of 2 -> ASSUMED_BAD
+    assert a.ooo_losses == 2 and a.timeouts == 0
+    assert a.evs.info[dead].state is EVState.ASSUMED_BAD
+    rtx = [pk.parse(d) for d, ev in a.datagrams_to_send(0.003) if d[1] == pk.PacketType.DATA]
+    assert len(rtx) == 2 and all(p.ev != dead and p.flags & pk.FLAG_RTX for p in rtx)
 
 
 def test_probes_restore_an_assumed_bad_ev():

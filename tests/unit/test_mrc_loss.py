@@ -1,0 +1,104 @@
+"""Loss detection that tells failure from congestion (issue 11), on the simulator's fake clock.
+
+Loss is inferred from later transmissions acknowledged on other EVs, an EV is
+ASSUMED_BAD only for loss that persists on it, and the ACK delay is bounded
+below the RTO floor. Numbers quoted are from agents/mrc/sim.py, seeds 1-3.
+"""
+import math
+import random
+
+import pytest
+
+from agents.mrc.ev import EVEvent, EVState
+from agents.mrc.qp import QP, connect_pair
+from agents.mrc.sim import MultipathNetwork, PathSpec
+from agents.mrc.types import QPAttr, QPConfig, QPError, Transport, WorkCompletion
+
+DELAY_S = 0.001
+BASE_RTT_S = 2 * DELAY_S
+
+
+def run(paths, *, size=4 << 20, seed=1, timeout=12, time_scale=1.5, ev_min_active=2,
+        base_rtt_s=BASE_RTT_S, **kw):
+    attr = QPAttr(timeout=timeout, mpr=16, mpr_dest=16, retry_linear_cnt=3, retry_exp_cnt=2)
+    cfg = QPConfig(**{**dict(min_rto_s=0.0, time_scale=time_scale, cc="uet-1.0-nscc",
+                             cc_params=dict(rate_bps=sum(p.rate_bps for p in paths),
+                                            base_rtt_s=base_rtt_s),
+                             probe_timeout_s=3 * base_rtt_s, probe_interval_s=5 * base_rtt_s),
+                      **kw})
+    a = QP(1, rng=random.Random(seed), config=cfg)
+    b = QP(2, rng=random.Random(seed + 1), memory=bytearray(size), config=cfg)
+    connect_pair(a, b, range(len(paths)), attr=attr, ev_min_active=ev_min_active)
+    net = MultipathNetwork(a, b, paths, seed=seed)
+    src = random.Random(seed).randbytes(size)
+    a.post_write(wr_id=1, local=src, remote_offset=0)
+    events, done = [], []
+
+    def stop():
+        while (e := a.next_event()) is not None:
+            (events if isinstance(e, EVEvent) else done).append(e)
+        return bool(done)
+
+    net.run(stop=stop, until=10.0)
+    assert [type(d) for d in done] == [WorkCompletion] and b._mem.tobytes() == src
+    return a, net, [e for e in events if e.new is EVState.ASSUMED_BAD]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_congestion_drops_alone_retire_no_ev(seed):
+    """4 x 1 Gb/s, 15 kB drop-tail queues, 4 MB: ~1,500 queue drops. Before: 4 retirements,
+    ~1,300 floor holds, 36-60 ms; after: 0 retirements, 21 ms."""
+    paths = [PathSpec(1e9, DELAY_S, queue_bytes=15000)] * 4
+    a, net, bad = run(paths, seed=seed)
+    assert sum(c["dropped_queue"] for c in net.counters().values()) > 500   # congested indeed
+    assert bad == [] and a.evs.floor_held == 0
+    assert a.ev_losses_excused > 0 and a.ooo_losses > 0
+    assert net.now < 0.030                                    # was 36-60 ms
+
+
+@pytest.mark.parametrize("t_fail", [0.0, 0.010])
+def test_a_dead_ev_is_retired_within_3_base_rtts(t_fail):
+    """RTO floor 1.5 x timeout 14 = 25 ms (12.6 base RTTs): today's code found the dead EV
+    only when that timer fired; later acks on the other EVs find it in ~1.3-1.5 base RTTs."""
+    paths = [PathSpec(1e9, DELAY_S)] * 4
+    paths[1] = PathSpec(1e9, DELAY_S, down=((t_fail, math.inf),))
+    a, net, bad = run(paths, size=8 << 20, timeout=14)
+    assert a.rto_s > 10 * BASE_RTT_S
+    assert [e.ev for e in bad] == [1]
+    assert bad[0].time - t_fail <= 3 * BASE_RTT_S, (bad[0].time - t_fail) / BASE_RTT_S
+    assert a.timeouts == 0
+
+
+def test_spraying_over_paths_of_different_lengths_infers_no_loss():
+    """One-way delays 1.0-1.6 ms: the RTT spread (1.2 ms) exceeds RTT/4; the time guard
+    (spread + min RTT / 4) keeps the reordering from looking like loss. No packet is dropped;
+    before: 4 retirements (per-EV threshold, ~180 spurious retransmissions), 40 ms; after: 0."""
+    paths = [PathSpec(1e9, DELAY_S * (1 + 0.2 * i)) for i in range(4)]
+    a, net, bad = run(paths, size=8 << 20)
+    assert a.ooo_losses == 0 and a.timeouts == 0 and bad == []
+    assert net.now < 0.030
+
+
+def test_ack_delay_above_a_quarter_of_the_rto_floor_is_rejected():
+    with pytest.raises(ValueError, match="ack_delay_s=500 us exceeds 0.25 x min_rto_s"):
+        QPConfig(min_rto_s=0.001, ack_delay_s=0.0005).validate()
+    a = QP(1, rng=random.Random(0), config=QPConfig(min_rto_s=0.0))
+    b = QP(2, rng=random.Random(1), config=QPConfig(min_rto_s=0.0))
+    with pytest.raises(ValueError, match=r"RTO floor of timeout 8 \(262 us\).*<= 66 us"):
+        connect_pair(a, b, [0], attr=QPAttr(timeout=8))
+
+
+def test_ack_delay_within_the_bound_retires_no_ev_at_the_tail():
+    """8 x 10 Gb/s, 50 us one way, fault-free, timeout 8 (262 us): with ack_delay_s 0.5 ms
+    (now rejected) 7 of 8 EVs were retired at the write's tail; at 60 us none is."""
+    paths = [PathSpec(10e9, 5e-5)] * 8
+    a, net, bad = run(paths, size=8 << 20, timeout=8, time_scale=1.0, ev_min_active=1,
+                      base_rtt_s=1e-4, ack_delay_s=6e-5)
+    assert bad == [] and a.timeouts == 0 and a.rtx_packets == 0
+
+
+def test_rc_keeps_no_cross_ev_state():
+    paths = [PathSpec(1e9, DELAY_S, loss=0.002)]
+    a, net, bad = run(paths, size=1 << 20, transport=Transport.RC, ev_min_active=1)
+    assert a.rtx_packets > 0 and a.ooo_losses == 0 and not a._sent_order
+    assert not [e for e in [a.next_event()] if isinstance(e, QPError)]
