@@ -12,6 +12,10 @@ namespaces is touched, and the namespace disappears when the child exits.
   flavors next-csid lblen 32 nflen 16`` (pyroute2 cannot encode flavours).
 * nftables: add a table, a chain and a ``numgen random`` drop rule (what the
   loss fault uses).
+* bpf_egress (:mod:`testbed.switch`): clang builds the egress program, libbpf
+  loads it (the verifier accepts ``bpf_skb_change_tail``, ``bpf_redirect``
+  and the spin lock), and it attaches, with a ``clsact`` qdisc, to a veth
+  created for the purpose in the throwaway namespace and deleted by name after.
 
 The probe is bounded as a whole (:data:`PROBE_TIMEOUT_S`, the wait for the
 child included) and its result is cached per boot in :data:`CACHE_PATH`
@@ -50,7 +54,7 @@ PROBE_TIMEOUT_S = 30.0
 CACHE_PATH = Path("/run/mrc-testbed/kernel-features.json")
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 #: Bump when the probe changes what it measures (invalidates every cache).
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 
 # Minimal valid options per qdisc kind for pyroute2 (kinds not listed take none).
 _QDISC_ARGS = {"tbf": {"rate": "1mbit", "burst": 10240, "latency": "10ms"}}
@@ -66,13 +70,17 @@ class KernelFeatures:
 
     ``qdiscs``: the names from :data:`QDISCS` the kernel knows.
     ``seg6_next_csid``: seg6local End with the next-csid flavour (SRv6 uSID).
-    ``nftables``: nf_tables with ``numgen``. ``probed`` False means the probe
+    ``nftables``: nf_tables with ``numgen``. ``bpf_egress``: the switch program
+    (:mod:`testbed.switch`) builds, loads and attaches to a clsact egress;
+    ``bpf_egress_error`` says why not. ``probed`` False means the probe
     could not run (``reason`` says why) and every feature is reported absent.
     """
 
     qdiscs: frozenset[str] = field(default_factory=frozenset)
     seg6_next_csid: bool = False
     nftables: bool = False
+    bpf_egress: bool = False
+    bpf_egress_error: str = ""
     probed: bool = True
     reason: str = ""
 
@@ -95,7 +103,8 @@ class KernelFeatures:
 
     def to_dict(self) -> dict:
         return {"qdiscs": sorted(self.qdiscs), "seg6_next_csid": self.seg6_next_csid,
-                "nftables": self.nftables, "probed": self.probed, "reason": self.reason}
+                "nftables": self.nftables, "bpf_egress": self.bpf_egress,
+                "bpf_egress_error": self.bpf_egress_error, "probed": self.probed, "reason": self.reason}
 
 
 @lru_cache(maxsize=1)
@@ -117,7 +126,8 @@ def features() -> KernelFeatures:
         if key:
             write_cache(CACHE_PATH, key, result)
     return KernelFeatures(qdiscs=frozenset(result["qdiscs"]), seg6_next_csid=result["seg6_next_csid"],
-                          nftables=result["nftables"])
+                          nftables=result["nftables"], bpf_egress=result.get("bpf_egress", False),
+                          bpf_egress_error=result.get("bpf_egress_error", ""))
 
 
 def cache_key() -> str | None:
@@ -151,7 +161,9 @@ def read_cache(path: Path, key: str) -> dict | None:
         return None
     result = doc["result"]
     if not (isinstance(result.get("qdiscs"), list) and all(isinstance(q, str) for q in result["qdiscs"])
-            and isinstance(result.get("seg6_next_csid"), bool) and isinstance(result.get("nftables"), bool)):
+            and isinstance(result.get("seg6_next_csid"), bool) and isinstance(result.get("nftables"), bool)
+            and isinstance(result.get("bpf_egress", False), bool)
+            and isinstance(result.get("bpf_egress_error", ""), str)):
         return None
     return result
 
@@ -251,7 +263,9 @@ def _probe_all() -> dict:
         lo = ipr.link_lookup(ifname="lo")[0]
         ipr.link("set", index=lo, state="up")
         qdiscs = [kind for kind in QDISCS if _probe_qdisc(ipr, lo, kind)]
-    return {"qdiscs": qdiscs, "seg6_next_csid": _probe_seg6(), "nftables": _probe_nft()}
+    bpf_error = _probe_bpf_egress()
+    return {"qdiscs": qdiscs, "seg6_next_csid": _probe_seg6(), "nftables": _probe_nft(),
+            "bpf_egress": not bpf_error, "bpf_egress_error": bpf_error}
 
 
 def _probe_qdisc(ipr, index: int, kind: str) -> bool:
@@ -282,6 +296,34 @@ def _probe_nft() -> bool:
                "  numgen random mod 100 < 1 drop\n }\n}\n")
     return subprocess.run([nft, "-f", "-"], input=ruleset.encode(), capture_output=True,
                           timeout=5).returncode == 0
+
+
+PROBE_VETH = ("mrcprobe0", "mrcprobe1")
+
+
+def _probe_bpf_egress() -> str:
+    """"" if the switch program builds, loads and attaches here, else why not (never raises
+    for a missing feature). Runs in the throwaway namespace; deletes its veth by name."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    from testbed import switch
+
+    if shutil.which("clang") is None:
+        return "clang not found (make setup installs clang, llvm, libbpf-dev)"
+    config = switch.EgressConfig(rate_bps=1_000_000, mtu=1500, ecn_threshold_pkts=1, trim_threshold_pkts=2)
+    with IPRoute() as ipr:
+        try:
+            ipr.link("add", ifname=PROBE_VETH[0], kind="veth", peer=PROBE_VETH[1])
+        except NetlinkError as exc:
+            return f"veth: {exc}"
+        try:
+            switch.attach(os.getpid(), PROBE_VETH[0], config).detach()
+        except (switch.SwitchBuildError, switch.SwitchLoadError, switch.SwitchAttachError, OSError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            ipr.link("del", index=ipr.link_lookup(ifname=PROBE_VETH[0])[0])
+    return ""
 
 
 if __name__ == "__main__":  # pragma: no cover - manual check: python -m testbed.kernel

@@ -1,0 +1,137 @@
+"""Switch egress configuration (pure): validation, byte sizes, the program's config map value.
+
+Sizes are L2 frames (Ethernet 14 + IPv6 40 + UDP 8 + MRC), what HTB charges and
+what the program sees as ``skb->len`` on a veth's egress. Thresholds are given
+in MTU-sized packets and compared in bytes: ``threshold_pkts * (mtu + 14)``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from agents.mrc.packet import CRC_BYTES, DATA_HDR, IMM, OPCODES_WITH_IMM, Opcode
+
+ETH_BYTES = 14
+IPV6_UDP_BYTES = 40 + 8
+MAX_HEADER_BYTES = DATA_HDR.size + IMM.size + CRC_BYTES
+"""Largest trimmed MRC datagram (header + immediate + CRC), bytes."""
+MAX_TRIMMED_FRAME_BYTES = ETH_BYTES + IPV6_UDP_BYTES + MAX_HEADER_BYTES
+"""Largest trimmed frame on the wire (106 bytes): one slot of the header queue."""
+HTB_HEADER_CLASSID = 0x0001_0020
+"""HTB class 1:20, the strict-priority class for trimmed headers (:mod:`testbed.shaping`)."""
+MAX_RATE_BPS = 10**12
+U64_MAX = 2**64 - 1
+NS_X8 = 8_000_000_000
+"""Bits per byte times nanoseconds per second: the drain's fixed-point unit."""
+
+# struct config in egress.bpf.c: six u64 then priority u32 and pad u32.
+CONFIG_STRUCT = struct.Struct("=QQQQQQII")
+
+
+class SwitchConfigError(ValueError):
+    """An :class:`EgressConfig` field is out of range."""
+
+
+def header_bytes(opcode: int) -> int:
+    """Bytes of an MRC DATA datagram once trimmed: header (36), immediate (4) if the
+    opcode carries one, CRC (4). Raises SwitchConfigError for a non-WRITE opcode."""
+    try:
+        op = Opcode(opcode)
+    except ValueError:
+        raise SwitchConfigError(f"opcode {opcode} is not an MRC WRITE opcode") from None
+    return DATA_HDR.size + (IMM.size if op in OPCODES_WITH_IMM else 0) + CRC_BYTES
+
+
+def trimmed_frame_bytes(opcode: int) -> int:
+    """L2 frame bytes of a trimmed DATA packet: Ethernet + IPv6 + UDP + :func:`header_bytes`."""
+    return ETH_BYTES + IPV6_UDP_BYTES + header_bytes(opcode)
+
+
+def _check_pkts(name: str, value: int | None, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
+        raise SwitchConfigError(f"{name} must be an integer 1..1000000 packets, got {value!r}")
+
+
+@dataclass(frozen=True)
+class EgressConfig:
+    """One router egress's switch features.
+
+    ``rate_bps``: the link's HTB rate, bits/s; the virtual queues drain at it.
+    ``mtu``: the link's IPv6 MTU, bytes (1280..65535); one threshold packet is ``mtu + 14`` bytes.
+    ``ecn_threshold_pkts``: CE on ECT(0)/ECT(1) IPv6 packets once the virtual queue holds
+    more than this many MTU-sized packets; None: no marking.
+    ``trim_threshold_pkts``: MRC DATA packets that would take the queue past this are
+    trimmed to their header; None: no trimming.
+    ``header_queue_pkts``: the trimmed-header queue, in slots of the largest trimmed frame
+    (:data:`MAX_TRIMMED_FRAME_BYTES`); a header that does not fit is the only drop.
+    ``header_priority``: ``skb->priority`` of trimmed headers (default HTB class 1:20).
+    ``queue_pkts``: the leaf queue limit; the virtual queue does not grow past what the
+    leaf would hold (None: unbounded). At least one of ECN and trimming must be on.
+    Raises SwitchConfigError.
+    """
+
+    rate_bps: int
+    mtu: int
+    ecn_threshold_pkts: int | None
+    trim_threshold_pkts: int | None
+    header_queue_pkts: int = 64
+    header_priority: int = HTB_HEADER_CLASSID
+    queue_pkts: int | None = None
+
+    def __post_init__(self):
+        if isinstance(self.rate_bps, bool) or not isinstance(self.rate_bps, int) \
+                or not 1 <= self.rate_bps <= MAX_RATE_BPS:
+            raise SwitchConfigError(f"rate_bps must be an integer 1..{MAX_RATE_BPS}, got {self.rate_bps!r}")
+        if isinstance(self.mtu, bool) or not isinstance(self.mtu, int) or not 1280 <= self.mtu <= 65535:
+            raise SwitchConfigError(f"mtu must be an integer 1280..65535 bytes, got {self.mtu!r}")
+        _check_pkts("ecn_threshold_pkts", self.ecn_threshold_pkts, optional=True)
+        _check_pkts("trim_threshold_pkts", self.trim_threshold_pkts, optional=True)
+        _check_pkts("header_queue_pkts", self.header_queue_pkts, optional=False)
+        _check_pkts("queue_pkts", self.queue_pkts, optional=True)
+        if self.ecn_threshold_pkts is None and self.trim_threshold_pkts is None:
+            raise SwitchConfigError("neither ECN nor trimming is on (both thresholds are None)")
+        if isinstance(self.header_priority, bool) or not isinstance(self.header_priority, int) \
+                or not 0 <= self.header_priority < 2**32:
+            raise SwitchConfigError(f"header_priority must be a u32, got {self.header_priority!r}")
+        for name in ("ecn_threshold_pkts", "trim_threshold_pkts"):
+            value = getattr(self, name)
+            if value is not None and self.queue_pkts is not None and value >= self.queue_pkts:
+                raise SwitchConfigError(f"{name} {value} is not below queue_pkts {self.queue_pkts}: "
+                                        f"drop-tail would act first")
+
+    @property
+    def frame_bytes(self) -> int:
+        return self.mtu + ETH_BYTES
+
+    @property
+    def ecn_bytes(self) -> int:
+        """ECN threshold in bytes; 0 when marking is off."""
+        return (self.ecn_threshold_pkts or 0) * self.frame_bytes
+
+    @property
+    def trim_bytes(self) -> int:
+        """Trim threshold in bytes; 0 when trimming is off."""
+        return (self.trim_threshold_pkts or 0) * self.frame_bytes
+
+    @property
+    def header_queue_bytes(self) -> int:
+        return self.header_queue_pkts * MAX_TRIMMED_FRAME_BYTES
+
+    @property
+    def queue_bytes(self) -> int:
+        return U64_MAX if self.queue_pkts is None else self.queue_pkts * self.frame_bytes
+
+    @property
+    def idle_ns(self) -> int:
+        """Elapsed ns past which the queues are simply emptied: the largest elapsed time
+        whose drain (``elapsed * rate_bps + carry``) fits in 64 bits; by then more than
+        2 GB has drained, more than any queue holds."""
+        return (U64_MAX - NS_X8) // self.rate_bps
+
+    def pack(self) -> bytes:
+        """The value of the program's ``cfg`` map (struct config in egress.bpf.c)."""
+        return CONFIG_STRUCT.pack(self.rate_bps, self.ecn_bytes, self.trim_bytes, self.header_queue_bytes,
+                                  self.queue_bytes, self.idle_ns, self.header_priority, 0)
