@@ -18,6 +18,9 @@ Sources of each record's fields:
   (``TCA_STATS2``/``TCA_STATS_QUEUE``). HTB adds every drop of its leaf
   (pfifo/netem overflow) to its own counter, so this is HTB + leaf, counted
   once; cumulative since the fabric started.
+* ``ecn_marked``/``trimmed``/``switch_drops`` (only on a router end running the switch
+  program, :mod:`testbed.switch`): packets it marked CE, trimmed to their header, and
+  dropped because its header queue overflowed; cumulative.
 * ``rate_bps``: the HTB rate now configured, tracked by
   :meth:`testbed.faults.FaultInjector.set_rate` (:func:`testbed.faults.current_rate_bps`),
   not read back from the kernel (that would cost a class dump per namespace).
@@ -213,12 +216,18 @@ class LinkCounters:
                 _dump(sock, LINK_DUMP, buf, on_link)
                 _dump(sock, QDISC_DUMP, buf, on_qdisc)
         out = []
+        switch = getattr(self.fabric, "switch_handles", None) or {}
         for key in self._order:
             link, letter, port = self._ends[key[0]][key[1]]
             if key not in stats:
                 raise OSError(errno.ENODEV, f"{port.node}: no IFLA_STATS64 for {port.ifname} (ifindex {key[1]})")
             tx_b, tx_p, rx_b, rx_p = stats[key]
-            out.append({"link": link.name, "end": letter, "node": port.node, "ifname": port.ifname,
-                        "tx_bytes": tx_b, "tx_packets": tx_p, "rx_bytes": rx_b, "rx_packets": rx_p,
-                        "drops": drops.get(key, 0), "rate_bps": current_rate_bps(self.fabric, link)})
+            rec = {"link": link.name, "end": letter, "node": port.node, "ifname": port.ifname,
+                   "tx_bytes": tx_b, "tx_packets": tx_p, "rx_bytes": rx_b, "rx_packets": rx_p,
+                   "drops": drops.get(key, 0), "rate_bps": current_rate_bps(self.fabric, link)}
+            handle = switch.get((link.name, port.node))
+            if handle is not None:   # the switch program's own counters (one map lookup each)
+                c = handle.counters()
+                rec.update(ecn_marked=c["marked"], trimmed=c["trimmed"], switch_drops=c["dropped"])
+            out.append(rec)
         return out

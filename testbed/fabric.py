@@ -118,6 +118,7 @@ class Fabric:
     _children: list = field(default_factory=list)
     _ecmp_failed: frozenset[str] = frozenset()
     _installed_ecmp: dict | None = None
+    switch_handles: dict = field(default_factory=dict)
 
     # -- lifecycle -------------------------------------------------------------
     def __enter__(self) -> "Fabric":
@@ -128,7 +129,10 @@ class Fabric:
 
     def start(self) -> "Fabric":
         """Build everything; on any error tear down what was built and re-raise."""
-        tc_plans = {l.name: shaping.plan(l.params, have_netem=self.have_netem) for l in self.topo.links}
+        tc_plans = {l.name: shaping.plan(l.params, have_netem=self.have_netem,
+                                         header_queue_pkts=l.params.trim_header_queue_pkts
+                                         if l.params.trim_threshold_pkts else None)
+                    for l in self.topo.links}
         # The per-node batches are pure (no fds, no lookups): a forked worker encodes
         # them on the second core while this process forks the node shells.
         self._installed_ecmp = self.topo.ecmp_next_hops()
@@ -139,6 +143,8 @@ class Fabric:
                 self._phase("sysctls", self._set_sysctls)
                 self._phase("links", self._create_links)
                 self._phase("config", lambda: self._send_config(batches.result()))
+                if any(l.params.switch_features for l in self.topo.links):
+                    self._phase("switch", self._attach_switch_programs)
             except BaseException:
                 batches.cancel()
                 self.stop()
@@ -153,6 +159,9 @@ class Fabric:
     def stop(self) -> float:
         """Kill every recorded process (namespaces go with them). Idempotent; returns seconds."""
         t0 = time.perf_counter()
+        for handle in self.switch_handles.values():   # the namespaces take the filters with them
+            handle.program.close()
+        self.switch_handles.clear()
         for fd in self._nsfd.values():
             os.close(fd)
         self._nsfd.clear()
@@ -210,6 +219,26 @@ class Fabric:
                                                 sr_mtu),
                            desc=f"{sw.name}: sr0 (seg6local device)")
         batch.send()
+
+    def _attach_switch_programs(self) -> None:
+        """The switch egress program (:mod:`testbed.switch`: ECN marking, trimming) on every
+        router end of a link whose class asks for it; hosts' NICs do not mark or trim."""
+        from .switch import EgressConfig, attach
+        for link in self.topo.links:
+            p = link.params
+            if not p.switch_features:
+                continue
+            for end in (link.a, link.b):
+                if self.topo.nodes[end.node].role is Role.HOST:
+                    continue
+                config = EgressConfig(p.rate_bps, p.mtu, p.ecn_threshold_pkts, p.trim_threshold_pkts,
+                                      header_queue_pkts=p.trim_header_queue_pkts or 64, queue_pkts=p.queue_pkts)
+                self.switch_handles[(link.name, end.node)] = attach(self.nodes[end.node].pid, end.ifname, config)
+
+    def switch_counters(self) -> dict[tuple[str, str], dict[str, int]]:
+        """``{(link, node): {"passed", "marked", "trimmed", "dropped"}}`` of every switch egress
+        program (packets since bring-up); {} without switch features."""
+        return {key: h.counters() for key, h in self.switch_handles.items()}
 
     def _send_config(self, batches: dict[str, Batch]) -> None:
         for name, batch in batches.items():

@@ -131,12 +131,16 @@ def features() -> KernelFeatures:
 
 
 def cache_key() -> str | None:
-    """This boot and kernel: ``<boot_id> <release> v<PROBE_VERSION>``; None if unknown."""
+    """This boot, kernel and compiler: ``<boot_id> <release> v<PROBE_VERSION> clang|no-clang``; None
+    if unknown."""
     try:
         boot_id = BOOT_ID_PATH.read_text(encoding="ascii").strip()
     except (OSError, UnicodeDecodeError):
         return None
-    return f"{boot_id} {os.uname().release} v{PROBE_VERSION}" if boot_id else None
+    # clang's presence is part of the key: a probe run before `make setup` installed the
+    # compiler must not keep bpf_egress false for the rest of the boot.
+    clang = "clang" if shutil.which("clang") else "no-clang"
+    return f"{boot_id} {os.uname().release} v{PROBE_VERSION} {clang}" if boot_id else None
 
 
 def read_cache(path: Path, key: str) -> dict | None:

@@ -211,7 +211,8 @@ class FaultInjector:
         self.journal.append((time.monotonic(), "rate", lk.name, rate_bps))
 
     def _set_htb(self, lk: Link, port, rate_bps: int) -> None:
-        tc = shaping.plan(dataclasses.replace(lk.params, rate_bps=rate_bps), have_netem=self.fabric.have_netem)
+        tc = shaping.plan(dataclasses.replace(lk.params, rate_bps=rate_bps), have_netem=self.fabric.have_netem,
+                          header_queue_pkts=lk.params.trim_header_queue_pkts if lk.params.trim_threshold_pkts else None)
         batch = Batch(f"{lk.name}: rate {rate_bps} bit/s on {port.node}")
         shaping.compile_into(batch, routing.port_ifindex(self.fabric.topo, port.node, lk), tc, replace=True)
         fd = self._nsfd(port.node)
@@ -221,6 +222,9 @@ class FaultInjector:
             raise FaultError(str(exc)) from None
         except OSError as exc:
             raise _Gone(f"{port.node}: {exc}") from None
+        handle = getattr(self.fabric, "switch_handles", {}).get((lk.name, port.node))
+        if handle is not None:   # the switch program's virtual queues drain at the link's rate too
+            handle.program.reconfigure(dataclasses.replace(handle.program.config, rate_bps=rate_bps))
 
     # -- typed changes and timeline steps -------------------------------------------------
     def apply(self, change: Change) -> None:

@@ -471,10 +471,15 @@ class SampleTable:
         return out
 
 
+_SWITCH_COUNTERS = ("ecn_marked", "trimmed", "switch_drops")
+
+
 class LinkTable:
     """Kernel link counters (``links.jsonl``) in columns per link end ``(link, end)``:
     ``{"t", "tx_bytes", "drops", "rate_bps"}`` float arrays sorted by wall-clock time
-    (stable); a missing counter is 0, a missing rate NaN. ``t``: every record's time."""
+    (stable), plus ``ecn_marked``, ``trimmed`` and ``switch_drops`` on ends that ran the switch
+    program (:mod:`testbed.switch`); a missing counter is 0, a missing rate NaN. ``t``: every
+    record's time."""
 
     def __init__(self, t: np.ndarray, ends: dict[tuple, dict[str, np.ndarray]]):
         self.t, self.ends = t, ends
@@ -491,19 +496,26 @@ class LinkTable:
             key = (r["link"], r.get("end", "a"))
             g = groups.get(key)
             if g is None:
-                g = groups[key] = ([], [], [], [])
+                g = groups[key] = ([], [], [], [], None)
             t = r["t"]
             add_t(t)
             g[0].append(t)
             g[1].append(r.get("tx_bytes", 0))
             g[2].append(r.get("drops", 0))
             g[3].append(r.get("rate_bps"))
+            if "ecn_marked" in r:
+                if g[4] is None:
+                    g = groups[key] = (*g[:4], ([], [], []))
+                for col, name in zip(g[4], _SWITCH_COUNTERS):
+                    col.append(r.get(name, 0))
         ends = {}
-        for key, (t, tx, drops, rate) in groups.items():
+        for key, (t, tx, drops, rate, sw) in groups.items():
             t = np.array(t, dtype=float)
             order = np.argsort(t, kind="stable")
             ends[key] = {"t": t[order], "tx_bytes": _floats(tx)[order], "drops": _floats(drops)[order],
                          "rate_bps": _floats(rate)[order]}
+            if sw is not None and len(sw[0]) == len(t):
+                ends[key].update({name: _floats(col)[order] for col, name in zip(sw, _SWITCH_COUNTERS)})
         return cls(np.array(ts, dtype=float), ends)
 
 

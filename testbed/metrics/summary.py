@@ -126,7 +126,8 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
         "ev_transitions": len(trans),
         "flows": [_flow_summary(k, fs, window) for k, fs in sorted(flows.items(), key=lambda kv: str(kv[0]))],
         "fidelity": {"cpu_busy": cpu, "busiest_links": busiest_links(links, link_edges, window),
-                     "link_drops": float(sum(s["drops"].sum() for s in links.values()))},
+                     "link_drops": float(sum(s["drops"].sum() for s in links.values())),
+                     **switch_totals(tr.links, window, t0)},
         "valid": not invalid, "invalid_reasons": invalid, "validity": validity,
         "warnings": ([] if cpu else ["no CPU samples in the workload window: fidelity unknown"]) + fk["warnings"],
         **{k: fk[k] for k in ("base_rtt_s", "flow_kpis", "worst_stall", "worst_recovery", "healthy_gap_p99_s",
@@ -200,6 +201,23 @@ def comparison_row(s: dict) -> dict:
                iteration_max_s=s["iteration_s"]["max"], complete=s["completion"]["complete"],
                completion=s["completion"]["reason"])
     return row
+
+
+def switch_totals(links, window: tuple[float, float], t0: float) -> dict:
+    """Packets the switch programs marked CE, trimmed and dropped (header queue full) over the
+    workload window, summed over link ends: ``{"ecn_marked", "trimmed", "switch_drops"}``;
+    {} when no end ran the switch program (:mod:`testbed.switch`)."""
+    out: dict[str, float] = {}
+    lo, hi = window[0] + t0, window[1] + t0
+    for cols in links.ends.values():
+        if "ecn_marked" not in cols:
+            continue
+        t = cols["t"]
+        for name in ("ecn_marked", "trimmed", "switch_drops"):
+            c = cols[name]
+            at = np.interp([lo, hi], t, c) if len(t) else (0.0, 0.0)
+            out[name] = out.get(name, 0.0) + float(at[1] - at[0])
+    return out
 
 
 def job_row(job: str, s: dict, busbw_fraction: float | None) -> dict:

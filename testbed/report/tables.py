@@ -170,7 +170,12 @@ def comparison_table(summary: dict) -> Grid:
     names = list(summary["transports"])
     # base_rtt_s: per transport, or once for the run (top level)
     per = {n: {"base_rtt_s": summary.get("base_rtt_s"), **summary["transports"][n]} for n in names}
+    switch = any("ecn_marked" in (per[n].get("fidelity") or {}) for n in names)
     rows = [[label, *(f(per[n]) for n in names)] for label, f in COMPARISON_ROWS]
+    if switch:   # the fabric ran the switch program (ECN marking, trimming)
+        rows.append(["switch: CE marked / trimmed / header drops",
+                     *("/".join(fmt_count((per[n].get("fidelity") or {}).get(k))
+                                for k in ("ecn_marked", "trimmed", "switch_drops")) for n in names)])
     title = f"{summary.get('scenario', '?')}: transports side by side{_host(summary)}"
     return Grid(title, ["metric", *names], rows, split="columns", shrink_first=(0,))
 

@@ -270,7 +270,8 @@ SAMPLE = Obj({"t": TIME, "rank": RANK, "flows": ListOf(FLOW, 1 << 16)},
              {"loop": Opt(Obj({}, {"late_max_s": Opt(NUM), "late_sum_s": Opt(NUM), "timers": Opt(NUM)}))})
 """``samples.jsonl`` (:class:`agents.protocol.Sample`)."""
 LINK = Obj({"t": TIME, "link": STR}, {"end": STR, "tx_bytes": Opt(COUNTER), "drops": Opt(COUNTER),
-                                      "rate_bps": Opt(NUM)})
+                                      "rate_bps": Opt(NUM), "ecn_marked": Opt(COUNTER), "trimmed": Opt(COUNTER),
+                                      "switch_drops": Opt(COUNTER)})
 """``links.jsonl`` (:meth:`testbed.counters.LinkCounters.read` + ``t``)."""
 CPU_RECORD = Obj({"t": TIME, "busy_fraction": Num(0, 1e6)}, {"cores": Opt(ListOf(NUM, 1 << 16))})
 """``cpu.jsonl``."""

@@ -118,6 +118,12 @@ class EgressProgram:
     def prog_fd(self) -> int:
         return self.fds["prog"]
 
+    def reconfigure(self, config: EgressConfig) -> None:
+        """Replace the config map's value (a link's rate changed: the virtual queues drain at
+        the new rate from the next packet on); queues and counters are kept."""
+        self._update("cfg", 0, config.pack())
+        self.config = config
+
     def _update(self, name: str, key: int, value: bytes) -> None:
         k, v = ctypes.c_uint32(key), ctypes.create_string_buffer(value, len(value))
         rc = libbpf().bpf_map_update_elem(self.fds[name], ctypes.byref(k), v, 0)

@@ -12,7 +12,7 @@ from testbed.kernel import KernelFeatures
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
-FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo"}), seg6_next_csid=True, nftables=True)
+FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo"}), seg6_next_csid=True, nftables=True, bpf_egress=True)
 
 
 @pytest.fixture(autouse=True)
@@ -120,3 +120,23 @@ timeline:
         "(link_down on the same link)",
         f"{scenario}:12: timeline[2]: warning: link_up e0_0-a0_0 with no link_down of that link before it",
         f"{scenario}:14: timeline[3]: warning: flap on e0_1-a0_1 lasts until 13s, past the timeout (10s)"]
+
+
+def test_switch_features_need_the_bpf_egress_kernel_feature(tmp_path, capsys, monkeypatch):
+    """A topology asking for ECN marking or trimming is refused, by key and line, where the
+    kernel cannot run the switch program; thresholds must lie below the link's queue."""
+    monkeypatch.setattr(validate, "features", lambda: KernelFeatures(frozenset({"htb", "pfifo"}),
+                                                                       seg6_next_csid=True, nftables=True))
+    path = ROOT / "topologies" / "fat-tree-k4-trim.yaml"
+    assert cli.main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:12: link_classes.host.ecn: ecn marking needs a tc BPF egress program" in err
+    assert f"{path}:12: link_classes.host.trim: trimming needs a tc BPF egress program" in err
+    monkeypatch.setattr(validate, "features", lambda: FEATURES)
+    bad = tmp_path / "t.yaml"
+    bad.write_text(path.read_text().replace("trim: {threshold: 6, header_queue: 64}", "trim: {threshold: 40}", 1)
+                   .replace("ecn: {threshold: 2}", "ecn: {treshold: 2}", 1))
+    assert cli.main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "link_classes.host.trim.threshold: 40 packets is not below the link's queue (32 packets)" in err
+    assert "link_classes.host.ecn.treshold: unknown key" in err
