@@ -23,7 +23,8 @@ Job spec (JSON object; unknown keys rejected, every problem reported with its ke
      "bind_addr": this host's ECMP address, "tcp_port": 5201 (this agent's TCP port, protocol.TCP_PORT),
      "send_to": [PEER, ...], "recv_from": [PEER, ...],
      "qp": {"mpr", "mpr_dest", "max_wimm", "max_wimm_dest", "timeout", "retry_linear",
-            "retry_exp" (mrc.h attributes), "ev_min_active", and QPConfig emulation
+            "retry_exp" (mrc.h attributes), "ev_min_active", "ecn" (bool, default false:
+            see ECN below), and QPConfig emulation
             parameters "time_scale", "min_rto_s", "cc", "cc_params", "sack_every",
             "ack_delay_s", "reorder_threshold", "probe_interval_s", "probe_timeout_s",
             "probe_successes", "skip_timeout_s", "max_burst"},
@@ -52,6 +53,15 @@ EVs per transport:
   message is striped over the N QPs (agents.mrcchannel).
 * tcp ignores EVs: it connects to ``send_to[i].ecmp_addr`` and accepts one
   connection per ``recv_from`` peer.
+
+ECN (``qp.ecn: true``; mrc and rc, tcp ignores it): every UDP packet of the
+job is sent ECT(0) (IPV6_TCLASS), the traffic class of every datagram
+received is read (IPV6_RECVTCLASS) and a CE mark on a data packet reaches the
+QP, whose SACK then echoes it (mrc: the EV goes to SKIP); the congestion
+controller is built with ``ecn_capable`` true unless ``cc_params`` sets it
+(NSCC then decreases on ECN echo with delay above target, not on delay alone).
+Off by default: the packets are then byte for byte those of a job without
+the key (traffic class 0). See :mod:`agents.io`.
 
 Control: a Unix stream socket at ``control_socket``, newline-delimited JSON; the
 messages (``ready``, ``start``, ``iteration``, ``sample``, ``event``, ``done``,

@@ -23,6 +23,23 @@ A connected socket reports an ICMP error (e.g. port unreachable while the
 peer is not up yet) on the next send as ECONNREFUSED; that datagram is
 counted in ``tx_errors`` and dropped, as a lossy link would.
 
+ECN (``Endpoint(ecn=True)``, the job spec's ``qp.ecn``): every socket the
+endpoint sends from carries IPV6_TCLASS = ECT(0) (RFC 3168 §5: the two low
+bits of the traffic class), so a marking switch may set CE instead of
+dropping; the receive sockets set IPV6_RECVTCLASS and read the traffic class
+of every datagram from its ancillary data (``recvmsg``; RFC 3542 §6.5), and a
+CE datagram goes to ``QP.receive_datagram(data, now, ecn=True)`` (the
+responder then echoes it in its SACK). Every MRC packet of an ECN endpoint is
+ECT(0): DATA, and also SACK, NACK and probe packets, because the marking is
+per socket (one setsockopt, nothing per datagram; a per-packet traffic class
+would need ``sendmsg`` with a control message on every send) and because an
+ECN-marking queue that would drop a Not-ECT SACK marks an ECT one instead: a
+lost SACK costs an RTO and an EV penalty, and CE on a SACK or probe is
+harmless, since the QP reads ``ecn`` on DATA only (the ECN++ argument for
+marking control packets: RFC 8311 §4.3, draft-ietf-tcpm-generalized-ecn).
+With ``ecn=False`` (the default) no traffic-class option is set: packets and
+the ``recv`` receive path are exactly as without ECN support.
+
 Zero UDP checksum, as RoCEv2 does (the SRv6 uSID destination address is
 rewritten in flight, which would break the pseudo-header checksum; MRC's own
 CRC-32 covers the payload): ``UDP_NO_CHECK6_TX`` (101) and
@@ -43,6 +60,7 @@ import heapq
 import logging
 import selectors
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -55,6 +73,14 @@ UDP_NO_CHECK6_TX = 101
 UDP_NO_CHECK6_RX = 102
 RECV_BATCH = 256
 SOCKET_BUFFER_BYTES = 4 << 20
+ECN_MASK = 0b11
+"""The ECN field: the two low bits of the IPv6 traffic class (RFC 3168 §5)."""
+ECT0 = 0b10
+"""ECN-Capable Transport, codepoint ECT(0) (RFC 3168 §5)."""
+CE = 0b11
+"""Congestion Experienced: set by a marking switch on an ECT packet (RFC 3168 §5)."""
+_TCLASS_CMSG_BYTES = socket.CMSG_SPACE(4)   # one IPV6_TCLASS control message: an int
+_TCLASS_LOW_BYTE = 0 if sys.byteorder == "little" else 3   # the byte holding the ECN bits
 
 
 class TimerHandle:
@@ -185,10 +211,15 @@ class Route:
     src_port: int | None = None
 
 
-def _udp6_socket(bind_addr: str, port: int, zero_checksum: bool) -> socket.socket:
+def _udp6_socket(bind_addr: str, port: int, zero_checksum: bool, *, tclass: int | None = None,
+                 recv_tclass: bool = False) -> socket.socket:
     sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     try:
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        if tclass is not None:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tclass)
+        if recv_tclass:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
         for opt, size in ((socket.SO_RCVBUF, SOCKET_BUFFER_BYTES),
                           (socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)):
             sock.setsockopt(socket.SOL_SOCKET, opt, size)
@@ -209,18 +240,28 @@ class Endpoint:
     ``bind_addr``/``port``: the receive socket (port 0 picks a free one; see
     ``self.port``). ``zero_checksum``: set UDP_NO_CHECK6_TX/RX.
     ``connected_send``: one connected send socket per SRv6-mode destination
-    (module docstring). Raises OSError if a socket cannot be bound.
+    (module docstring). ``ecn``: send ECT(0) and report CE to the QPs
+    (module docstring); ``rx_ce`` counts the CE datagrams received.
+    ``send_tclass``: the IPv6 traffic class (0..255) of every datagram sent,
+    overriding ECT(0) (None: ECT(0) with ``ecn``, else the kernel's 0); tests
+    send CE (3) with it, standing in for a marking switch. Raises OSError if a
+    socket cannot be bound, ValueError for a traffic class outside 0..255.
     """
 
     def __init__(self, loop: EventLoop, *, bind_addr: str = "::", port: int = ROCEV2_PORT,
-                 zero_checksum: bool = True, connected_send: bool = True):
+                 zero_checksum: bool = True, connected_send: bool = True, ecn: bool = False,
+                 send_tclass: int | None = None):
+        if send_tclass is not None and not 0 <= send_tclass <= 255:
+            raise ValueError(f"send_tclass {send_tclass!r} is not an IPv6 traffic class (0..255)")
         self.loop = loop
         self.bind_addr = bind_addr
         self.zero_checksum = zero_checksum
         self.connected_send = connected_send
+        self.ecn = ecn
+        self.send_tclass = send_tclass if send_tclass is not None else (ECT0 if ecn else None)
         self._dest_socks: dict[tuple, socket.socket] = {}
         self._rx: dict[bytes, object] = {}   # QPN as 4 network-order bytes -> QP
-        self.sock = _udp6_socket(bind_addr, port, zero_checksum)
+        self.sock = self._socket(port, receive=True)
         self.port = self.sock.getsockname()[1]
         self._src_socks: dict[int, socket.socket] = {}
         self._qps: dict[int, object] = {}
@@ -231,7 +272,14 @@ class Endpoint:
         self.rx_unknown_qpn = 0
         self.tx_errors = 0
         self.tx_no_route = 0
-        loop.add_reader(self.sock, lambda: self._on_readable(self.sock))
+        self.rx_ce = 0
+        self._reader = reader = self._on_readable_ecn if ecn else self._on_readable
+        sock = self.sock
+        loop.add_reader(sock, lambda: reader(sock))
+
+    def _socket(self, port: int, *, receive: bool) -> socket.socket:
+        return _udp6_socket(self.bind_addr, port, self.zero_checksum, tclass=self.send_tclass,
+                            recv_tclass=receive and self.ecn)
 
     def attach(self, qp, routes: Mapping[int, Route]) -> None:
         """Serve ``qp`` (datagrams to its QPN) and send its EV ``ev`` along ``routes[ev]``.
@@ -263,7 +311,7 @@ class Endpoint:
     def _dest_sock(self, addr: tuple) -> socket.socket:
         sock = self._dest_socks.get(addr)
         if sock is None:
-            sock = _udp6_socket(self.bind_addr, 0, self.zero_checksum)
+            sock = self._socket(0, receive=False)
             try:
                 sock.connect(addr)
             except OSError:
@@ -275,9 +323,9 @@ class Endpoint:
     def _src_sock(self, src_port: int) -> socket.socket:
         sock = self._src_socks.get(src_port)
         if sock is None:
-            sock = _udp6_socket(self.bind_addr, src_port, self.zero_checksum)
+            sock = self._socket(src_port, receive=True)
             self._src_socks[src_port] = sock
-            self.loop.add_reader(sock, lambda s=sock: self._on_readable(s))
+            self.loop.add_reader(sock, lambda s=sock, r=self._reader: r(s))
         return sock
 
     def kick(self, qp=None) -> None:
@@ -318,6 +366,54 @@ class Endpoint:
         if batch:
             last.receive_datagrams(batch, now)
         self.rx_datagrams += n
+        for qp in dirty.values():
+            self._flush(qp, now)
+
+    def _on_readable_ecn(self, sock: socket.socket) -> None:
+        """:meth:`_on_readable` with the traffic class of each datagram (``ecn=True`` only).
+
+        A CE datagram ends the current run and goes alone to
+        ``QP.receive_datagram(data, now, ecn=True)``, so arrival order is kept."""
+        recvmsg = sock.recvmsg
+        qps = self._rx
+        now = self.loop.time()
+        dirty = {}
+        last, batch = None, []
+        n = ce = 0
+        tclass_type, low = socket.IPV6_TCLASS, _TCLASS_LOW_BYTE
+        while n < RECV_BATCH:
+            try:
+                data, anc, _, _ = recvmsg(65535, _TCLASS_CMSG_BYTES)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:   # e.g. ICMP port unreachable reported on the socket
+                log.debug("recv on %s: %s", sock.getsockname(), exc)
+                break
+            n += 1
+            qp = qps.get(data[4:8])           # demultiplex by destination QPN
+            if qp is None:
+                self.rx_unknown_qpn += 1
+                continue
+            if anc:
+                _, ctype, cdata = anc[0]
+                if ctype == tclass_type and cdata[low] & ECN_MASK == CE:
+                    ce += 1
+                    if batch:
+                        last.receive_datagrams(batch, now)
+                        batch = []
+                    qp.receive_datagram(data, now, ecn=True)
+                    dirty[qp.qpn] = last = qp
+                    continue
+            if qp is not last:                # runs of one QP's datagrams, in arrival order
+                if batch:
+                    last.receive_datagrams(batch, now)
+                dirty[qp.qpn] = last = qp
+                batch = []
+            batch.append(data)
+        if batch:
+            last.receive_datagrams(batch, now)
+        self.rx_datagrams += n
+        self.rx_ce += ce
         for qp in dirty.values():
             self._flush(qp, now)
 

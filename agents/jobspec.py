@@ -32,6 +32,10 @@ QP_CONFIG_KEYS = {"time_scale": float, "min_rto_s": float, "sack_every": int,
                   "probe_timeout_s": float, "probe_successes": int, "skip_timeout_s": float,
                   "cc": str, "cc_params": dict, "max_burst": int}
 """Job-spec ``qp`` keys -> :class:`agents.mrc.QPConfig` fields (emulation parameters)."""
+QP_CHANNEL_KEYS = {"ev_min_active": int, "ecn": bool}
+"""Job-spec ``qp`` keys the channel applies itself: ``ev_min_active`` (INIT's EV floor) and
+``ecn`` (default false: ECT(0) on MRC packets, CE read per datagram and passed to the QP,
+NSCC built ``ecn_capable``; see :mod:`agents.io` and :mod:`agents.mrcchannel`)."""
 
 
 class JobSpecError(ValueError):
@@ -110,6 +114,11 @@ class JobSpec:
     def qp_config_kwargs(self) -> dict:
         """``qp`` keys that are emulation parameters (QPConfig fields)."""
         return {k: v for k, v in self.qp.items() if k in QP_CONFIG_KEYS}
+
+    @property
+    def ecn(self) -> bool:
+        """``qp.ecn``: the job's MRC/RC packets are ECT(0) and CE marks reach the QPs."""
+        return self.qp.get("ecn", False)
 
 
 class _Checker:
@@ -223,10 +232,12 @@ def _qp_keys(c: _Checker, qp: dict) -> None:
             ok = isinstance(value, want) or want is float and isinstance(value, int)
             if not ok or isinstance(value, bool):
                 c.problems.append(f"qp.{key}: expected {want.__name__}, got {value!r}")
-        elif key != "ev_min_active":
+        elif key not in QP_CHANNEL_KEYS:
             c.problems.append(f"qp.{key}: unknown key")
     if "ev_min_active" in qp and not (_is_int(qp["ev_min_active"]) and qp["ev_min_active"] >= 1):
         c.problems.append(f"qp.ev_min_active: expected int >= 1, got {qp['ev_min_active']!r}")
+    if "ecn" in qp and not isinstance(qp["ecn"], bool):
+        c.problems.append(f"qp.ecn: expected bool, got {qp['ecn']!r}")
 
 
 def _targets(c: _Checker, raw: dict, collective: str | None, n: int | None):

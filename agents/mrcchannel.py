@@ -24,6 +24,10 @@ becomes N WRITE_WITH_IMMs, part ``q`` = bytes ``[q*L//N, (q+1)*L//N)`` on QP
 QP delivers in order, so the k-th arrival of every QP of a connection belongs
 to the k-th message: the channel reports the arrival once all N parts have
 landed, and the send completion once all N parts are acknowledged.
+
+ECN (job spec ``qp.ecn``, default off): the endpoint sends ECT(0) and hands
+CE marks to the QPs (:mod:`agents.io`), and every QP's congestion controller
+is built with ``ecn_capable=True`` (:func:`qp_config_kwargs`).
 """
 from __future__ import annotations
 
@@ -55,6 +59,17 @@ def qpn(src: int, dst: int, q: int, world_size: int, *, responder: bool) -> int:
 def max_qpn(world_size: int, qps: int) -> int:
     """The largest QPN :func:`qpn` can give for ``world_size`` ranks and ``qps`` QPs each."""
     return qpn(world_size - 1, world_size - 1, qps - 1, world_size, responder=True)
+
+
+def qp_config_kwargs(spec) -> dict:
+    """The QPConfig keyword arguments of a job spec: its ``qp`` emulation parameters, and with
+    ``qp.ecn`` ``cc_params["ecn_capable"] = True`` (unless ``cc_params`` sets it), so that
+    NSCC takes its ECN branch (:class:`agents.mrc.cc.NSCC`) instead of the delay-only
+    fallback."""
+    kwargs = spec.qp_config_kwargs()
+    if spec.ecn:
+        kwargs["cc_params"] = {"ecn_capable": True, **kwargs.get("cc_params", {})}
+    return kwargs
 
 
 class QPChannelError(RuntimeError):
@@ -99,10 +114,10 @@ class QPChannel:
         rc = spec.transport == "rc"
         self.config = QPConfig(transport=Transport.RC if rc else Transport.MRC,
                                payload_bytes=payload_bytes_for_mtu(spec.mtu),
-                               **spec.qp_config_kwargs())
+                               **qp_config_kwargs(spec))
         self.attr = QPAttr(**spec.qp_attr_kwargs())
         self.attr.validate()
-        self.endpoint = Endpoint(loop, bind_addr=spec.bind_addr, port=spec.port)
+        self.endpoint = Endpoint(loop, bind_addr=spec.bind_addr, port=spec.port, ecn=spec.ecn)
         try:
             self.tx = [self._connect(p, "tx", recv_region) for p in spec.send_to]
             self.rx = [self._connect(p, "rx", recv_region) for p in spec.recv_from]
@@ -239,7 +254,8 @@ class QPChannel:
                 "rx_qp": _aggregate([s for p in peers if p["dir"] == "rx" for s in p["qps"]]),
                 "qps_per_connection": self.spec.qps, "peers": peers,
                 "udp": {"rx_datagrams": ep.rx_datagrams, "tx_datagrams": ep.tx_datagrams,
-                        "tx_errors": ep.tx_errors, "rx_unknown_qpn": ep.rx_unknown_qpn}}
+                        "tx_errors": ep.tx_errors, "rx_unknown_qpn": ep.rx_unknown_qpn,
+                        "ecn": ep.ecn, "rx_ce": ep.rx_ce}}
 
     def close(self) -> None:
         self.endpoint.close()

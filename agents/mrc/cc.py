@@ -9,19 +9,51 @@ Interface in the style of aioquic's ``quic/congestion/base.py``: a base class
 with keyword-only callbacks and a registry by name (the name the OCP MRC CC
 profile uses: ``mrc_ctl.h`` lists ``"uet-1.0-nscc"``).
 
-Signals this emulation cannot give
------------------------------------
-NSCC is driven by ECN marks and packet trimming as well as delay. The Linux
-kernel of this testbed has no ECN-marking qdisc (no RED, no fq_codel) and no
-switch can trim a packet, so in practice only delay (echoed timestamps) and
-loss reach the controller. Both inputs are still accepted: ``ecn=True`` on
-``on_packets_acked`` (the SACK's ECN-echo flag, set when the responder saw a
-CE mark) and ``trimmed=True`` on ``on_packets_lost`` (a TRIMMED NACK) take
-the NSCC branches described below. With ``ecn_capable=False`` (the default
-here) a delay of at least ``delay_md_factor`` (2) times the target is treated
-as the "ECN and delay >= target" case, so the window still decreases
-multiplicatively on large delay; between 1x and 2x the target it grows by the
-fair increase, as NSCC does without ECN.
+Signals
+-------
+NSCC is driven by ECN marks and packet trimming as well as delay. ECN
+reaches the controller when the job enables it (job spec ``qp.ecn``: the
+agents send ECT(0), read CE per datagram and build NSCC with
+``ecn_capable=True``, see :mod:`agents.io` and :mod:`agents.mrcchannel`)
+and the fabric marks (issue 11's switch program); trimming when the fabric
+trims. Both inputs: ``ecn=True`` on ``on_packets_acked`` (the SACK's
+ECN-echo flag, set when the responder saw a CE mark) and ``trimmed=True`` on
+``on_packets_lost`` (a TRIMMED NACK). With ``ecn_capable=False`` (the
+default: no ECN on the fabric) a delay of at least ``delay_md_factor`` (2)
+times the target is treated as the "ECN and delay >= target" case, so the
+window still decreases multiplicatively on large delay; between 1x and 2x
+the target it grows by the fair increase, as NSCC does without ECN. That
+fallback is this emulation's, not NSCC's.
+
+Where this simplifies UET NSCC
+------------------------------
+Sources: the UET 1.0 specification's congestion management (NSCC) as
+summarised in "Ultra Ethernet Transport" (arXiv:2508.08906), SMaRTT-REPS
+(arXiv:2404.01630, the research algorithm NSCC grew from) and the UEC
+reference simulator (uet-htsim, ``htsim/sim/uec.cpp``,
+``updateCwndOnAck_NSCC``). The four cases (ECN x delay vs target), the
+multiplicative decrease ``max(1 - gamma (d - target) / d, 0.5)`` at most once
+per base RTT, the NOOP on ECN with low delay, ``max_cwnd = 1.5 BDP``, a
+base RTT that only goes down and quick-adapt on loss/trim are as there.
+Simplified:
+
+* per-ACK adjustment: every increase is applied to cwnd on the ACK that
+  earns it. uet-htsim accumulates increases and applies ``cwnd += inc / cwnd``
+  once per adjustment period (8 MTUs acknowledged or one RTT); decreases are
+  immediate in both. Here the fair increase is divided by cwnd per ACK (the
+  same fairness), the proportional increase is not;
+* no eta: uet-htsim adds ``eta`` (0.15 MSS, scaled) to cwnd once per
+  adjustment period whatever the case;
+* no fast increase: uet-htsim adds ``0.25 * acked`` (scaled) at once after a
+  full window of ACKs with near-zero queueing delay (< 1 us);
+* no delay filter: the decrease uses this ACK's delay; uet-htsim's uses a slow
+  EWMA of the delay (weight 1/80, high-delay samples without ECN
+  discounted), and picks the case from the raw delay, as here;
+* quick-adapt: checked once per base-RTT epoch, on loss or trim only, with
+  "less than half the window acked" as its test; uet-htsim also triggers it
+  on a delay above 4x the target and waits base RTT + target between checks;
+* decrease rate: the UET paper describes the decrease per ACK; here, as in
+  uet-htsim, it is rate-limited to once per base RTT.
 """
 from __future__ import annotations
 
@@ -107,6 +139,9 @@ class NSCC(CongestionControl):
     epoch (one base RTT) in which loss was seen, if less than half the
     window was acked, cwnd = bytes acked in that epoch. cwnd stays within
     [mss, max_cwnd]. Raises ValueError for a non-positive rate, RTT or window.
+
+    Counters: ``md_count`` multiplicative decreases, ``qa_count`` quick-adapts,
+    ``ecn_count`` ACKs that carried an ECN echo.
     """
 
     name = "uet-1.0-nscc"
@@ -150,6 +185,7 @@ class NSCC(CongestionControl):
         self._epoch_loss = False
         self.md_count = 0
         self.qa_count = 0
+        self.ecn_count = 0
 
     def _set_base_rtt(self, base_rtt_s: float) -> None:
         self.base_rtt_s = base_rtt_s
@@ -180,6 +216,8 @@ class NSCC(CongestionControl):
             self._set_base_rtt(rtt_s)
         self._epoch_acked += acked_bytes
         self._epoch(now)
+        if ecn:
+            self.ecn_count += 1
         if rtt_s is None or self.base_rtt_s is None:
             return
         base = self.base_rtt_s
