@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.collectives import COLLECTIVES, peers
+from agents.collectives import COLLECTIVES, COMPLETION_GATED, peers
 from agents.mrcchannel import QPN_MAX, max_qpn
 from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT
 
@@ -216,8 +216,8 @@ def _peer_list(c: _Checker, raw: dict, key: str, **kw) -> list[PeerSpec | None] 
         c.problems.append(f"{key}: missing")
         return None
     items = raw[key]
-    if not isinstance(items, list) or not items:
-        c.problems.append(f"{key}: expected a non-empty list of peers")
+    if not isinstance(items, list):   # may be empty: incast's root sends to no one, its senders hear no one
+        c.problems.append(f"{key}: expected a list of peers")
         return None
     return [_peer(c, p, f"{key}[{i}]", sender=key == "send_to", **kw) for i, p in enumerate(items)]
 
@@ -303,7 +303,7 @@ def _cross_checks(c: _Checker, v: dict) -> None:
     if v["qps"] is not None and max_qpn(n, v["qps"]) > QPN_MAX:
         c.problems.append(f"qps: {v['qps']} QPs per connection over {n} ranks do not fit "
                           f"24-bit QPNs (agents.mrcchannel.qpn)")
-    least = 1 if v["collective"] == "permutation" else n
+    least = 1 if v["collective"] in COMPLETION_GATED else n
     for size in v["sizes"] or []:
         if size // 4 < least:
             c.problems.append(f"sizes: {size} bytes is fewer float32 elements than "

@@ -187,6 +187,9 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
                   key=len)
     qp = {**QP_DEFAULTS, "cc_params": {"rate_bps": rate, "base_rtt_s": round(base_rtt_s(topo, longest, mtu), 6)},
           **(qp_overrides or {})}
+    if base in ("mrc", "rc") and any(link.params.ecn_threshold_pkts for link in topo.links):
+        qp.setdefault("ecn", True)   # switches mark CE: send ECT(0), read CE, NSCC takes ECN
+
     # Ring order first (connection r = rank r -> its first peer), so a ring keeps its ports.
     order = sorted(sends, key=lambda c: (peer_sets[c[0]][0].index(c[1]), c[0]))
     ports = connection_ports(f"{scenario.seed}{ecmp_salt}", order, qps)

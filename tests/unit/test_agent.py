@@ -232,6 +232,17 @@ def test_permutation_on_loopback(tmp_path, runner_for, transport):
         assert [p["rank"] for p in job["send_to"]] == [targets[job["rank"]]]
 
 
+@pytest.mark.parametrize("transport", ["mrc", "rc", "tcp"])
+def test_incast_on_loopback(tmp_path, runner_for, transport):
+    """Rank 0 receives from the three others and sends nothing; they send and receive nothing."""
+    jobs = make_jobs(tmp_path, transport, world_size=4, collective="incast", sizes=(256 << 10,),
+                     iterations=3, warmup=1)
+    run = _run_job(runner_for, jobs)
+    _check_done(run, jobs, "incast", 4)
+    assert [p["rank"] for p in jobs[0]["recv_from"]] == [1, 2, 3] and jobs[0]["send_to"] == []
+    assert all([p["rank"] for p in j["send_to"]] == [0] and j["recv_from"] == [] for j in jobs[1:])
+
+
 @pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter"])
 def test_ring_collectives_on_mrc(tmp_path, runner_for, collective):
     jobs = make_jobs(tmp_path, "mrc", world_size=3, collective=collective,
@@ -342,7 +353,7 @@ def test_job_spec_collects_every_problem_with_its_key_path(tmp_path):
         "recv_from[0].src_port: only send_to peers have a TCP source port",
         "qp.warp: unknown key",
         "collective: must be one of all_reduce, all_gather, reduce_scatter, all_to_all, "
-        "permutation (got 'broadcast')",
+        "permutation, incast (got 'broadcast')",
         "agent: must be >= 0 (got -1)"}
 
 
@@ -360,7 +371,7 @@ def test_job_spec_peer_ranks_must_be_the_collectives(tmp_path):
     del job["send_to"]
     job["recv_from"] = []
     assert set(_problems(job)) == {"send_to: missing",
-                                   "recv_from: expected a non-empty list of peers"}
+                                   "recv_from: ranks [], but rank 0's all_reduce receives from [2]"}
 
 
 def test_job_spec_permutation_targets(tmp_path):

@@ -27,7 +27,8 @@ from testbed.topology import Topology
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 MALFORMED = DATA / "malformed"
-FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo", "netem"}), seg6_next_csid=True, nftables=True)
+FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo", "netem"}), seg6_next_csid=True, nftables=True,
+                          bpf_egress=True)
 TIME_BOUND_S = 2.0
 MEMORY_BOUND_BYTES = 64 * 2**20
 
