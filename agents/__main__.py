@@ -25,7 +25,7 @@ Job spec (JSON object; unknown keys rejected, every problem reported with its ke
      "qp": {"mpr", "mpr_dest", "max_wimm", "max_wimm_dest", "timeout", "retry_linear",
             "retry_exp" (mrc.h attributes), "ev_min_active", "ecn" (bool, default false:
             see ECN below), and QPConfig emulation
-            parameters "time_scale", "min_rto_s", "cc", "cc_params", "sack_every",
+            parameters "time_scale", "min_rto_s", "initial_rto_s", "cc", "cc_params", "sack_every",
             "ack_delay_s", "reorder_threshold", "probe_interval_s", "probe_timeout_s",
             "probe_successes", "skip_timeout_s", "max_burst"},
      "connect_timeout_s": 10.0, "linger_s": 2.0}

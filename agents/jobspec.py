@@ -27,7 +27,7 @@ QP_ATTR_KEYS = {"mpr": "mpr", "mpr_dest": "mpr_dest", "max_wimm": "max_wimm",
                 "max_wimm_dest": "max_wimm_dest", "timeout": "timeout",
                 "retry_linear": "retry_linear_cnt", "retry_exp": "retry_exp_cnt"}
 """Job-spec ``qp`` keys -> :class:`agents.mrc.QPAttr` fields (OCP MRC 1.0, mrc.h)."""
-QP_CONFIG_KEYS = {"time_scale": float, "min_rto_s": float, "sack_every": int,
+QP_CONFIG_KEYS = {"time_scale": float, "min_rto_s": float, "initial_rto_s": float, "sack_every": int,
                   "ack_delay_s": float, "reorder_threshold": int, "probe_interval_s": float,
                   "probe_timeout_s": float, "probe_successes": int, "skip_timeout_s": float,
                   "cc": str, "cc_params": dict, "max_burst": int}

@@ -79,7 +79,7 @@ class QP(RequesterMixin, ResponderMixin):
         self.transport = Transport(self.config.transport)
         self.state = QPState.RST
         self.attr = QPAttr()
-        self._rtt = RttEstimator(self._rto_floor_s())
+        self._rtt = RttEstimator(self._rto_floor_s(), self.config.initial_rto_s)
         self.dest_qpn = 0
         self.evs: EVSet | None = None
         self._events: deque = deque()
@@ -99,7 +99,7 @@ class QP(RequesterMixin, ResponderMixin):
         RFC 6298: ``max(SRTT + 4 * RTTVAR, floor)``, where the floor is the
         mrc.h mapping ``max(time_scale * 1.024e-6 * 2**timeout, min_rto_s)``
         (OCP MRC 1.0, mrc.h: local ACK timeout = 1.024 us * 2**timeout);
-        before the first RTT sample it is the floor. See :mod:`agents.mrc.rto`.
+        before the first RTT sample it is ``max(floor, initial_rto_s)``. See :mod:`agents.mrc.rto`.
         """
         return self._rtt.rto_s
 
@@ -169,7 +169,7 @@ class QP(RequesterMixin, ResponderMixin):
         memory = self._mem
         self.state = QPState.RST
         self.attr = QPAttr()
-        self._rtt = RttEstimator(self._rto_floor_s())
+        self._rtt = RttEstimator(self._rto_floor_s(), self.config.initial_rto_s)
         self.evs = None
         self._events.clear()
         self._init_requester()

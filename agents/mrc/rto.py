@@ -38,6 +38,8 @@ BETA = 1 / 4
 """RFC 6298 section 2.3: RTTVAR gain."""
 K = 4
 """RFC 6298 section 2.3: RTO = SRTT + K * RTTVAR."""
+INITIAL_RTO_S = 1.0
+"""RFC 6298 rule 2.1: RTO before the first RTT measurement, s."""
 MAX_RTO_S = 60.0
 """RFC 6298 rule 2.5: an upper bound on RTO may be placed, at least 60 s."""
 
@@ -53,17 +55,22 @@ def mrc_timeout_s(timeout: int, time_scale: float = 1.0, min_rto_s: float = 0.0)
 class RttEstimator:
     """RFC 6298 SRTT/RTTVAR/RTO in seconds, with a floor ``floor_s`` (the mrc.h mapping).
 
-    ``rto_s`` is ``floor_s`` until the first sample. Raises ValueError for a
-    negative floor.
+    ``rto_s`` is ``max(floor_s, initial_s)`` until the first sample: RFC 6298 rule 2.1
+    sets 1 s there, so a timer armed before any RTT is known does not fire on packets
+    that are merely queued behind a start-up burst (``initial_s`` 0: the floor, as the
+    in-process simulator uses). Raises ValueError for a negative floor or initial value.
     """
 
-    __slots__ = ("floor_s", "rto_s", "rttvar_s", "samples", "srtt_s")
+    __slots__ = ("floor_s", "initial_s", "rto_s", "rttvar_s", "samples", "srtt_s")
 
-    def __init__(self, floor_s: float):
+    def __init__(self, floor_s: float, initial_s: float = 0.0):
+        if initial_s < 0:
+            raise ValueError("the initial RTO must be >= 0 s")
         self.srtt_s: float | None = None
         self.rttvar_s = 0.0
         self.samples = 0
         self.floor_s = 0.0
+        self.initial_s = initial_s
         self.rto_s = 0.0
         self.set_floor(floor_s)
 
@@ -88,7 +95,7 @@ class RttEstimator:
 
     def _update(self) -> None:
         srtt = self.srtt_s
-        rto = self.floor_s if srtt is None else max(srtt + K * self.rttvar_s, self.floor_s)
+        rto = max(self.floor_s, self.initial_s) if srtt is None else max(srtt + K * self.rttvar_s, self.floor_s)
         self.rto_s = min(rto, max(MAX_RTO_S, self.floor_s))
 
     def backoff_s(self, timeouts: int, linear_cnt: int) -> float:

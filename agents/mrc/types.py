@@ -145,7 +145,9 @@ class QPConfig:
     congestion control name and parameters (default ``"uet-1.0-nscc"`` with
     no parameters: base RTT learnt, 10-packet initial window, see
     :class:`agents.mrc.cc.NSCC`; ``"fixed"`` is the unbounded window),
-    ``max_burst`` datagrams per ``datagrams_to_send`` call.
+    ``max_burst`` datagrams per ``datagrams_to_send`` call, ``initial_rto_s``
+    (the RTO before the first RTT sample when above the floor: RFC 6298 rule 2.1's 1 s;
+    0 keeps the floor, as the simulator's tests do).
 
     RTO: the mapping above is the floor of an RFC 6298 estimator
     (``SRTT + 4 * RTTVAR``), see :mod:`agents.mrc.rto`.
@@ -155,6 +157,7 @@ class QPConfig:
     payload_bytes: int = DEFAULT_PAYLOAD_BYTES
     time_scale: float = 1.0
     min_rto_s: float = 0.010
+    initial_rto_s: float = 0.0
     sack_every: int = 8
     ack_delay_s: float = 0.0005
     reorder_threshold: int = 3
@@ -173,8 +176,8 @@ class QPConfig:
     def validate(self) -> None:
         if self.payload_bytes <= 0 or self.sack_every < 1 or self.reorder_threshold < 1:
             raise ValueError("payload_bytes, sack_every and reorder_threshold must be >= 1")
-        if self.time_scale <= 0 or self.min_rto_s < 0 or self.ack_delay_s < 0:
-            raise ValueError("time_scale must be > 0; min_rto_s and ack_delay_s >= 0")
+        if self.time_scale <= 0 or self.min_rto_s < 0 or self.ack_delay_s < 0 or self.initial_rto_s < 0:
+            raise ValueError("time_scale must be > 0; min_rto_s, initial_rto_s and ack_delay_s >= 0")
         if self.probe_successes < 1 or self.probe_interval_s <= 0 or self.max_burst < 1:
             raise ValueError("probe_successes, probe_interval_s and max_burst must be positive")
         if self.ooo_threshold < 1 or self.ev_loss_run < 1 or self.ooo_time_frac < 0:

@@ -87,3 +87,17 @@ def test_building_queue_causes_no_spurious_timeouts_with_a_low_timeout():
     assert a.timeouts == 0 and a.rtx_packets == 0
     assert a.rto_s > max_rtt[0] * 0.9
     assert b._mem.tobytes() == src
+
+
+def test_initial_rto_holds_until_the_first_sample_then_the_estimator_takes_over():
+    """RFC 6298 rule 2.1: before any RTT is known the timer waits the initial RTO (1 s),
+    not the floor, so a start-up burst's queueing is not taken for loss."""
+    from agents.mrc.rto import INITIAL_RTO_S, RttEstimator
+    est = RttEstimator(0.067, INITIAL_RTO_S)
+    assert est.rto_s == 1.0
+    est.sample(0.120)                                   # SRTT 120 ms, RTTVAR 60 ms
+    assert est.rto_s == pytest.approx(0.120 + 4 * 0.060)
+    assert RttEstimator(0.067).rto_s == 0.067           # no initial value: the floor
+    assert RttEstimator(2.0, 1.0).rto_s == 2.0          # a floor above it still wins
+    with pytest.raises(ValueError):
+        RttEstimator(0.067, -1.0)
