@@ -38,31 +38,53 @@ def _stats(values) -> dict:
             "max": float(v.max()), "mean": float(v.mean()), "n": int(len(v))}
 
 
+def loop_time_s(iterations: list[dict]) -> float:
+    """Seconds per iteration of a size's measured iterations, as nccl-tests times its loop: the
+    wall-clock span from the first rank's start of the first to the last rank's end of the last,
+    divided by their number. Ranks that run ahead into the next iteration (a permutation or
+    incast sender whose write is acknowledged before its receiver took it) are not counted
+    twice, as the mean of per-iteration slowest-rank times would (an incast on tcp read 112% of
+    the root's link that way). Falls back to that mean for records without start/end times."""
+    if all(it["start"] and it["end"] for it in iterations):
+        span = max(iterations[-1]["end"]) - min(iterations[0]["start"])
+        if span > 0:
+            return span / len(iterations)
+    return float(np.mean([max(it["s"]) for it in iterations]))
+
+
 def size_table(events: list[dict], world_size: int, collective: str = "all_reduce") -> list[dict]:
     """nccl-tests-style rows per size, ascending: ``size_bytes, count`` (float32 elements),
-    ``iterations`` (measured, all ranks reported), ``warmup``, ``time_s`` (mean), ``iteration_s``
-    stats, bandwidths (see :func:`bandwidths`) and ``wrong``."""
+    ``iterations`` (measured, all ranks reported), ``warmup``, ``time_s`` (:func:`loop_time_s`),
+    ``iteration_s`` stats (each iteration's slowest rank), bandwidths (see :func:`bandwidths`,
+    from ``time_s``) and ``wrong``."""
     per: dict[tuple, dict] = {}
     for e in events:
         if e.get("kind") == "iteration":
-            it = per.setdefault((int(e["size"]), e["iter"], bool(e.get("warmup"))), {"ranks": set(), "s": [], "wrong": 0})
+            it = per.setdefault((int(e["size"]), e["iter"], bool(e.get("warmup"))),
+                                {"ranks": set(), "s": [], "wrong": 0, "start": [], "end": []})
             it["ranks"].add(e.get("rank"))
             it["s"].append(float(e["seconds"]))
             it["wrong"] += int(e.get("wrong") or 0)
+            if isinstance(e.get("t_start"), (int, float)) and isinstance(e.get("t_end"), (int, float)):
+                it["start"].append(float(e["t_start"]))
+                it["end"].append(float(e["t_end"]))
     by_size: dict[int, dict] = {}
     for k, v in per.items():
         by_size.setdefault(k[0], {})[k] = v
     rows = []
     for size in sorted(by_size):
         its = by_size[size]
-        done = [max(v["s"]) for k, v in its.items() if not k[2] and len(v["ranks"]) >= world_size]
+        complete = [v for k, v in sorted(its.items(), key=lambda kv: kv[0][1])
+                    if not k[2] and len(v["ranks"]) >= world_size]
+        done = [max(v["s"]) for v in complete]
         stats = _stats(done)
+        time_s = loop_time_s(complete) if complete else None
         row = {"size_bytes": size, "count": size // 4, "type": "float32",
                "redop": "sum" if collective in ("all_reduce", "reduce_scatter") else "none",
                "iterations": len(done), "warmup": sum(1 for k in its if k[2]),
-               "time_s": stats["mean"], "iteration_s": stats,
+               "time_s": time_s, "iteration_s": stats,
                "wrong": sum(v["wrong"] for v in its.values())}
-        row.update(bandwidths(size, stats["mean"], world_size, collective) if done else
+        row.update(bandwidths(size, time_s, world_size, collective) if done else
                    dict.fromkeys(("algbw_bytes_per_s", "algbw_mbit_per_s", "busbw_bytes_per_s",
                                   "busbw_mbit_per_s")))
         rows.append(row)

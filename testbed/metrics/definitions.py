@@ -33,7 +33,9 @@ DEFINITIONS = {
     "iteration_s": "per (size, iteration) the slowest rank's collective time (nccl-tests -a 3); p50/p99 by "
                    "nearest rank with n, max and mean over measured (non-warm-up) iterations of the largest "
                    "size; s",
-    "time_s": "mean iteration_s over measured iterations of one size (nccl-tests 'time'); s",
+    "time_s": "wall-clock span of one size's measured iterations (first rank's start of the first to the "
+              "last rank's end of the last) / their number, as nccl-tests times its loop (nccl-tests "
+              "'time'); s",
     "algbw": "size_bytes / time_s (nccl-tests PERFORMANCE.md); bytes/s and Mbit/s",
     "busbw": "algbw * factor, n = world size (nccl-tests PERFORMANCE.md): 2(n-1)/n for all_reduce, (n-1)/n for "
              "all_gather, reduce_scatter and all_to_all, 1 for permutation (nccl-tests sendrecv), n-1 for incast (the "

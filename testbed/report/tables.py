@@ -253,12 +253,13 @@ _TYPES = {"float32": "float", "float64": "double", "float16": "half", "int32": "
 
 def nccl_tests_block(s: dict) -> str:
     """nccl-tests <collective>_perf output of one transport summary, as plain text: time in
-    microseconds (mean of the measured iterations, each the slowest rank's: nccl-tests -a 3),
+    microseconds (the measured iterations' wall-clock span over their number, as nccl-tests
+    times its loop),
     algbw and busbw in GB/s (1e9 bytes/s) to 3 significant figures (emulated links make them
     tiny: 0.000590, where nccl-tests would print 0.00), #wrong elements; then nccl-tests'
     "Out of bounds values" and "Avg bus bandwidth" (GB/s, mean over sizes) lines."""
     name, n = s.get("transport", "?"), s.get("world_size")
-    lines = [f"# {name}: {s.get('collective') or 'all_reduce'}, {n} ranks; time = slowest rank, mean of iterations",
+    lines = [f"# {name}: {s.get('collective') or 'all_reduce'}, {n} ranks; time = loop span / iterations",
              "#" + " " * 43 + f"{'out-of-place':^30}".rstrip(),
              "# " + _ROW.format("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")[2:],
              "# " + _ROW.format("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "")[2:]]

@@ -71,7 +71,7 @@ def test_every_job_completes_bit_exact_on_every_transport(jobs_run):
         for job, row in rows.items():
             assert row["collective"] == COLLECTIVE[job] and row["world_size"] == 4
             assert row["complete"] and row["wrong"] == 0, (name, row)
-            assert row["busbw_mbit_per_s"] > 0
+            assert 0 < row["busbw_fraction_of_host"] <= 1.05, (name, row)   # nothing beats its link
         assert s["collective"] == "all_to_all"       # the headline is the first job's
     assert not ns_left and not if_left
 

@@ -47,6 +47,8 @@ def test_incast_completes_and_the_switches_mark_and_the_agents_see_ce(incast_run
     assert result.status == {"mrc": "done", "rc-x2": "done"}, result.reasons
     for name, s in summary["transports"].items():
         assert s["completion"]["complete"] and s["wrong"] == 0, name
+        # incast busbw is the rate into the root: never above the root's link (tolerance: HTB burst)
+        assert 0 < s["busbw_fraction_of_host"] <= 1.05, name
         fid = s["fidelity"]
         assert fid["ecn_marked"] > 0, name                       # the root's downlink queue built up
         assert fid["switch_drops"] == 0, name                    # the header queue never overflowed

@@ -128,7 +128,7 @@ def test_busbw_formula():
 
 def test_size_table_nccl_style(summary):
     (row,) = summary["transports"]["mrc"]["sizes"]
-    mean = (13 * 0.2 + 0.3) / 14  # slowest rank per iteration; warm-up excluded
+    mean = 14 * 0.2 / 14  # the measured loop's span (t_start/t_end) / iterations; warm-up excluded
     assert (row["size_bytes"], row["count"], row["iterations"], row["warmup"], row["wrong"]) == (SIZE, SIZE // 4, 14, 1, 2)
     assert row["time_s"] == pytest.approx(mean)
     assert row["algbw_bytes_per_s"] == pytest.approx(SIZE / mean)
@@ -373,3 +373,24 @@ def test_achieved_rate_is_a_one_second_window_not_one_bursty_bin():
     assert row["achieved_fraction"] == pytest.approx(1.03)
     (short,) = busiest_links(series, edges, (1.0, 1.5))   # shorter than a second: its mean
     assert short["achieved_bps"] == pytest.approx(thr[10:16].mean())
+
+
+def test_time_s_is_the_loop_span_over_iterations_not_the_mean_of_per_iteration_times():
+    """A sender whose writes are acknowledged before its receiver takes them (tcp: the kernel's
+    ACK) runs ahead: the data of the receiver's first measured iteration was sent before that
+    iteration started. Each iteration's slowest rank then takes 1.0 s, but the measured loop
+    spans 4.8 s for 4 iterations (an incast on tcp read 112% of the root's link the old way)."""
+    from testbed.metrics.collectives import size_table
+    events = []
+    for i in range(4):
+        for rank, (a, b) in ((0, (i, i + 1.0)), (1, (i - 0.8, i - 0.7))):   # rank 1 runs 0.8 s ahead
+            events.append({"kind": "iteration", "rank": rank, "size": 1 << 20, "iter": i, "warmup": False,
+                           "t_start": 100.0 + a, "t_end": 100.0 + b, "seconds": b - a, "wrong": 0})
+    row, = size_table(events, 2, "permutation")
+    assert row["iteration_s"]["max"] == pytest.approx(1.0)
+    assert row["time_s"] == pytest.approx(4.8 / 4)        # 99.2 .. 104.0 over 4 iterations
+    assert row["busbw_bytes_per_s"] == pytest.approx((1 << 20) / (4.8 / 4))
+    for e in events:                                      # records without start/end: the old mean
+        del e["t_start"], e["t_end"]
+    row, = size_table(events, 2, "permutation")
+    assert row["time_s"] == pytest.approx(1.0)
