@@ -17,6 +17,10 @@ Behaviour (MRC.md, after the MRC paper and spec):
   successful background EV probes;
 * a congestion signal (ECN echo, trim NACK) -> SKIP; SKIP -> GOOD once its
   short skip timeout expires;
+* ASSUMED_BAD (and UNKNOWN) -> GOOD at once when a trim NACK shows that a packet
+  sent on the EV no earlier than its last charged loss reached the receiver (its
+  header crossed the path: the loss was congestion, taken for failure because the
+  NACK came back after the loss was inferred);
 * DENIED and GOOD set only by the controller (:meth:`EVSet.set_state`);
   the operator's DENIED is honoured even below the floor.
 
@@ -49,6 +53,7 @@ class EVCause(enum.Enum):
     CONGESTION = "congestion"        # ECN echo or trim NACK on the EV
     SKIP_EXPIRED = "skip_expired"
     PROBES_OK = "probes_ok"          # k consecutive probe successes
+    DELIVERED = "delivered"          # a trimmed header sent on it after its last charged loss arrived
     CONTROLLER_GOOD = "controller_good"
     CONTROLLER_DENY = "controller_deny"
 
@@ -75,6 +80,7 @@ TRANSITIONS: dict[tuple[EVState, EVCause], EVState] = {
     (U, C.CONTROLLER_GOOD): G, (U, C.CONTROLLER_DENY): D,
     (D, C.LOSS): D, (D, C.CONGESTION): D, (D, C.PROBES_OK): D,
     (D, C.CONTROLLER_GOOD): G, (D, C.CONTROLLER_DENY): D,
+    (G, C.DELIVERED): G, (S, C.DELIVERED): S, (B, C.DELIVERED): G, (U, C.DELIVERED): G, (D, C.DELIVERED): D,
 }
 """(state, cause) -> next state. Missing pairs are illegal (e.g. GOOD + SKIP_EXPIRED)."""
 

@@ -579,12 +579,30 @@ class RequesterMixin:
             self._go_back_n(pkt.psn, now, "seq_err")
             self._complete_writes(now)
             return
+        trimmed = pkt.reason in (pk.NackReason.TRIMMED, pk.NackReason.TRIMMED_LASTHOP)
+        if trimmed and self.transport is Transport.MRC:
+            self._trim_delivered(pkt.ev, pkt.timestamp_ns, now)
         if tx is None or tx.ts_ns != pkt.timestamp_ns:
             return
-        trimmed = pkt.reason in (pk.NackReason.TRIMMED, pk.NackReason.TRIMMED_LASTHOP)
         self._declare_lost(tx, now, "trimmed" if trimmed else "nack")
         if trimmed and self.transport is Transport.MRC:
             self.evs.apply(tx.ev, EVCause.CONGESTION, now)
+
+    def _trim_delivered(self, ev: int, ts_ns: int, now: float) -> None:
+        """A trim NACK: the header of the packet stamped ``ts_ns`` crossed EV ``ev`` to the
+        receiver, so the path delivered it. Later-detected losses sent before it are excused
+        (:meth:`_charge_ev`), and an EV retired for a loss run no newer than it comes back at
+        once: the run was congestion, inferred lost (out-of-order threshold) before its NACK
+        returned. Measured on incast-trim (fat-tree-k4-trim): 3 EVs retired that way in
+        the first 0.15 s with no packet dropped anywhere."""
+        info = self.evs.info.get(ev)
+        if info is None:
+            return
+        if ts_ns > info.delivered_ts_ns:
+            info.delivered_ts_ns = ts_ns
+        if info.state in (EVState.ASSUMED_BAD, EVState.UNKNOWN) and ts_ns >= info.loss_run_ts_ns:
+            info.loss_run = 0
+            self.evs.apply(ev, EVCause.DELIVERED, now)
 
     def _complete_writes(self, now: float) -> None:
         wrs = self._wrs

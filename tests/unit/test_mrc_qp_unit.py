@@ -305,3 +305,62 @@ def test_batch_receive_matches_one_by_one(size, imm, seed, ops, cuts, transport)
                   q.rx_packets, q.rx_bytes, q._seq_err_sent) for q in (batch, one)]
         assert light[0] == light[1]
     assert _responder_view(batch, 1.0) == _responder_view(one, 1.0)
+
+
+def _trimmed(data: bytes) -> bytes:
+    """What a trimming switch forwards for a DATA packet: its header, flagged, no payload."""
+    import dataclasses
+    p = pk.parse(data)
+    return pk.encode(dataclasses.replace(p, flags=p.flags | pk.FLAG_TRIMMED, payload=b""))
+
+
+def test_a_trim_nack_returning_after_the_loss_was_inferred_restores_the_ev():
+    """The switch trimmed every packet on one EV; the losses were inferred from later ACKs
+    on the other EVs (run of 2: ASSUMED_BAD) before the trimmed headers' NACKs came back.
+    The NACKs show the path delivers: the EV comes back (cause DELIVERED) at once, and the
+    next loss on it sent before a delivered header is excused."""
+    a, b = pair(sack_every=1)
+    size = 8 * a.config.payload_bytes
+    a.post_write(wr_id=1, local=bytes(size), remote_offset=0)
+    first = a.datagrams_to_send(0.0)
+    hot = first[0][1]
+    held = [data for data, ev in first if ev == hot]          # trimmed, their NACKs held back
+    for data, ev in first:
+        if ev != hot:
+            b.receive_datagram(data, 0.0005)
+    for data, _ in b.datagrams_to_send(0.0005):
+        a.receive_datagram(data, 0.001)
+    a.post_write(wr_id=2, local=bytes(size), remote_offset=size)
+    second = a.datagrams_to_send(0.002)
+    held += [data for data, ev in second if ev == hot]
+    for data, ev in second:
+        if ev != hot:
+            b.receive_datagram(data, 0.0025)
+    for data, _ in b.datagrams_to_send(0.0025):
+        a.receive_datagram(data, 0.003)
+    assert a.evs.info[hot].state is EVState.ASSUMED_BAD      # inferred lost, as a dead EV would be
+    for data in held:                                        # the trimmed headers arrive late
+        b.receive_datagram(_trimmed(data), 0.0035)
+    nacks = [d for d, _ in b.datagrams_to_send(0.0035) if d[1] == pk.PacketType.NACK]
+    assert nacks
+    for data in nacks:
+        a.receive_datagram(data, 0.004)
+    info = a.evs.info[hot]
+    assert info.state in (EVState.GOOD, EVState.SKIP)       # back at once, not after probes
+    events = []
+    while (e := a.next_event()) is not None:
+        events.append(e)
+    assert [(e.old, e.new, e.cause) for e in events if e.ev == hot and e.new is EVState.GOOD][:1] == \
+        [(EVState.ASSUMED_BAD, EVState.GOOD, EVCause.DELIVERED)]
+
+
+def test_a_trim_nack_does_not_restore_an_ev_retired_for_losses_sent_after_it():
+    """A header trimmed before the path died proves nothing about packets sent after it."""
+    a, b = pair(sack_every=1)
+    info = a.evs.info[0]
+    a.evs.apply(0, EVCause.LOSS, 0.0)
+    info.loss_run_ts_ns = 2_000_000                      # the charged losses were sent at 2 ms
+    a._trim_delivered(0, 1_000_000, 0.003)               # a header sent at 1 ms came back
+    assert info.state is EVState.ASSUMED_BAD
+    a._trim_delivered(0, 2_500_000, 0.004)               # one sent after them: the path delivers
+    assert info.state is EVState.GOOD
