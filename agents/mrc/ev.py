@@ -17,10 +17,10 @@ Behaviour (MRC.md, after the MRC paper and spec):
   successful background EV probes;
 * a congestion signal (ECN echo, trim NACK) -> SKIP; SKIP -> GOOD once its
   short skip timeout expires;
-* ASSUMED_BAD (and UNKNOWN) -> GOOD at once when a trim NACK shows that a packet
-  sent on the EV no earlier than its last charged loss reached the receiver (its
-  header crossed the path: the loss was congestion, taken for failure because the
-  NACK came back after the loss was inferred);
+* ASSUMED_BAD -> GOOD at once (DELIVERED) when a packet sent on the EV no earlier
+  than its last charged loss is known to have reached the receiver (acknowledged,
+  echoed, or its trimmed header NACKed): the losses were congestion or reordering
+  inferred as loss before that evidence returned;
 * DENIED and GOOD set only by the controller (:meth:`EVSet.set_state`);
   the operator's DENIED is honoured even below the floor.
 
@@ -53,7 +53,7 @@ class EVCause(enum.Enum):
     CONGESTION = "congestion"        # ECN echo or trim NACK on the EV
     SKIP_EXPIRED = "skip_expired"
     PROBES_OK = "probes_ok"          # k consecutive probe successes
-    DELIVERED = "delivered"          # a trimmed header sent on it after its last charged loss arrived
+    DELIVERED = "delivered"          # a packet sent on it after its last charged loss arrived
     CONTROLLER_GOOD = "controller_good"
     CONTROLLER_DENY = "controller_deny"
 

@@ -433,8 +433,8 @@ class RequesterMixin:
         if info is not None:
             info.last_ack_s = now      # a packet on EV ev just arrived: restart its timer
         if info is not None and 0 < ts <= self._last_ts_ns:
-            if ts > info.delivered_ts_ns:
-                info.delivered_ts_ns = ts  # the transmission on ev stamped ts arrived
+            if ts > info.delivered_ts_ns:   # the transmission on ev stamped ts arrived
+                self._delivered(ev, ts, now)
             rtt = now - ts * 1e-9      # echoed timestamp: path delay, for CC and EV stats
             self._rtt_sample(info, rtt)
         self.acked_bytes += acked
@@ -468,7 +468,7 @@ class RequesterMixin:
             tx.ev_seq = -1             # acknowledged: no per-EV queue entry matches it now
             if not tx.rtx_count:       # unambiguous (Karn): this transmission arrived
                 if tx.ts_ns > info.delivered_ts_ns:
-                    info.delivered_ts_ns = tx.ts_ns
+                    self._delivered(ev, tx.ts_ns, now)
                 if tx.gseq > hi_gseq:
                     hi_gseq, hi_sent_at = tx.gseq, tx.sent_at
                 if seq > info.acked_seq:
@@ -580,27 +580,30 @@ class RequesterMixin:
             self._complete_writes(now)
             return
         trimmed = pkt.reason in (pk.NackReason.TRIMMED, pk.NackReason.TRIMMED_LASTHOP)
-        if trimmed and self.transport is Transport.MRC:
-            self._trim_delivered(pkt.ev, pkt.timestamp_ns, now)
+        if trimmed and self.transport is Transport.MRC:   # the header crossed the EV: it delivers
+            self._delivered(pkt.ev, pkt.timestamp_ns, now)
         if tx is None or tx.ts_ns != pkt.timestamp_ns:
             return
         self._declare_lost(tx, now, "trimmed" if trimmed else "nack")
         if trimmed and self.transport is Transport.MRC:
             self.evs.apply(tx.ev, EVCause.CONGESTION, now)
 
-    def _trim_delivered(self, ev: int, ts_ns: int, now: float) -> None:
-        """A trim NACK: the header of the packet stamped ``ts_ns`` crossed EV ``ev`` to the
-        receiver, so the path delivered it. Later-detected losses sent before it are excused
-        (:meth:`_charge_ev`), and an EV retired for a loss run no newer than it comes back at
-        once: the run was congestion, inferred lost (out-of-order threshold) before its NACK
-        returned. Measured on incast-trim (fat-tree-k4-trim): 3 EVs retired that way in
-        the first 0.15 s with no packet dropped anywhere."""
+    def _delivered(self, ev: int, ts_ns: int, now: float) -> None:
+        """The transmission stamped ``ts_ns`` on EV ``ev`` reached the receiver: acknowledged,
+        its stamp echoed, or its header NACKed after a switch trimmed it. Losses on the EV
+        sent before it are excused (:meth:`_charge_ev`), and an EV retired for a loss run no
+        newer than it comes back at once (cause DELIVERED): the run was congestion or
+        reordering inferred as loss (out-of-order threshold) before the evidence returned.
+        Measured on incast-trim (fat-tree-k4-trim): 3 EVs retired that way in the first
+        0.15 s with no packet dropped anywhere. A path that died after ``ts_ns`` is not
+        restored: its charged losses were sent later."""
         info = self.evs.info.get(ev)
         if info is None:
             return
         if ts_ns > info.delivered_ts_ns:
             info.delivered_ts_ns = ts_ns
-        if info.state in (EVState.ASSUMED_BAD, EVState.UNKNOWN) and ts_ns >= info.loss_run_ts_ns:
+        if info.state is EVState.ASSUMED_BAD and 0 < info.loss_run_ts_ns <= ts_ns \
+                and self.transport is Transport.MRC:
             info.loss_run = 0
             self.evs.apply(ev, EVCause.DELIVERED, now)
 

@@ -360,7 +360,7 @@ def test_a_trim_nack_does_not_restore_an_ev_retired_for_losses_sent_after_it():
     info = a.evs.info[0]
     a.evs.apply(0, EVCause.LOSS, 0.0)
     info.loss_run_ts_ns = 2_000_000                      # the charged losses were sent at 2 ms
-    a._trim_delivered(0, 1_000_000, 0.003)               # a header sent at 1 ms came back
+    a._delivered(0, 1_000_000, 0.003)               # a header sent at 1 ms came back
     assert info.state is EVState.ASSUMED_BAD
-    a._trim_delivered(0, 2_500_000, 0.004)               # one sent after them: the path delivers
+    a._delivered(0, 2_500_000, 0.004)               # one sent after them: the path delivers
     assert info.state is EVState.GOOD
