@@ -245,7 +245,30 @@ class _Ring(_Algo):
         return _sum_slice(seed, it, n, count, a, b)
 
 
-class _AllToAll(_Algo):
+class _FromEach(_Algo):
+    """A collective whose rank receives one write from each rank of ``pending`` (set in
+    ``prepare``), each copied to its own block of ``out`` by :meth:`place`, in any order."""
+
+    def due(self, src: int, step: int) -> bool:
+        return src in self.pending
+
+    def consumed(self, src: int, step: int) -> bool:
+        return src not in self.pending
+
+    def consume(self, src: int, step: int, incoming: np.ndarray) -> list[Send]:
+        self.place(src, incoming)
+        self.pending.discard(src)
+        return []
+
+    @property
+    def received_all(self) -> bool:
+        return not self.pending
+
+    def result(self) -> np.ndarray:
+        return self.out
+
+
+class _AllToAll(_FromEach):
     """all_to_all: chunk p of the send buffer to rank p, all at once."""
 
     def recv_chunk(self, src: int, step: int) -> int | None:
@@ -270,23 +293,8 @@ class _AllToAll(_Algo):
             sends.append(self._send(p, 0, p, self.send_buf[a:b]))
         return sends
 
-    def due(self, src: int, step: int) -> bool:
-        return src in self.pending
-
-    def consumed(self, src: int, step: int) -> bool:
-        return src not in self.pending
-
-    def consume(self, src: int, step: int, incoming: np.ndarray) -> list[Send]:
+    def place(self, src: int, incoming: np.ndarray) -> None:
         self.out[src * self.block:(src + 1) * self.block] = incoming
-        self.pending.discard(src)
-        return []
-
-    @property
-    def received_all(self) -> bool:
-        return not self.pending
-
-    def result(self) -> np.ndarray:
-        return self.out
 
     def expected(self, seed: int) -> np.ndarray:
         a, b = self.bounds[self.rank]
@@ -341,7 +349,7 @@ class _Permutation(_Algo):
         return rank_data(seed, self.src, self.iteration, self.count)
 
 
-class _Incast(_Algo):
+class _Incast(_FromEach):
     """incast: every rank but 0 writes its whole buffer to rank 0; rank 0 receives n-1 buffers."""
 
     def recv_chunk(self, src: int, step: int) -> int | None:
@@ -361,23 +369,8 @@ class _Incast(_Algo):
     def start(self) -> list[Send]:
         return [] if self.rank == 0 else [self._send(0, 0, 0, self.send_buf)]
 
-    def due(self, src: int, step: int) -> bool:
-        return src in self.pending
-
-    def consumed(self, src: int, step: int) -> bool:
-        return src not in self.pending
-
-    def consume(self, src: int, step: int, incoming: np.ndarray) -> list[Send]:
+    def place(self, src: int, incoming: np.ndarray) -> None:
         self.out[(src - 1) * self.count:src * self.count] = incoming
-        self.pending.discard(src)
-        return []
-
-    @property
-    def received_all(self) -> bool:
-        return not self.pending
-
-    def result(self) -> np.ndarray:
-        return self.out
 
     def expected(self, seed: int) -> np.ndarray:
         if self.rank:
