@@ -333,6 +333,12 @@ class RequesterMixin:
             self._enter_error(now, f"retry exhausted: PSN {tx.psn} timed out "
                                    f"{tx.timeouts} times (EV {tx.ev})")
             return False
+        info = self.evs.info.get(tx.ev)
+        log.info("qpn %d psn %d timed out on ev %d: sent %.1f ms ago, ev last ack %.1f ms ago, "
+                 "rto %.1f ms, srtt %.1f ms, rttvar %.1f ms, inflight %d B", self.qpn, tx.psn, tx.ev,
+                 (now - tx.sent_at) * 1e3, (now - info.last_ack_s) * 1e3 if info else -1,
+                 self._rtt.rto_s * 1e3, (self._rtt.srtt_s or 0) * 1e3, self._rtt.rttvar_s * 1e3,
+                 self._inflight_bytes)
         if self.transport is Transport.RC:
             self._go_back_n(tx.psn, now, "timeout")
         else:

@@ -30,11 +30,26 @@ def test_floor_is_the_mrc_timeout_and_ceiling_is_sixty_seconds():
     assert est.rto_s == floor                 # no sample yet: the configured timeout
     for _ in range(50):
         est.sample(0.0001)                  # RTT far below the floor
-    assert est.rto_s == floor
+    assert est.rto_s == pytest.approx(est.srtt_s + floor)   # the floor is the least margin
     est.sample(100.0)
     assert est.rto_s == MAX_RTO_S
     with pytest.raises(ValueError):
         RttEstimator(-1.0)
+
+
+def test_steady_queue_keeps_the_floor_as_margin_above_srtt():
+    """Linux's tcp_rto_min rule: on a steady 60 ms RTT (RTTVAR decays to ~0) RTO stays at
+    SRTT + floor, not at the floor alone (which sat one packet time above SRTT on the fabric)."""
+    floor = mrc_timeout_s(16)               # 67 ms, the testbed's QP default
+    est = RttEstimator(floor)
+    for _ in range(200):
+        est.sample(0.060)
+    assert est.rttvar_s < 0.001
+    assert est.rto_s == pytest.approx(0.060 + floor, rel=1e-3)
+    for _ in range(5):
+        est.sample(0.300)                   # a jump: the RFC 6298 term takes over
+    assert est.rto_s == pytest.approx(est.srtt_s + 4 * est.rttvar_s)
+    assert 4 * est.rttvar_s > floor
 
 
 def test_backoff_is_linear_then_doubling():
