@@ -10,12 +10,19 @@
  * packet is counted into a byte counter drained at the link's configured
  * rate (bytes -= rate * elapsed, floor 0, remainder carried in byte*8e9
  * units so no byte is lost to rounding):
- *   H  trimmed headers (strict priority: drained first),
+ *   H  header-only MRC packets: trimmed headers, and with trimming on, the
+ *      control packets (SACK, NACK, probe request and response) (strict
+ *      priority: drained first),
  *   Q  everything else (drained with what H leaves).
+ * The high class carries what uet-htsim's and NDP's trimming queue
+ * (CompositeQueue::receivePacket in sim/compositequeue.cpp) serves at high
+ * priority: every header-only packet, ACKs and NACKs included, so that the
+ * feedback of a congested path is not queued behind the data it reports on.
  *
  * Per packet of skb->len bytes (L2 frame, what HTB charges):
- *   already trimmed MRC DATA   -> header class; H += len, or drop if H would
- *                                 exceed the header queue;
+ *   already trimmed MRC DATA,  -> header class; H += len, or drop if H would
+ *   or an MRC control packet      exceed the header queue;
+ *   with trimming on
  *   Q + len > trim threshold and a trimmable MRC DATA packet
  *                              -> cut to its header (+ CRC), FLAG_TRIMMED,
  *                                 lengths fixed, CRC-32 recomputed, header
@@ -46,6 +53,10 @@
 #define MRC_CRC 4
 #define MRC_VERSION 1
 #define MRC_TYPE_DATA 1
+#define MRC_TYPE_SACK 2
+#define MRC_TYPE_PROBE_RSP 5
+#define MRC_PREFIX 4
+#define MRC_CTRL_MAX 52		/* SACK header + CRC, the largest control packet */
 #define MRC_FLAG_TRIMMED 0x04
 #define OP_FIRST 6
 #define OP_LAST 11
@@ -100,7 +111,7 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-enum kind { K_OTHER, K_DATA, K_HEADER };
+enum kind { K_OTHER, K_DATA, K_HEADER, K_CONTROL };
 enum verdict { V_PASS, V_MARK, V_TRIM, V_HEADER, V_DROP };
 
 static __always_inline void count(__u32 idx, __u64 n)
@@ -136,10 +147,15 @@ static __always_inline enum kind classify(struct __sk_buff *skb, __u8 *mrc, __u3
 		return K_OTHER;
 	if (bpf_skb_load_bytes(skb, IP6_OFF + 6, &nexthdr, 1) || nexthdr != IPPROTO_UDP_)
 		return K_OTHER;
+	if (skb->len < MRC_OFF + MRC_PREFIX || bpf_skb_load_bytes(skb, MRC_OFF, mrc, MRC_PREFIX) ||
+	    mrc[0] != MRC_VERSION)
+		return K_OTHER;
+	if (mrc[1] >= MRC_TYPE_SACK && mrc[1] <= MRC_TYPE_PROBE_RSP)
+		return skb->len <= MRC_OFF + MRC_CTRL_MAX ? K_CONTROL : K_OTHER;
 	if (skb->len < MRC_OFF + MRC_DATA_HDR + MRC_IMM ||
 	    bpf_skb_load_bytes(skb, MRC_OFF, mrc, MRC_DATA_HDR + MRC_IMM))
 		return K_OTHER;
-	if (mrc[0] != MRC_VERSION || mrc[1] != MRC_TYPE_DATA || mrc[2] < OP_FIRST || mrc[2] > OP_LAST)
+	if (mrc[1] != MRC_TYPE_DATA || mrc[2] < OP_FIRST || mrc[2] > OP_LAST)
 		return K_OTHER;
 	*hdr_len = MRC_DATA_HDR + ((mrc[2] == OP_LAST_IMM || mrc[2] == OP_ONLY_IMM) ? MRC_IMM : 0);
 	if (mrc[3] & MRC_FLAG_TRIMMED)
@@ -176,7 +192,7 @@ static __always_inline enum verdict decide(struct vq *v, const struct config *c,
 		if (!v->q && !v->h)
 			v->carry = 0;
 	}
-	if (k == K_HEADER) {
+	if (k == K_HEADER || (k == K_CONTROL && c->trim_bytes)) {
 		if (v->h + len > c->header_bytes)
 			return V_DROP;
 		v->h += len;

@@ -18,6 +18,7 @@ class Kind(enum.Enum):
     OTHER = "other"      # anything not trimmable (ECN still applies)
     DATA = "data"        # an MRC DATA packet with payload, zero UDP checksum
     HEADER = "header"    # an MRC DATA packet trimmed upstream
+    CONTROL = "control"  # an MRC SACK, NACK, probe request or response (header class with trim)
 
 
 class Verdict(enum.Enum):
@@ -59,7 +60,7 @@ class VirtualQueues:
         ``trimmed_bytes``: its frame size once trimmed (DATA only)."""
         c = self.config
         self._drain(now_ns)
-        if kind is Kind.HEADER:
+        if kind is Kind.HEADER or (kind is Kind.CONTROL and c.trim_bytes):
             if self.h + frame_bytes > c.header_queue_bytes:
                 return Verdict.DROP
             self.h += frame_bytes

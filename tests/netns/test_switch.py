@@ -132,6 +132,22 @@ def test_upstream_trimmed_header_goes_to_the_header_class(program):
     assert (r.retval, r.frame, r.priority) == (TC_ACT_OK, upstream, 0x10020)
 
 
+@pytest.mark.parametrize("control", [
+    P.SackPacket(7, 10, 10, 0b101, 3, 123456789),
+    P.NackPacket(7, 12, 3, 123456789, P.NackReason.TRIMMED),
+    P.ProbePacket(7, 1, 3, 4, 123456789),
+    P.ProbePacket(7, 1, 3, 4, 123456789, response=True),
+], ids=["sack", "nack", "probe", "probe-rsp"])
+def test_control_packets_go_to_the_header_class_with_trimming(program, control):
+    assert len(P.encode(control)) <= P.SACK_HDR.size + P.CRC_BYTES == 52   # MRC_CTRL_MAX
+    f = frame(P.encode(control), ecn=0)
+    r = program.test_run(f)
+    assert (r.retval, r.frame, r.priority) == (TC_ACT_OK, f, 0x10020)
+    with EgressProgram(EgressConfig(8000, 1500, ecn_threshold_pkts=2, trim_threshold_pkts=None)) as ecn_only:
+        r = ecn_only.test_run(f)
+        assert (r.retval, r.frame, r.priority) == (TC_ACT_OK, f, 0)    # no header class there
+
+
 # -- (b) a real link ---------------------------------------------------------------
 
 RATE_BPS = 5_000_000

@@ -77,6 +77,19 @@ def test_model_non_mrc_is_never_trimmed_and_non_ect_never_marked():
     assert set(_burst(c, 10, Kind.OTHER, ect=False)) == {Verdict.PASS}
 
 
+def test_model_control_packets_take_the_header_class_only_with_trimming():
+    trim = EgressConfig(5_000_000, 1500, ecn_threshold_pkts=2, trim_threshold_pkts=4, header_queue_pkts=3)
+    vq = VirtualQueues(trim, last_ns=10**9)
+    for _ in range(4):
+        vq.packet(10**9, 1500, Kind.DATA, ect=True)          # a standing data queue
+    assert vq.packet(10**9, 120, Kind.CONTROL, ect=False) is Verdict.HEADER
+    assert (vq.q, vq.h) == (4 * 1500, 120)                   # charged to H, not queued behind data
+    ecn_only = EgressConfig(5_000_000, 1500, ecn_threshold_pkts=2, trim_threshold_pkts=None)
+    vq = VirtualQueues(ecn_only, last_ns=10**9)
+    assert vq.packet(10**9, 120, Kind.CONTROL, ect=False) is Verdict.PASS
+    assert (vq.q, vq.h) == (120, 0)                          # no header class: a plain packet
+
+
 def test_model_drains_at_the_rate_headers_first():
     c = EgressConfig(8_000_000_000, 1500, ecn_threshold_pkts=None, trim_threshold_pkts=2)  # 1 byte/ns
     vq = VirtualQueues(c, last_ns=0)
