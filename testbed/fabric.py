@@ -196,8 +196,9 @@ class Fabric:
             self._nsfd[name] = open_netns(node.pid)
 
     def _set_sysctls(self) -> None:
+        ecn = any(link.params.ecn_threshold_pkts for link in self.topo.links)
         for name, node in self.topo.nodes.items():
-            values = routing.host_sysctls() if node.role is Role.HOST else routing.switch_sysctls(name)
+            values = routing.host_sysctls(ecn) if node.role is Role.HOST else routing.switch_sysctls(name)
             with netns(self._nsfd[name]):
                 write_sysctls(values)
 

@@ -109,8 +109,15 @@ def switch_sysctls(node: str) -> dict[str, int]:
             "net.ipv4.fib_multipath_hash_seed": hash_seed(node)}
 
 
-def host_sysctls() -> dict[str, int]:
-    return {**_common_sysctls(), "net.ipv6.conf.all.forwarding": 0}
+def host_sysctls(ecn: bool = False) -> dict[str, int]:
+    """A host's sysctls; ``ecn``: the fabric marks CE (a link class has ``ecn``), so kernel TCP
+    requests ECN on the connections it opens (``net.ipv4.tcp_ecn`` 1, per namespace, IPv6
+    included; Linux's default 2 only accepts it), as the agents' MRC and RC QPs send ECT(0):
+    tcp then backs off on CE (RFC 3168) instead of only on loss."""
+    out = {**_common_sysctls(), "net.ipv6.conf.all.forwarding": 0}
+    if ecn:
+        out["net.ipv4.tcp_ecn"] = 1
+    return out
 
 
 def _common_sysctls() -> dict[str, int]:

@@ -107,3 +107,9 @@ def test_switches_hold_one_specific_route_per_remote_edge():
         assert len(ecmp) == len(remote), sw.name
         assert all(r.dst.prefixlen == 64 for r in ecmp)
         assert not any(r.dst.supernet_of(ipaddress.IPv6Network("fd00::/48")) for r in ecmp)
+
+
+def test_hosts_request_tcp_ecn_only_on_a_marking_fabric():
+    assert "net.ipv4.tcp_ecn" not in routing.host_sysctls()
+    assert routing.host_sysctls(ecn=True)["net.ipv4.tcp_ecn"] == 1
+    assert routing.host_sysctls(ecn=True)["net.ipv6.conf.all.forwarding"] == 0
