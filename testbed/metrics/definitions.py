@@ -55,9 +55,11 @@ DEFINITIONS = {
     "detect_s": "first disruptive fault apply -> first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN transition of an EV "
                 "whose path (job spec links, SRv6) crosses the faulted link; s; null without EVs or if no such EV "
                 "was retired",
-    "false_retirements": "retirements (GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN) while a fault is applied (apply .. "
-                         "its revert or link_up) of EVs whose path crosses no faulted link: count and total time "
-                         "until each came back to GOOD; s (every retirement of the run is listed in 'retirements')",
+    "false_retirements": "retirements (GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN) of EVs whose path crosses no "
+                         "link that is faulted at that moment (fault apply .. its revert or link_up), before, "
+                         "during and after faults, and every retirement of a run without faults: count and "
+                         "total time until each came back to GOOD; s (every retirement of the run is listed in "
+                         "'retirements')",
     "flow_kpis": "per rx flow r->s, on its own 10 ms progress bins inside its active time (per iteration: sender's "
                  "start .. receiver's end): longest_stall_s = longest run of bins with no progress; recovery = "
                  f"rate over sliding windows of max({RECOVERY_WINDOW_RTTS} base RTTs, {RECOVERY_WINDOW_MIN_S:g} s) "

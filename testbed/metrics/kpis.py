@@ -174,6 +174,17 @@ def ev_retirements(transitions: list[dict], crossing: set[tuple], t_end_s: float
     return out
 
 
+def false_retirements(rets: list[dict], windows: list[dict], ev_links_: dict[tuple, tuple]) -> list[dict]:
+    """The retirements (:func:`ev_retirements`) no fault explains: all but those of an EV whose
+    path (``ev_links_``: (rank, dir, peer, ev_id) -> links) crosses a link that is faulted at
+    that moment (a ``windows`` item, apply .. ``until_s``). Before, between and after faults,
+    and in a run without faults, every retirement is false (congestion taken for failure)."""
+    down = [(w, {k for k, links in ev_links_.items() if w["link"] in links}) for w in windows]
+    return [r for r in rets if not any(w["t_s"] - 1e-9 <= r["t_s"] <= w["until_s"]
+                                       and (r["rank"], r["dir"], r["peer"], r["ev_id"]) in mine
+                                       for w, mine in down)]
+
+
 def flow_kpis(flows: dict, hosts: list[str], spans: list[dict], edges: np.ndarray, windows: list[dict],
               crossing: set[tuple[int, int]], base_rtt_s: float | None) -> list[dict]:
     """Per rx flow: label, ranks, longest stall (s, start), recovery from the first disruptive

@@ -11,8 +11,8 @@ import numpy as np
 from .collectives import _stats, completion, expected_measured_iterations, size_table
 from .definitions import DEFINITIONS, LINK_BIN_S
 from .fidelity import busiest_links, cpu_fidelity, emulation_validity
-from .kpis import (boundary_warnings, ev_links, ev_retirements, fault_windows, faulted_iteration, flow_kpis,
-                   iteration_spans, p_nearest_rank, worst_recovery, worst_stall)
+from .kpis import (boundary_warnings, ev_links, ev_retirements, false_retirements, fault_windows,
+                   faulted_iteration, flow_kpis, iteration_spans, p_nearest_rank, worst_recovery, worst_stall)
 from .loading import FlowKey, TransportRecords, job_names, load_manifest, load_transport, scenario_name
 from .recovery import (active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time,
                        time_to_detect)
@@ -173,8 +173,7 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
         mine = {k for k, links in evl.items() if w["link"] in links}
         detect.append(next((r["t_s"] - w["t_s"] for r in rets if r["t_s"] >= w["t_s"] - 1e-9
                             and (r["rank"], r["dir"], r["peer"], r["ev_id"]) in mine), None))
-    false = [r for r in rets if not r["crosses_fault"]
-             and any(w["t_s"] - 1e-9 <= r["t_s"] <= w["until_s"] for w in windows)] if evl else []
+    false = false_retirements(rets, windows, evl) if evl else []
     gaps = [g for k in kp for g in k["healthy_gaps_s"]]
     return {
         "base_rtt_s": base_rtt, "detect": detect,

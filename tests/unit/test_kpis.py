@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from testbed.metrics import bin_edges
-from testbed.metrics.kpis import (ev_retirements, fault_windows, faulted_iteration, flow_active, flow_recovery,
-                                  iteration_spans, p_nearest_rank, zero_runs)
+from testbed.metrics.kpis import (ev_retirements, false_retirements, fault_windows, faulted_iteration, flow_active,
+                                  flow_recovery, iteration_spans, p_nearest_rank, zero_runs)
 
 T0 = 1000.0
 
@@ -88,6 +88,21 @@ def test_false_retirements_are_evs_off_the_faulted_path():
     rets = ev_retirements(tr, {(0, "tx", "b", 1)}, 5.0)
     assert [(r["peer"], r["ev_id"], r["crosses_fault"], round(r["duration_s"], 3)) for r in rets] == [
         ("b", 1, True, 4.0), ("b", 2, False, 0.1), ("c", 1, False, 3.6)]
+
+
+def test_false_retirements_are_all_but_evs_through_a_link_down_at_that_moment():
+    evl = {(0, "tx", "b", 1): ("h-e", "e-a", "a-c"), (0, "tx", "b", 2): ("h-e", "e-a2", "a2-c2")}
+    windows = [{"t_s": 10.0, "link": "a-c", "action": "link_down", "until_s": 20.0}]
+
+    def ret(t, ev):
+        return {"t_s": t, "rank": 0, "dir": "tx", "peer": "b", "ev_id": ev, "duration_s": 0.1}
+    rets = [ret(5.0, 1),     # through a-c, but before it failed: congestion
+            ret(10.1, 1),    # through a-c while down: a true detection
+            ret(12.0, 2),    # off the failed path while it is down
+            ret(25.0, 1)]    # after link_up
+    assert [(r["t_s"], r["ev_id"]) for r in false_retirements(rets, windows, evl)] == [
+        (5.0, 1), (12.0, 2), (25.0, 1)]
+    assert false_retirements(rets, [], evl) == rets          # no fault: every retirement is false
 
 
 def test_samplers_that_miss_their_period_invalidate_the_run():
