@@ -19,7 +19,9 @@ Job spec (JSON object; unknown keys rejected, every problem reported with its ke
      "sizes": [bytes, ...]  (each >= 4 * len(world); rounded down to float32 elements;
                              nccl-tests' size column, see agents.collectives),
      "iterations": int >= 1, "warmup": int >= 0,
-     "sample_interval_s": 0.01, "port": 4791 (this agent's UDP port, protocol.UDP_PORT), "mtu": 1500,
+     "sample_interval_s": 0.01, "samples_path": "/abs/path.jsonl" (optional: samples go to this
+                                 file, one JSON object a line, not over the control socket),
+     "port": 4791 (this agent's UDP port, protocol.UDP_PORT), "mtu": 1500,
      "bind_addr": this host's ECMP address, "tcp_port": 5201 (this agent's TCP port, protocol.TCP_PORT),
      "send_to": [PEER, ...], "recv_from": [PEER, ...],
      "qp": {"mpr", "mpr_dest", "max_wimm", "max_wimm_dest", "timeout", "retry_linear",

@@ -14,19 +14,27 @@ within the job.
 One single-threaded loop (:class:`agents.io.EventLoop`) serves the data
 path, the control socket and the sample timer; control output is queued
 and written without blocking, at most one sample per ``sample_interval_s``.
+With ``samples_path`` in the job spec the samples go to that file instead
+(JSON lines, flushed every :data:`SAMPLE_FLUSH_S` and at exit), so that the
+control socket carries only events and progress: one runner reading every
+agent's samples every 20 ms was the bottleneck that ended fat-tree-k8 runs
+(issue 10).
 Each sample carries the loop's timer lateness (:class:`agents.protocol.LoopStats`),
 the agent's view of how starved of CPU the emulation is.
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 
 from .collectives import IterationResult, Workload
 from .control import ControlClient, ControlError
 from .io import EventLoop
 from .jobspec import JobSpec
-from .protocol import Done, Event, Failed, Iteration, LoopStats, Message, Ready, Sample, Start, Stop
+from .protocol import (Done, Event, Failed, Iteration, LoopStats, Message, Ready, Sample, Start, Stop,
+                       sample_record)
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +42,8 @@ EXIT_DONE = 0
 EXIT_FAILED = 1
 EXIT_BAD_JOB = 2
 EXIT_STOPPED = 3
+SAMPLE_FLUSH_S = 0.5
+"""How often a samples file is flushed, s (what a SIGKILLed agent can lose)."""
 
 
 class AgentStopped(Exception):
@@ -60,6 +70,8 @@ class Agent:
         self.ev_transitions = 0
         self._per_size_index: dict[tuple[int, bool], int] = {}
         self._next_sample = 0.0
+        self._samples_file = None
+        self._next_flush = 0.0
 
     # ---- helpers -------------------------------------------------------------
     def wall(self, t_loop: float) -> float:
@@ -98,8 +110,16 @@ class Agent:
             return
         self._next_sample = now + self.spec.sample_interval_s
         loop = self.loop
-        self.send(Sample(self.spec.agent, self.wall(now), self.channel.flows(),
-                         LoopStats(loop.timers_fired, loop.timer_late_sum_s, loop.take_timer_late_max_s())))
+        sample = Sample(self.spec.agent, self.wall(now), self.channel.flows(),
+                        LoopStats(loop.timers_fired, loop.timer_late_sum_s, loop.take_timer_late_max_s()))
+        f = self._samples_file
+        if f is None:
+            self.send(sample)
+            return
+        f.write(json.dumps(sample_record(sample), separators=(",", ":")) + "\n")
+        if force or now >= self._next_flush:
+            f.flush()
+            self._next_flush = now + SAMPLE_FLUSH_S
 
     def _make_channel(self):
         spec = self.spec
@@ -148,6 +168,9 @@ class Agent:
             return EXIT_FAILED
         self.loop.add_reader(self.control.sock, self._on_control)
         try:
+            if spec.samples_path:
+                self._samples_file = open(spec.samples_path, "w", encoding="utf-8",
+                                          opener=lambda path, flags: os.open(path, flags, 0o600))
             return self._run()
         except AgentStopped:
             log.info("rank %d: stopped by the runner before done", spec.rank)
@@ -161,6 +184,8 @@ class Agent:
             self._report_failure(exc, reason)
             return EXIT_FAILED
         finally:
+            if self._samples_file is not None:
+                self._samples_file.close()
             if self.channel is not None:
                 self.channel.close()
             self.control.close()

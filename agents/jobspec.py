@@ -96,6 +96,7 @@ class JobSpec:
     job: str = "job0"
     qps: int = 1
     sample_interval_s: float = 0.01
+    samples_path: str = ""
     port: int = UDP_PORT
     mtu: int = 1500
     tcp_port: int = TCP_PORT
@@ -152,7 +153,7 @@ class _Checker:
 _TOP = {"run_id", "rank", "world", "host", "transport", "control_socket", "seed", "sizes",
         "iterations", "warmup", "sample_interval_s", "port", "mtu", "send_to", "recv_from",
         "bind_addr", "qp", "tcp_port", "connect_timeout_s", "linger_s", "collective",
-        "targets", "agent", "job", "qps"}
+        "targets", "agent", "job", "qps", "samples_path"}
 _PEER = {"rank", "host", "ecmp_addr", "evs", "port", "tcp_port", "src_port"}
 _EV = {"ev_id", "address", "links", "src_port"}
 
@@ -343,6 +344,8 @@ def parse_job(raw: Any, source: str = "<job>") -> JobSpec:
         "job": g(raw, "job", "", str, default="job0", check=bool, why="must not be empty"),
         "qps": g(raw, "qps", "", int, default=1, check=lambda v: v >= 1, why="must be >= 1"),
         "sample_interval_s": g(raw, "sample_interval_s", "", float, default=0.01, **pos),
+        "samples_path": g(raw, "samples_path", "", str, default="", check=lambda v: not v or os.path.isabs(v),
+                          why="must be an absolute path"),
         "port": g(raw, "port", "", int, default=UDP_PORT, check=_port, why="not a port"),
         "mtu": g(raw, "mtu", "", int, default=1500, check=lambda v: 1280 <= v <= 65535,
                  why="must be in [1280, 65535] (IPv6)"),

@@ -17,7 +17,9 @@ Wire format: newline-delimited JSON objects over a Unix stream socket, each with
                       "evs": [{"ev_id", "state", "sent", "lost"}]}],
                       "loop": {"timers", "late_sum_s", "late_max_s"}}
                      cumulative counters, at most one per sample_interval_s; "loop": the
-                     agent's event loop (:class:`LoopStats`)
+                     agent's event loop (:class:`LoopStats`); with the job spec's
+                     "samples_path", written there instead (the same object without
+                     "type", one a line: the runner merges the files)
     agent -> runner  {"type": "event", "rank", "t", "kind": "ev_state", "peer", "dir",
                       "qpn", "ev_id", "old", "new", "cause"}
     agent -> runner  {"type": "event", "rank", "t", "kind": "qp_error", "reason"}
@@ -252,6 +254,25 @@ def decode(obj: Any, accepts: Iterable[type] = MESSAGES) -> Message:
         return cls(**fields)
     except ValueError as exc:
         raise ProtocolError(f"{cls.TYPE}: {exc}") from None
+
+
+def sample_record(msg: Sample) -> dict:
+    """A sample as its record in a samples file (and ``samples.jsonl``): ``{"t", "rank",
+    "flows", "loop"}`` (``loop`` left out when None)."""
+    rec = {"t": msg.t, "rank": msg.rank, "flows": msg.flows}
+    if msg.loop is not None:
+        rec["loop"] = msg.loop.as_dict()
+    return rec
+
+
+def sample_from_record(obj: Any) -> Sample:
+    """A samples-file record (parsed JSON) -> the Sample it is; ProtocolError if it is not one
+    (validated field by field as on the control socket)."""
+    if not isinstance(obj, dict) or "type" in obj:
+        raise ProtocolError(f"not a sample record: {str(obj)[:80]!r}")
+    msg = decode({"type": Sample.TYPE, **obj}, (Sample,))
+    assert isinstance(msg, Sample)
+    return msg
 
 
 def encode(msg: Message) -> bytes:

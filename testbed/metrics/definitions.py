@@ -86,6 +86,9 @@ DEFINITIONS = {
                    "(segments for tcp); split at the first fault into retransmits_startup (before it: start-up "
                    "and healthy running) and retransmits_after_fault",
     "retransmitted_bytes": "sum of flows' retransmitted_bytes counters when agents report them, else null; bytes",
+    "runner_cpu": "the runner process's own CPU (user + system, all threads) from the agents' start to the end "
+                  "of the run: cpu_s, wall_s and fraction of one core (its share of the machine the agents "
+                  "also need)",
     "cpu_busy": "host CPU busy fraction (all cores) in the workload window, mean and p95; 0..1; reported "
                 "beside validity, not deciding it (any neighbour process counts there)",
     "validity": "the emulation was not starved: agents' p95 scheduling delay per timeslice (/proc/PID/schedstat "

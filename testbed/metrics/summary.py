@@ -125,7 +125,8 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
         "retransmitted_bytes": float(sum(a[-1] for a in rtx_bytes if len(a))) if rtx_bytes else None,
         "ev_transitions": len(trans),
         "flows": [_flow_summary(k, fs, window) for k, fs in sorted(flows.items(), key=lambda kv: str(kv[0]))],
-        "fidelity": {"cpu_busy": cpu, "busiest_links": busiest_links(links, link_edges, window),
+        "fidelity": {"cpu_busy": cpu, "runner_cpu": runner_cpu(tr.events),
+                     "busiest_links": busiest_links(links, link_edges, window),
                      "link_drops": float(sum(s["drops"].sum() for s in links.values())),
                      **switch_totals(tr.links, window, t0)},
         "valid": not invalid, "invalid_reasons": invalid, "validity": validity,
@@ -135,6 +136,15 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
                               "retirements")},
     }
     return TransportAnalysis(tr.name, t0, summary, edges, goodput, flows, link_edges, links)
+
+
+def runner_cpu(events: list[dict]) -> dict | None:
+    """The runner's own CPU over the run (its ``runner`` event): ``{"cpu_s", "wall_s", "fraction"}``
+    (fraction of one core); None for runs recorded before it was journaled."""
+    rec = next((e for e in events if e.get("kind") == "runner"), None)
+    if rec is None or not rec.get("wall_s"):
+        return None
+    return {"cpu_s": rec["cpu_s"], "wall_s": rec["wall_s"], "fraction": rec["cpu_s"] / rec["wall_s"]}
 
 
 def _counter_at(flows: list[FlowSeries], t_s: float) -> float:

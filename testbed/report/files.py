@@ -217,6 +217,9 @@ def load_summary(run_dir: Path, *, recompute: bool = False) -> dict:
 def _load(run_dir: Path, recompute: bool, damage: "loading.Damage") -> tuple[dict, bool]:
     """(summary, fresh: computed now); see :func:`load_summary`."""
     manifest = metrics.load_manifest(run_dir)   # raises RunDirError for a non-run directory
+    for t in manifest["transports"]:   # a runner killed before it merged the agents' samples
+        if (run_dir / t / rec.SAMPLES_DIR).is_dir():
+            rec.merge_samples(run_dir / t)
     stored = _stored(run_dir)
     raw = all(_has_raw(run_dir, t) for t in manifest["transports"])
     if stored is not None and not recompute and (stored.get("definitions") == metrics.DEFINITIONS or not raw):

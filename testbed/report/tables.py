@@ -217,10 +217,11 @@ def validity_table(summary: dict) -> Grid:
         cpu = (s.get("fidelity") or {}).get("cpu_busy") or {}
         v = s.get("validity") or {}
         p95 = v.get("cpu_p95") if v.get("cpu_p95") is not None else cpu.get("p95")
-        rows.append([name, fmt_pct(cpu.get("mean")), fmt_pct(p95), fmt_s(v.get("sched_delay_p95_s")),
+        runner = ((s.get("fidelity") or {}).get("runner_cpu") or {}).get("fraction")
+        rows.append([name, fmt_pct(cpu.get("mean")), fmt_pct(p95), fmt_pct(runner), fmt_s(v.get("sched_delay_p95_s")),
                      fmt_s(v.get("timer_late_p99_s")), fmt_pct(v.get("sampler_coverage"), 3)])
-    return Grid("fidelity: host", ["transport", "CPU mean", "CPU p95", "sched delay p95", "timer late p99",
-                                   "sampler coverage"], rows)
+    return Grid("fidelity: host", ["transport", "CPU mean", "CPU p95", "runner CPU", "sched delay p95",
+                                   "timer late p99", "sampler coverage"], rows)
 
 
 def links_table(summary: dict) -> Grid:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -62,6 +63,12 @@ OUTCOMES = ("done", "failed", "timeout", "crashed", "error", "interrupted")
 
 class RunnerError(RuntimeError):
     """The testbed (not the transport under test) failed during a run."""
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds (user + system, every thread) the runner process has used so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 # -- one transport -------------------------------------------------------------------
@@ -95,6 +102,7 @@ class TransportRun:
         self.status: str | None = None
         self.reason = ""
         self._t_wall_start: float | None = None
+        self._cpu_start: float | None = None
 
     def journal(self, record: dict) -> None:
         self.events.write({"t": time.time(), **record})
@@ -167,6 +175,9 @@ class TransportRun:
         run_id = f"{self.dir.parent.name}/{self.transport}"
         jobs = build_all_jobs(self.scenario, self.transport, run_id=run_id, control_socket=sock,
                               qp_overrides=self.qp_overrides)
+        (self.dir / records.SAMPLES_DIR).mkdir(records.DIR_MODE, exist_ok=True)
+        for job in jobs:   # samples go to files: the control socket carries events and progress
+            job["samples_path"] = str(records.samples_file(self.dir, job["agent"]).resolve())
         paths = write_jobs(jobs, self.dir / "jobs")
         repo = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -224,7 +235,7 @@ class TransportRun:
             return
         self._handlers[type(msg)](self, msg)
 
-    def _on_sample(self, msg: Sample) -> None:
+    def _on_sample(self, msg: Sample) -> None:   # an agent without samples_path (older specs)
         self.samples.write(records.sample_record(msg))
 
     def _on_iteration(self, msg: Iteration) -> None:
@@ -258,6 +269,7 @@ class TransportRun:
     def _start(self) -> None:
         self.started = True
         self._t_wall_start = time.time()
+        self._cpu_start = _own_cpu_s()
         self.journal({"kind": "run", "phase": "start", "transport": self.transport, "world": self.world})
         self.server.broadcast(Start())
         self.timeline.start(time.monotonic())
@@ -324,9 +336,17 @@ class TransportRun:
                 self.journal({"kind": "timeline", "not_reached": [s.record() for s in pending
                                                                    if s.kind != "reconverge"],
                               "never_triggered": unfired})
+            if self._cpu_start is not None:
+                self.journal({"kind": "runner", "cpu_s": round(_own_cpu_s() - self._cpu_start, 3),
+                              "wall_s": round(time.time() - self._t_wall_start, 3)})
             self._revert_all()
+            merged = records.merge_samples(self.dir, self.samples, len(self.world))
+            if merged["skipped"]:
+                log.warning("%s: %d lines of the agents' samples files were not samples (skipped)",
+                            self.transport, merged["skipped"])
             self.journal({"kind": "run", "phase": "end", "status": status, "reason": self.reason,
-                          "exit_codes": {r: p.poll() for r, p in self.procs.items()}})
+                          "exit_codes": {r: p.poll() for r, p in self.procs.items()},
+                          "samples": merged})
         finally:
             self.records.close()
             if self.server is not None:

@@ -12,6 +12,8 @@ Layout (DESIGN.md "Scenario run directory")::
             cpu.jsonl            host CPU use
             sched.jsonl          the agent processes' scheduler statistics
             jobs/rank<r>.json    the agents' job specs (:mod:`testbed.jobs`)
+            samples/rank<r>.jsonl  while agents run: each agent's own samples, merged
+                                 into samples.jsonl at the end (:func:`merge_samples`)
             agents/rank<r>.log   each agent's stdout and stderr
 
 :func:`testbed.report.render` adds summary.json, CSV files and plots at the top level.
@@ -24,7 +26,8 @@ seconds. Counters are cumulative (readers take differences).
 * ``fabric`` ``{"phase": "up", "timings"}``; ``agents`` ``{"phase": "spawned", "pids": {rank: pid}}``;
 * ``agent`` ``{"rank", "status": "ready" | "done" | "failed" | "crashed", "summary" | "reason" | "exit"}``;
 * ``run`` ``{"phase": "start", "transport", "world"}`` and ``{"phase": "end", "status", "reason",
-  "exit_codes": {rank: code | None}}``;
+  "exit_codes": {rank: code | None}, "samples": {"files", "samples", "skipped"}}`` (the merge
+  of the agents' samples files, :func:`merge_samples`);
 * ``iteration``: an agent's iteration report (:class:`agents.protocol.Iteration` fields,
   ``t`` = ``t_end``);
 * ``ev_state`` / ``qp_error``: an agent's event (:class:`agents.protocol.Event` fields);
@@ -32,7 +35,9 @@ seconds. Counters are cumulative (readers take differences).
   drop counters when a loss or blackhole ends; ``action`` "end" and ``step`` "link" / "all"
   with ``nft_drops`` when everything still applied is reverted at the end),
   ``reconverge`` ``{"links_down"}``: written by :class:`testbed.faults.FaultInjector`;
-* ``timeline`` ``{"not_reached": [step records], "never_triggered": [event index]}``.
+* ``timeline`` ``{"not_reached": [step records], "never_triggered": [event index]}``;
+* ``runner`` ``{"cpu_s", "wall_s"}``: the runner process's own CPU (user + system, all
+  threads) from the agents' start to the end of the run, and that wall-clock span.
 
 ``samples.jsonl``: ``{"t", "rank", "flows": [...], "loop": {"timers", "late_sum_s", "late_max_s"}}``
 (an agent's :class:`agents.protocol.Sample`; ``loop``, the agent event loop's timer lateness
@@ -59,6 +64,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import heapq
 import json
 import math
 import os
@@ -69,7 +75,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agents.protocol import Event, Iteration, Sample
+from agents.protocol import Event, Iteration, sample_record  # noqa: F401 (re-exported)
 
 from .. import __version__
 if TYPE_CHECKING:
@@ -78,6 +84,7 @@ if TYPE_CHECKING:
 MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"
 SAMPLES = "samples.jsonl"
+SAMPLES_DIR = "samples"
 LINKS = "links.jsonl"
 CPU = "cpu.jsonl"
 SCHED = "sched.jsonl"
@@ -351,6 +358,59 @@ def agent_log(transport_dir: Path, rank: int) -> Path:
     return transport_dir / AGENT_LOGS_DIR / f"rank{rank}.log"
 
 
+def samples_file(transport_dir: Path, rank: int) -> Path:
+    """Where agent ``rank`` writes its samples while it runs (the job spec's ``samples_path``)."""
+    return transport_dir / SAMPLES_DIR / f"rank{rank}.jsonl"
+
+
+def merge_samples(transport_dir: Path, writer: JsonlWriter | None = None, world: int | None = None) -> dict:
+    """Merge the agents' samples files (``samples/rank<r>.jsonl``) into ``samples.jsonl`` in time
+    order (each file is in time order: a k-way merge), then delete them.
+
+    Every line is validated as on the control socket (:func:`agents.protocol.sample_from_record`);
+    a line that is not a sample (a SIGKILLed agent's torn last line) or names a rank outside
+    ``range(world)`` is skipped and counted. ``writer``: the open samples.jsonl writer (else
+    the file is appended to). Returns ``{"files", "samples", "skipped"}``. Safe to call
+    again (nothing left to merge: zeros), so a report can finish a run the runner did not.
+    """
+    from agents.protocol import ProtocolError, sample_from_record
+
+    d = transport_dir / SAMPLES_DIR
+    files = sorted(d.glob("rank*.jsonl")) if d.is_dir() else []
+    skipped = 0
+
+    def records(path: Path):
+        nonlocal skipped
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    msg = sample_from_record(json.loads(line))
+                except (ValueError, ProtocolError):
+                    skipped += 1
+                    continue
+                if world is not None and not 0 <= msg.rank < world:
+                    skipped += 1
+                    continue
+                yield msg.t, sample_record(msg)
+
+    own = writer is None
+    out = writer or JsonlWriter(transport_dir / SAMPLES)
+    n = 0
+    try:
+        for _, rec in heapq.merge(*(records(p) for p in files), key=lambda tr: tr[0]):
+            out.write(rec)
+            n += 1
+        out.flush()
+    finally:
+        if own:
+            out.close()
+    for path in files:
+        path.unlink()
+    if d.is_dir() and not any(d.iterdir()):
+        d.rmdir()
+    return {"files": len(files), "samples": n, "skipped": skipped}
+
+
 class JsonlWriter:
     """Append-only JSONL file, flushed by :meth:`flush` (the runner flushes every tick)."""
 
@@ -395,14 +455,6 @@ class TransportRecords:
 
 
 # -- records from the agents' messages ----------------------------------------------
-def sample_record(msg: Sample) -> dict:
-    """A ``samples.jsonl`` record."""
-    rec = {"t": msg.t, "rank": msg.rank, "flows": msg.flows}
-    if msg.loop is not None:
-        rec["loop"] = msg.loop.as_dict()
-    return rec
-
-
 def iteration_record(msg: Iteration) -> dict:
     """An ``events.jsonl`` record of kind ``iteration``: the report's fields, ``t`` = its ``t_end``."""
     return {"t": msg.t_end, "kind": "iteration", **msg.as_dict()}

@@ -234,9 +234,8 @@ def test_a_signal_stops_the_cli_cleanly(tmp_path, signum, status):
     before = net_namespaces()
     proc = start_long_run(tmp_path)
     try:
-        assert wait_for(lambda: list((tmp_path / "runs").glob("*/mrc/samples.jsonl"))
-                        and list((tmp_path / "runs").glob("*/mrc/samples.jsonl"))[0].stat().st_size > 0,
-                        timeout_s=20)
+        assert wait_for(lambda: any(p.stat().st_size > 0 for p in (tmp_path / "runs").glob("*/mrc/samples/rank*.jsonl")),
+                        timeout_s=20)     # the agents' own samples files (merged at the end)
         time.sleep(0.5)
         proc.send_signal(signum)
         out, _ = proc.communicate(timeout=30)
@@ -250,6 +249,8 @@ def test_a_signal_stops_the_cli_cleanly(tmp_path, signum, status):
     assert manifest["status"]["mrc"]["status"] == "interrupted"
     assert (run_dir / "summary.json").is_file()
     assert Path(run_dir / "mrc" / "events.jsonl").read_text().count('"phase":"end"') == 1
+    assert (run_dir / "mrc" / "samples.jsonl").stat().st_size > 0            # merged, not lost
+    assert not (run_dir / "mrc" / "samples").exists()
     for path, mode in ((run_dir, 0o700), (run_dir / "mrc", 0o700), (run_dir / "manifest.json", 0o600),
                        (run_dir / "mrc" / "events.jsonl", 0o600), (run_dir / "summary.json", 0o600)):
         assert path.stat().st_mode & 0o777 == mode, path

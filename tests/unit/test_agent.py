@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from agents import protocol
+
 from agents.collectives import derangement, peers
 from agents.jobspec import JobSpecError, parse_job
 
@@ -179,6 +181,21 @@ def test_three_agents_all_reduce_on_loopback(tmp_path, runner_for, transport):
         assert loops[-1]["late_sum_s"] >= max(lp["late_max_s"] for lp in loops)
         if transport != "tcp":
             assert loops[-1]["timers"] > 0          # QP timers (RTO, SACK delay) went through the loop
+
+
+def test_samples_go_to_the_samples_file_not_the_control_socket(tmp_path, runner_for):
+    jobs = make_jobs(tmp_path, "mrc", sizes=(256 << 10,), iterations=2, warmup=0)
+    for job in jobs:
+        job["samples_path"] = str(tmp_path / f"samples-{job['rank']}.jsonl")
+    run = _run_job(runner_for, jobs)
+    for job in jobs:
+        assert "sample" not in run.types(job["rank"])       # only events and progress on the socket
+        lines = (tmp_path / f"samples-{job['rank']}.jsonl").read_text().splitlines()
+        recs = [protocol.sample_from_record(json.loads(line)) for line in lines]
+        assert len(recs) >= 2 and all(r.rank == job.get("agent", job["rank"]) for r in recs)   # agent id
+        assert [r.t for r in recs] == sorted(r.t for r in recs)
+        tx = next(f for f in recs[-1].flows if f["dir"] == "tx")
+        assert tx["bytes"] >= 2 * (256 << 10) // 3 and recs[-1].loop is not None   # the final sample
 
 
 def _run_job(runner_for, jobs, timeout_s=60):

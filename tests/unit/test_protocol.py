@@ -236,3 +236,13 @@ def test_runner_accepts_only_its_own_agents_and_the_socket_is_private(tmp_path, 
     finally:
         stranger.close()
         server.close()
+
+
+def test_sample_records_round_trip_and_are_validated():
+    msg = Sample(3, 12.5, [{"peer": "h1", "dir": "tx", "bytes": 10}], LoopStats(4, 0.01, 0.002))
+    rec = protocol.sample_record(msg)
+    assert "type" not in rec and protocol.sample_from_record(json.loads(json.dumps(rec))) == msg
+    for bad in ({"t": 1.0, "rank": "3", "flows": []}, {"t": 1.0, "rank": 3}, [1, 2],
+                {"type": "sample", "t": 1.0, "rank": 3, "flows": []}):
+        with pytest.raises(protocol.ProtocolError):
+            protocol.sample_from_record(bad)

@@ -69,3 +69,21 @@ def test_transport_records_create_every_file(tmp_path):
     recs.close()
     assert sorted(p.name for p in (tmp_path / "mrc").glob("*.jsonl")) == sorted(records.TRANSPORT_FILES)
     assert json.loads((tmp_path / "mrc" / records.SCHED).read_text()) == {"t": 1.0, "ranks": {"0": [1, 2, 3]}}
+
+
+def test_agents_samples_files_merge_into_samples_jsonl_in_time_order(tmp_path):
+    d = tmp_path / "mrc"
+    records.TransportRecords(d).close()
+    (d / records.SAMPLES_DIR).mkdir()
+
+    def line(t, rank):
+        return json.dumps({"t": t, "rank": rank, "flows": [], "loop": {"timers": 1, "late_sum_s": 0.0,
+                                                                       "late_max_s": 0.0}}) + "\n"
+    records.samples_file(d, 0).write_text(line(1.0, 0) + line(3.0, 0) + line(5.0, 0))
+    records.samples_file(d, 1).write_text(line(2.0, 1) + line(4.0, 1) + line(6.0, 9) + '{"t": 7.0, "ra')
+    got = records.merge_samples(d, world=2)
+    assert got == {"files": 2, "samples": 5, "skipped": 2}      # rank 9 is no agent; a torn line
+    recs = [json.loads(x) for x in (d / records.SAMPLES).read_text().splitlines()]
+    assert [(r["t"], r["rank"]) for r in recs] == [(1.0, 0), (2.0, 1), (3.0, 0), (4.0, 1), (5.0, 0)]
+    assert not (d / records.SAMPLES_DIR).exists()
+    assert records.merge_samples(d, world=2) == {"files": 0, "samples": 0, "skipped": 0}
