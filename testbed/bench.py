@@ -11,6 +11,13 @@ Metrics: seconds per transport to analyse a synthetic fat-tree k=4 run of 60 s
 ends every 100 ms), parse + analyse (``metrics.analyze_run``) and the whole
 ``testbed report`` computation (``report.write_outputs``: + CSV files and
 summary.json); target 2 s per transport.
+Fabric ceiling (issue 10): ``scenarios/baseline.yaml``'s all-reduce (16 ranks, k=4) on
+fresh fabrics at a sweep of link rates (the topology's link classes with only the rate
+changed; sizes scaled so an iteration takes ~1 s), one run per transport and rate; a rate
+passes when the run is valid (agents not starved, see ``testbed.metrics.fidelity``) and its
+busbw is at least :data:`CEILING_BUSBW` of the host link. The ceiling is the highest rate
+that passes; kernel TCP is the yardstick. Target: mrc at 100 Mbit/s or more, and at least
+half of tcp's. Needs root; a transport's sweep stops after two failing rates in a row.
 """
 
 from __future__ import annotations
@@ -31,6 +38,72 @@ from testbed.topology import LinkParams, Topology, fat_tree
 TARGET_UP_S = {8: 3.0}
 TARGET_DOWN_S = {8: 2.0}
 TARGET_METRICS_S = 2.0  # per transport, k=4 60 s run
+CEILING_RATES_MBIT = (5, 10, 20, 50, 100, 200)
+CEILING_TRANSPORTS = ("mrc", "rc", "tcp")
+CEILING_BUSBW = 0.90
+CEILING_SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "baseline.yaml"
+
+
+def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, *,
+                  scenario_path: Path = CEILING_SCENARIO, progress=None) -> dict:
+    """The fabric ceiling sweep (module docstring): ``{"rates": [...], "runs": {transport:
+    {rate: {"busbw_fraction", "valid", "cpu_p95", "runner_cpu", "reasons"}}}, "ceiling":
+    {transport: rate | None}}`` (rates in Mbit/s)."""
+    import dataclasses
+    import io
+    import shutil
+
+    from testbed.report.files import load_summary
+    from testbed.run.lifecycle import run_scenario
+    from testbed.spec import load_file
+
+    base = load_file(scenario_path)
+    quiet = Console(file=io.StringIO(), width=120)
+    out = {"rates": list(rates_mbit), "runs": {}, "ceiling": {}}
+    root = Path(tempfile.mkdtemp(prefix="mrc-ceiling-"))
+    try:
+        for transport in transports:
+            runs, fails, best = {}, 0, None
+            for rate in rates_mbit:
+                sc = _at_rate(base, rate * 1_000_000, dataclasses)
+                result = run_scenario(sc, runs_root=root, console=quiet, transports=[transport], live=False)
+                s = load_summary(result.run_dir)["transports"][transport]
+                v = s.get("validity") or {}
+                ok = bool(s.get("valid")) and (s.get("busbw_fraction_of_host") or 0) >= CEILING_BUSBW
+                runs[rate] = {"busbw_fraction": s.get("busbw_fraction_of_host"), "valid": bool(s.get("valid")),
+                              "cpu_p95": v.get("cpu_p95"), "status": result.status.get(transport),
+                              "runner_cpu": ((s.get("fidelity") or {}).get("runner_cpu") or {}).get("fraction"),
+                              "reasons": s.get("invalid_reasons") or []}
+                if progress is not None:
+                    progress(transport, rate, runs[rate])
+                shutil.rmtree(result.run_dir, ignore_errors=True)
+                if ok:
+                    best, fails = rate, 0
+                else:
+                    fails += 1
+                    if fails >= 2:
+                        break
+            out["runs"][transport], out["ceiling"][transport] = runs, best
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def _at_rate(scenario, rate_bps: int, dataclasses):
+    """``scenario`` on its topology with every link at ``rate_bps``, sizes scaled to ~1 s an
+    iteration (a power of two, at least 64 KiB)."""
+    topo = scenario.topology
+    hosts = {h.name for h in topo.hosts}
+    k = int(round((4 * len(hosts)) ** (1 / 3)))
+    host_lp = next(lk.params for lk in topo.links if lk.a.node in hosts or lk.b.node in hosts)
+    fabric_lp = next((lk.params for lk in topo.links if lk.a.node not in hosts and lk.b.node not in hosts),
+                     host_lp)
+    new_topo = fat_tree(k, host_link=dataclasses.replace(host_lp, rate_bps=rate_bps),
+                        fabric_link=dataclasses.replace(fabric_lp, rate_bps=rate_bps), name=topo.name)
+    size = 1 << max(16, (rate_bps // 8 // 2).bit_length() - 1)      # ~0.5 s of the link, 2(n-1)/n of it
+    wl = dataclasses.replace(scenario.workload, min_bytes=size, max_bytes=size, iterations=6, warmup=1)
+    return dataclasses.replace(scenario, topology=new_topo, workload=wl, jobs=(), timeline=(),
+                               timeout_s=120.0, name=f"{scenario.name}-{rate_bps // 1_000_000}mbit")
 
 
 def bench_fabric(topo: Topology) -> tuple[float, float, dict[str, float]]:
@@ -93,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-transport", action="store_true", help="skip the MRC data-path bench")
     parser.add_argument("--no-fabric", action="store_true", help="skip the fabric bring-up bench (needs root)")
     parser.add_argument("--no-metrics", action="store_true", help="skip the metrics/report bench")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the fabric ceiling sweep (needs root)")
+    parser.add_argument("--ceiling-rates", type=int, nargs="+", default=list(CEILING_RATES_MBIT),
+                        metavar="MBIT", help="link rates of the ceiling sweep, Mbit/s")
+    parser.add_argument("--ceiling-transports", nargs="+", default=list(CEILING_TRANSPORTS),
+                        help="transports of the ceiling sweep")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
     console = Console(width=max(Console().width, 150))
@@ -117,8 +195,16 @@ def main(argv: list[str] | None = None) -> int:
         except ModuleNotFoundError:
             transport = None
     metrics_row = None if args.no_metrics else bench_metrics(args.repeat)
+    ceiling = None
+    if not args.no_ceiling:
+        def note(transport, rate, r):
+            Console(stderr=True).print(f"ceiling: {transport} at {rate} Mbit/s: busbw "
+                                       f"{(r['busbw_fraction'] or 0) * 100:.1f}% of the host link, "
+                                       f"{'valid' if r['valid'] else 'invalid'}")
+        ceiling = bench_ceiling(sorted(args.ceiling_rates), args.ceiling_transports, progress=note)
     if args.json:
-        print(json.dumps({"fabric": rows, "transport": transport, "metrics": metrics_row}, indent=1))
+        print(json.dumps({"fabric": rows, "transport": transport, "metrics": metrics_row, "ceiling": ceiling},
+                         indent=1))
         return 0
     if rows:
         console.print(_fabric_table(rows))
@@ -126,7 +212,30 @@ def main(argv: list[str] | None = None) -> int:
         console.print(_transport_table(transport))
     if metrics_row is not None:
         console.print(_metrics_table(metrics_row))
+    if ceiling is not None:
+        console.print(_ceiling_table(ceiling))
     return 0
+
+
+def _ceiling_table(c: dict) -> Table:
+    t = Table(title=f"fabric ceiling: fat-tree k=4 all-reduce, busbw / host link per rate (pass: valid and "
+                    f">= {CEILING_BUSBW:.0%})")
+    t.add_column("transport")
+    for rate in c["rates"]:
+        t.add_column(f"{rate} Mbit/s", justify="right")
+    t.add_column("ceiling", justify="right")
+    for transport, runs in c["runs"].items():
+        cells = []
+        for rate in c["rates"]:
+            r = runs.get(rate)
+            if r is None:
+                cells.append("-")
+                continue
+            mark = "" if r["valid"] else " (invalid)"
+            cells.append(f"{(r['busbw_fraction'] or 0) * 100:.1f}%{mark}")
+        best = c["ceiling"].get(transport)
+        t.add_row(transport, *cells, f"{best} Mbit/s" if best else "below the sweep")
+    return t
 
 
 def _fabric_table(rows: list[dict]) -> Table:

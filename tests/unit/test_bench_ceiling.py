@@ -1,0 +1,19 @@
+"""The fabric-ceiling sweep's scenario at a given rate (no root: nothing is built)."""
+import dataclasses
+
+from testbed import bench
+from testbed.spec import load_file
+
+
+def test_scenario_at_a_rate_changes_only_rates_and_sizes():
+    base = load_file(bench.CEILING_SCENARIO)
+    sc = bench._at_rate(base, 100_000_000, dataclasses)
+    assert {lk.params.rate_bps for lk in sc.topology.links} == {100_000_000}
+    old = {(lk.name, dataclasses.replace(lk.params, rate_bps=0)) for lk in base.topology.links}
+    new = {(lk.name, dataclasses.replace(lk.params, rate_bps=0)) for lk in sc.topology.links}
+    assert old == new                                   # same graph, queues, MTU
+    size = sc.workload.min_bytes
+    assert size == sc.workload.max_bytes and size & (size - 1) == 0
+    assert 0.25 <= size * 8 / 100e6 <= 1.0              # ~0.5 s of the link per iteration
+    assert sc.workload.hosts == base.workload.hosts and sc.timeline == ()
+    assert bench._at_rate(base, 1_000, dataclasses).workload.min_bytes == 64 << 10   # the floor
