@@ -140,8 +140,9 @@ class NSCC(CongestionControl):
     window was acked, cwnd = bytes acked in that epoch. cwnd stays within
     [mss, max_cwnd]. Raises ValueError for a non-positive rate, RTT or window.
 
-    Counters: ``md_count`` multiplicative decreases, ``qa_count`` quick-adapts,
-    ``ecn_count`` ACKs that carried an ECN echo.
+    Counters: ``acks`` ACKs seen, ``ecn_count`` of them with an ECN echo, ``noop_count`` with an
+    ECN echo and delay below target (no window change), ``md_count`` multiplicative
+    decreases, ``qa_count`` quick-adapts (:meth:`counters`).
     """
 
     name = "uet-1.0-nscc"
@@ -186,6 +187,13 @@ class NSCC(CongestionControl):
         self.md_count = 0
         self.qa_count = 0
         self.ecn_count = 0
+        self.acks = 0
+        self.noop_count = 0
+
+    def counters(self) -> dict:
+        """``{"acks", "ecn", "noop", "md", "qa"}``: see the class docstring."""
+        return {"acks": self.acks, "ecn": self.ecn_count, "noop": self.noop_count, "md": self.md_count,
+                "qa": self.qa_count}
 
     def _set_base_rtt(self, base_rtt_s: float) -> None:
         self.base_rtt_s = base_rtt_s
@@ -216,6 +224,7 @@ class NSCC(CongestionControl):
             self._set_base_rtt(rtt_s)
         self._epoch_acked += acked_bytes
         self._epoch(now)
+        self.acks += 1
         if ecn:
             self.ecn_count += 1
         if rtt_s is None or self.base_rtt_s is None:
@@ -234,6 +243,8 @@ class NSCC(CongestionControl):
             self.cwnd_bytes *= factor
             self._last_md = now
             self.md_count += 1
+        elif d < target:
+            self.noop_count += 1
         self._clamp()
 
     def on_packets_lost(self, *, now: float, lost_bytes: int, trimmed: bool = False) -> None:

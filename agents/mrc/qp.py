@@ -303,6 +303,7 @@ class QP(RequesterMixin, ResponderMixin):
             "rx_access_errors": self.rx_access_errors, "bad_packets": self.bad_packets,
             "ev_floor_held": self.evs.floor_held if self.evs else 0,
             "evs": self.evs.stats() if self.evs else {},
+            "cc": {"name": self.cc.name, **(self.cc.counters() if hasattr(self.cc, "counters") else {})},
         }
 
 

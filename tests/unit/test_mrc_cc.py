@@ -144,3 +144,13 @@ def test_fixed_window_on_the_same_bottleneck_overruns_the_queue():
     a.post_write(wr_id=1, local=bytes(size), remote_offset=0)
     net.run(stop=lambda: a.idle, until=30.0)
     assert a.stats()["retransmissions"] > 0.2 * a.stats()["tx_packets"]
+
+
+def test_counters_tell_the_ecn_cases_apart():
+    c = nscc(ecn_capable=True)
+    c.cwnd_bytes = 500_000
+    c.on_packets_acked(now=0.01, acked_bytes=1000, rtt_s=0.0012, ecn=True)    # d 0.2 ms < target: NOOP
+    assert c.cwnd_bytes == 500_000
+    c.on_packets_acked(now=0.02, acked_bytes=1000, rtt_s=0.0025, ecn=True)    # d 1.5 ms >= target: MD
+    c.on_packets_acked(now=0.03, acked_bytes=1000, rtt_s=0.0011)              # unmarked: increase
+    assert c.counters() == {"acks": 3, "ecn": 2, "noop": 1, "md": 1, "qa": 0}
