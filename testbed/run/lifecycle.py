@@ -75,14 +75,20 @@ nice value: on fat-tree-k8 (128 agents, 1 Mbit/s) its samplers missed 904 of ~10
 100 ms (coverage 5.6%) with 2% of a core, and renicing its threads to -10 or -20 changed
 nothing. The autogroup's nice (``/proc/self/autogroup``, sched(7)) sets its weight: at -20
 it is 86.7 nice-0 tasks, so the runner gets what it needs (a few percent of a core, the
-fidelity table's "runner CPU") before the agents, and no more. Restored when the transport
-ends; skipped (logged) where the file is absent or not writable."""
+fidelity table's "runner CPU") before the agents, and no more.
+
+A process in the root autogroup (started by a daemon that never called ``setsid``, as a CI
+job may be) reads an empty ``/proc/self/autogroup`` and cannot set its nice; its threads
+then compete one by one with the agents' autogroups, so each thread's own nice is set
+instead (same value, same weight). Restored when the transport ends; skipped (logged) where
+neither is possible."""
 
 AUTOGROUP = "/proc/self/autogroup"
 
 
 def _autogroup_nice(nice: int) -> int | None:
-    """Set this process's autogroup nice value; the previous one, or None if not possible."""
+    """Set this process's autogroup nice value; the previous one, or None if not possible
+    (no autogroup support, the root autogroup, or not permitted)."""
     try:
         with open(AUTOGROUP) as f:
             before = int(f.read().split("nice")[1])
@@ -92,6 +98,54 @@ def _autogroup_nice(nice: int) -> int | None:
         log.debug("runner autogroup nice not set: %s", exc)
         return None
     return before
+
+
+def _threads_nice(nice: int | dict[int, int]) -> dict[int, int]:
+    """Set the nice value of every thread of this process (an int), or of the threads named
+    in ``{tid: nice}``; returns ``{tid: previous nice}`` of the threads changed. Threads the
+    runner starts afterwards inherit the nice of the thread that starts them (sched(7))."""
+    if isinstance(nice, dict):
+        wanted = nice
+    else:
+        wanted = {int(t): nice for t in os.listdir("/proc/self/task")}
+    before: dict[int, int] = {}
+    for tid, value in wanted.items():
+        try:
+            prev = os.getpriority(os.PRIO_PROCESS, tid)
+            os.setpriority(os.PRIO_PROCESS, tid, value)
+        except OSError as exc:      # thread gone, or not permitted
+            log.debug("runner thread %d nice not set: %s", tid, exc)
+            continue
+        before[tid] = prev
+    return before
+
+
+class RunnerPriority:
+    """Raise the runner's CPU share while agents run (:data:`RUNNER_AUTOGROUP_NICE`), and
+    put it back. ``how`` says which knob was used: "autogroup", "threads" or None."""
+
+    def __init__(self) -> None:
+        self.how: str | None = None
+        self._autogroup: int | None = None
+        self._threads: dict[int, int] = {}
+
+    def raise_(self, nice: int = RUNNER_AUTOGROUP_NICE) -> str | None:
+        self._autogroup = _autogroup_nice(nice)
+        if self._autogroup is not None:
+            self.how = "autogroup"
+        else:
+            self._threads = _threads_nice(nice)
+            self.how = "threads" if self._threads else None
+        if self.how is None:
+            log.info("runner priority not raised (no autogroup nice, no thread nice)")
+        return self.how
+
+    def restore(self) -> None:
+        if self._autogroup is not None:
+            _autogroup_nice(self._autogroup)
+        if self._threads:
+            _threads_nice(self._threads)
+        self._autogroup, self._threads, self.how = None, {}, None
 
 
 def _own_cpu_s() -> float:
@@ -132,7 +186,7 @@ class TransportRun:
         self.reason = ""
         self._t_wall_start: float | None = None
         self._cpu_start: float | None = None
-        self._autogroup_before: int | None = None
+        self.priority = RunnerPriority()
 
     def journal(self, record: dict) -> None:
         self.events.write({"t": time.time(), **record})
@@ -220,7 +274,7 @@ class TransportRun:
         self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()}})
 
     def _loop(self) -> None:
-        self._autogroup_before = _autogroup_nice(RUNNER_AUTOGROUP_NICE)
+        self.priority.raise_()
         cpu, sched = CpuSampler(), SchedSampler(self.procs)
         n = len(self.world)
         t0 = time.monotonic()
@@ -369,7 +423,8 @@ class TransportRun:
                               "never_triggered": unfired})
             if self._cpu_start is not None:
                 self.journal({"kind": "runner", "cpu_s": round(_own_cpu_s() - self._cpu_start, 3),
-                              "wall_s": round(time.time() - self._t_wall_start, 3)})
+                              "wall_s": round(time.time() - self._t_wall_start, 3),
+                              "priority": self.priority.how})
             self._revert_all()
             merged = records.merge_samples(self.dir, self.samples, len(self.world))
             if merged["skipped"]:
@@ -379,9 +434,7 @@ class TransportRun:
                           "exit_codes": {r: p.poll() for r, p in self.procs.items()},
                           "samples": merged})
         finally:
-            if self._autogroup_before is not None:
-                _autogroup_nice(self._autogroup_before)
-                self._autogroup_before = None
+            self.priority.restore()
             self.records.close()
             if self.server is not None:
                 self.server.close()

@@ -36,8 +36,10 @@ seconds. Counters are cumulative (readers take differences).
   with ``nft_drops`` when everything still applied is reverted at the end),
   ``reconverge`` ``{"links_down"}``: written by :class:`testbed.faults.FaultInjector`;
 * ``timeline`` ``{"not_reached": [step records], "never_triggered": [event index]}``;
-* ``runner`` ``{"cpu_s", "wall_s"}``: the runner process's own CPU (user + system, all
-  threads) from the agents' start to the end of the run, and that wall-clock span.
+* ``runner`` ``{"cpu_s", "wall_s", "priority"}``: the runner process's own CPU (user +
+  system, all threads) from the agents' start to the end of the run, that wall-clock span,
+  and how its CPU priority was raised (``"autogroup"``, ``"threads"`` or null; see
+  :class:`testbed.run.lifecycle.RunnerPriority`).
 
 ``samples.jsonl``: ``{"t", "rank", "flows": [...], "loop": {"timers", "late_sum_s", "late_max_s"}}``
 (an agent's :class:`agents.protocol.Sample`; ``loop``, the agent event loop's timer lateness

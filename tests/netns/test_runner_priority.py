@@ -1,24 +1,65 @@
-"""The runner's scheduler autogroup (root): set for the run, restored after."""
+"""The runner's CPU priority (root): raised for the run, restored after, whether the runner
+sits in an autogroup of its own or in the root autogroup (a CI job started by a daemon)."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
 from testbed.run import lifecycle
 
 
+def _autogroup_text() -> str:
+    try:
+        with open(lifecycle.AUTOGROUP) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def _nice() -> int:
-    with open(lifecycle.AUTOGROUP) as f:
-        return int(f.read().split("nice")[1])
+    return int(_autogroup_text().split("nice")[1])
 
 
-@pytest.mark.skipif(not os.path.exists(lifecycle.AUTOGROUP), reason="kernel without sched autogroup")
+@pytest.mark.skipif("nice" not in _autogroup_text(),
+                    reason="not in an autogroup of its own (kernel without autogroup, or root autogroup)")
 def test_autogroup_nice_is_set_and_restored():
     before = _nice()
-    prev = lifecycle._autogroup_nice(-7)
+    prio = lifecycle.RunnerPriority()
+    assert prio.raise_(-7) == "autogroup"
     try:
-        assert prev == before and _nice() == -7
+        assert _nice() == -7
     finally:
-        assert lifecycle._autogroup_nice(before) == -7
-    assert _nice() == before
+        prio.restore()
+    assert _nice() == before and prio.how is None
+
+
+def test_root_autogroup_falls_back_to_thread_nice(tmp_path, monkeypatch):
+    """The root autogroup reads empty: every thread's nice is raised instead, and put back."""
+    empty = tmp_path / "autogroup"
+    empty.write_text("")
+    monkeypatch.setattr(lifecycle, "AUTOGROUP", str(empty))
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, daemon=True)
+    worker.start()
+    tids = {os.getpid(), worker.native_id}
+    before = {t: os.getpriority(os.PRIO_PROCESS, t) for t in tids}
+    prio = lifecycle.RunnerPriority()
+    try:
+        assert prio.raise_(-7) == "threads"
+        assert {t: os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {t: -7 for t in tids}
+    finally:
+        prio.restore()
+        stop.set()
+        worker.join()
+    assert {os.getpid(): os.getpriority(os.PRIO_PROCESS, os.getpid())} == {os.getpid(): before[os.getpid()]}
+    assert empty.read_text() == ""
+
+
+def test_nothing_to_raise_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setattr(lifecycle, "AUTOGROUP", str(tmp_path / "absent"))
+    monkeypatch.setattr(lifecycle, "_threads_nice", lambda nice: {})
+    prio = lifecycle.RunnerPriority()
+    assert prio.raise_() is None
+    prio.restore()
