@@ -233,7 +233,8 @@ class Fabric:
                 if self.topo.nodes[end.node].role is Role.HOST:
                     continue
                 config = EgressConfig(p.rate_bps, p.mtu, p.ecn_threshold_pkts, p.trim_threshold_pkts,
-                                      header_queue_pkts=p.trim_header_queue_pkts or 64, queue_pkts=p.queue_pkts)
+                                      header_queue_pkts=p.trim_header_queue_pkts or 64, queue_pkts=p.queue_pkts,
+                                      burst_bytes=shaping.burst_bytes(p))
                 self.switch_handles[(link.name, end.node)] = attach(self.nodes[end.node].pid, end.ifname, config)
 
     def switch_counters(self) -> dict[tuple[str, str], dict[str, int]]:

@@ -79,9 +79,13 @@ def plan(params: LinkParams, *, have_netem: bool, header_queue_pkts: int | None 
     if header_queue_pkts is not None and header_queue_pkts < 1:
         raise ValueError(f"header_queue_pkts must be at least 1, got {header_queue_pkts}")
     frame = params.mtu + ETH_HEADER_BYTES
-    burst = max(2 * frame, int(params.rate_bps / 8 * 0.002))
-    return TcPlan(params.rate_bps, burst, params.queue_pkts, params.delay_s, params.loss_pct, frame,
-                  header_queue_pkts)
+    return TcPlan(params.rate_bps, burst_bytes(params), params.queue_pkts, params.delay_s, params.loss_pct,
+                  frame, header_queue_pkts)
+
+
+def burst_bytes(params: LinkParams) -> int:
+    """HTB burst (and cburst) of a link end, bytes: ``max(2 MTU frames, 2 ms of rate)``."""
+    return max(2 * (params.mtu + ETH_HEADER_BYTES), int(params.rate_bps / 8 * 0.002))
 
 
 def compile_into(batch: Batch, ifindex: int, tc: TcPlan, *, replace: bool = False) -> None:

@@ -2,7 +2,8 @@
 
 Sizes are L2 frames (Ethernet 14 + IPv6 40 + UDP 8 + MRC), what HTB charges and
 what the program sees as ``skb->len`` on a veth's egress. Thresholds are given
-in MTU-sized packets and compared in bytes: ``threshold_pkts * (mtu + 14)``.
+in MTU-sized packets of real backlog and compared in virtual-queue bytes:
+``threshold_pkts * (mtu + 14) + burst_bytes`` (:class:`EgressConfig`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,13 @@ class EgressConfig:
     ``header_priority``: ``skb->priority`` of trimmed headers (default HTB class 1:20).
     ``queue_pkts``: the leaf queue limit; the virtual queue does not grow past what the
     leaf would hold (None: unbounded). At least one of ECN and trimming must be on.
+    ``burst_bytes``: the HTB bucket of this link end (:func:`testbed.shaping.burst_bytes`),
+    bytes. The thresholds and the leaf limit are in packets of real backlog; a token-bucket
+    shaper of rate R and bucket B holds ``max(0, V - B)`` of what a rate-R queue would hold
+    (V, the virtual queue: network calculus's (R, B) regulator, Le Boudec & Thiran,
+    "Network Calculus", §1.7), so each byte threshold is the packets' bytes plus B. Without
+    it, at 5 Mbit/s and MTU 9000 (B = 2 frames) an "ECN threshold 2" marked any backlog at
+    all: 93% of a lone victim flow's ACKs in incast-trim carried ECN.
     Raises SwitchConfigError.
     """
 
@@ -80,6 +88,7 @@ class EgressConfig:
     header_queue_pkts: int = 64
     header_priority: int = HTB_HEADER_CLASSID
     queue_pkts: int | None = None
+    burst_bytes: int = 0
 
     def __post_init__(self):
         if isinstance(self.rate_bps, bool) or not isinstance(self.rate_bps, int) \
@@ -91,6 +100,9 @@ class EgressConfig:
         _check_pkts("trim_threshold_pkts", self.trim_threshold_pkts, optional=True)
         _check_pkts("header_queue_pkts", self.header_queue_pkts, optional=False)
         _check_pkts("queue_pkts", self.queue_pkts, optional=True)
+        if isinstance(self.burst_bytes, bool) or not isinstance(self.burst_bytes, int) \
+                or not 0 <= self.burst_bytes < 2**32:
+            raise SwitchConfigError(f"burst_bytes must be an integer 0..2**32-1, got {self.burst_bytes!r}")
         if self.ecn_threshold_pkts is None and self.trim_threshold_pkts is None:
             raise SwitchConfigError("neither ECN nor trimming is on (both thresholds are None)")
         if isinstance(self.header_priority, bool) or not isinstance(self.header_priority, int) \
@@ -106,15 +118,19 @@ class EgressConfig:
     def frame_bytes(self) -> int:
         return self.mtu + ETH_BYTES
 
+    def _virtual(self, pkts: int | None) -> int:
+        """Virtual-queue bytes of ``pkts`` packets of real backlog; 0 for None (off)."""
+        return pkts * self.frame_bytes + self.burst_bytes if pkts else 0
+
     @property
     def ecn_bytes(self) -> int:
-        """ECN threshold in bytes; 0 when marking is off."""
-        return (self.ecn_threshold_pkts or 0) * self.frame_bytes
+        """ECN threshold in virtual-queue bytes; 0 when marking is off."""
+        return self._virtual(self.ecn_threshold_pkts)
 
     @property
     def trim_bytes(self) -> int:
-        """Trim threshold in bytes; 0 when trimming is off."""
-        return (self.trim_threshold_pkts or 0) * self.frame_bytes
+        """Trim threshold in virtual-queue bytes; 0 when trimming is off."""
+        return self._virtual(self.trim_threshold_pkts)
 
     @property
     def header_queue_bytes(self) -> int:
@@ -122,7 +138,7 @@ class EgressConfig:
 
     @property
     def queue_bytes(self) -> int:
-        return U64_MAX if self.queue_pkts is None else self.queue_pkts * self.frame_bytes
+        return U64_MAX if self.queue_pkts is None else self._virtual(self.queue_pkts)
 
     @property
     def idle_ns(self) -> int:

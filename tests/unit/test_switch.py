@@ -2,6 +2,8 @@
 layout, the virtual-queue model, the header class in the tc plan. No root, no BPF."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agents.mrc.packet import Opcode
 from testbed import shaping
@@ -56,6 +58,42 @@ def test_config_bytes_and_map_value():
     assert CONFIG_STRUCT.size == 56
     assert CONFIG_STRUCT.unpack(c.pack()) == (5_000_000, 4 * 9014, 0, 1060, 20 * 9014, c.idle_ns, 0x10020, 0)
     assert EgressConfig(1, 1500, 1, None).queue_bytes == U64_MAX
+
+
+def test_thresholds_count_real_backlog_above_the_htb_bucket():
+    c = EgressConfig(5_000_000, 9000, ecn_threshold_pkts=2, trim_threshold_pkts=6, queue_pkts=32,
+                     burst_bytes=18_028)
+    assert (c.ecn_bytes, c.trim_bytes, c.queue_bytes) == (2 * 9014 + 18_028, 6 * 9014 + 18_028,
+                                                          32 * 9014 + 18_028)
+    assert CONFIG_STRUCT.unpack(c.pack())[1:3] == (c.ecn_bytes, c.trim_bytes)
+    v = _burst(c, 9)
+    assert v[:4] == [Verdict.PASS] * 4 and v[4:8] == [Verdict.MARK] * 4 and v[8] is Verdict.TRIM
+    with pytest.raises(SwitchConfigError, match="burst_bytes"):
+        EgressConfig(5_000_000, 9000, 2, None, burst_bytes=-1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4_000_000), st.integers(64, 9014)), min_size=1, max_size=60))
+def test_virtual_queue_minus_bucket_is_the_token_bucket_backlog(arrivals):
+    """Fluid check of the rule above: a shaper of rate R with a bucket of B bytes (full when
+    idle, as HTB's) holds max(0, V - B) bytes, V being the rate-R queue of the same arrivals."""
+    rate, bucket = 8_000_000_000, 20_000          # 1 byte/ns
+    c = EgressConfig(rate, 9000, ecn_threshold_pkts=None, trim_threshold_pkts=1)
+    vq = VirtualQueues(c, last_ns=0)
+    tokens, backlog, t_prev = float(bucket), 0.0, 0
+    t = 0
+    for gap, size in arrivals:
+        t += gap
+        dt = t - t_prev
+        served = min(backlog, tokens + dt)          # the backlog leaves at R once tokens run out
+        tokens = min(bucket, tokens + dt - served)
+        backlog -= served
+        take = min(tokens, size)                    # what the bucket lets through at once
+        tokens -= take
+        backlog += size - take
+        t_prev = t
+        vq.packet(t, size, Kind.OTHER, ect=False)
+        assert backlog == pytest.approx(max(0, vq.q - bucket), abs=1)
 
 
 def _burst(config, n, kind=Kind.DATA, ect=True, gap_ns=0):
