@@ -293,7 +293,7 @@ class QP(RequesterMixin, ResponderMixin):
             "rto_s": self.rto_s, "rttvar_s": self._rtt.rttvar_s,
             "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
             "retransmissions": self.rtx_packets, "retransmitted_bytes": self.rtx_bytes,
-            "timeouts": self.timeouts,
+            "timeouts": self.timeouts, "ev_losses_stalled": self.ev_losses_stalled,
             "lost_packets": self.lost_packets, "acked_bytes": self.acked_bytes,
             "inflight_bytes": self._inflight_bytes, "cwnd_bytes": self.cc.cwnd_bytes,
             "srtt_s": self.srtt_s, "snd_una": self._snd_una, "next_psn": self._next_psn,

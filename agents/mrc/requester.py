@@ -101,6 +101,7 @@ class RequesterMixin:
         self.lost_packets = 0
         self.ooo_losses = 0
         self.ev_losses_excused = 0
+        self.ev_losses_stalled = 0   # timeouts not charged: nothing sent later had arrived
         self.acked_bytes = 0
 
     # ---- posting ---------------------------------------------------------
@@ -277,11 +278,24 @@ class RequesterMixin:
         heapq.heappush(self._rtx, tx.psn)
         self.cc.on_packets_lost(now=now, lost_bytes=tx.length, trimmed=(cause == "trimmed"))
         if self.transport is Transport.MRC and cause in ("timeout", "ev_threshold", "ooo"):
-            self._charge_ev(tx, info, now)
+            self._charge_ev(tx, info, now, cause)
         log.debug("qpn %d psn %d lost on ev %d (%s)", self.qpn, tx.psn, tx.ev, cause)
 
-    def _charge_ev(self, tx: _Tx, info, now: float) -> None:
+    def _charge_ev(self, tx: _Tx, info, now: float, cause: str = "timeout") -> None:
         """Charge an untrimmed loss to its EV: ASSUMED_BAD only if the loss persists there.
+
+        A timeout is evidence against its EV only when the QP knows that a
+        transmission sent after it, on any EV, arrived (acknowledged, first
+        transmissions only). Otherwise the whole QP is waiting, not one path:
+        queues that grew after the RTO was set (start-up, where the first
+        samples cross idle paths: incast-trim's seed 1 timed out 33 packets
+        of 7 QPs in its first 0.25 s, srtt 12 ms against 100-250 ms of
+        start-up queue, with no packet dropped anywhere, and retired 9 EVs),
+        or every path down, where retiring EVs tells nothing. The packet is
+        still retransmitted and the window reacts; ``ev_losses_stalled``
+        counts these. The same evidence test makes RACK (RFC 8985) mark a
+        packet lost only from a later delivery, and F-RTO (RFC 5682) undo a
+        timeout that later ACKs show spurious.
 
         Rule: a loss is excused (congestion, not failure) when a transmission
         sent on the same EV after it is known to have arrived (its stamp
@@ -306,6 +320,9 @@ class RequesterMixin:
         if info.delivered_ts_ns > tx.ts_ns:
             info.losses_excused += 1
             self.ev_losses_excused += 1
+            return
+        if cause == "timeout" and self._hi_acked_gseq < tx.gseq:
+            self.ev_losses_stalled += 1
             return
         if info.loss_run_ts_ns < info.delivered_ts_ns:   # a delivery since the last counted loss
             info.loss_run = 0

@@ -182,6 +182,35 @@ def test_an_ev_that_delivers_nothing_is_retired_by_later_acks_on_other_evs():
     assert len(rtx) == 2 and all(p.ev != dead and p.flags & pk.FLAG_RTX for p in rtx)
 
 
+def test_timeouts_with_nothing_later_delivered_do_not_retire_evs():
+    """Every packet of the QP queued past the RTO (a start-up queue): timeouts, no EV charged."""
+    a, b = pair(sack_every=1)
+    a.post_write(wr_id=1, local=bytes(8 * a.config.payload_bytes), remote_offset=0)
+    out = a.datagrams_to_send(0.0)
+    assert len({ev for _, ev in out}) == 4
+    t = a.get_timer()
+    a.handle_timer(t)                                   # nothing acknowledged: all time out
+    a.handle_timer(a.get_timer())
+    assert a.timeouts >= 8 and a.ev_losses_stalled == a.timeouts
+    assert all(i.state is EVState.GOOD for i in a.evs.info.values())
+    assert a.stats()["ev_losses_stalled"] == a.ev_losses_stalled
+
+
+def test_timeouts_on_an_ev_whose_later_packets_elsewhere_arrived_retire_it():
+    a, b = pair(sack_every=1, reorder_threshold=100, ooo_threshold=1000)  # the timer must find it
+    a.post_write(wr_id=1, local=bytes(8 * a.config.payload_bytes), remote_offset=0)
+    out = a.datagrams_to_send(0.0)
+    dead = out[0][1]
+    for data, ev in out:
+        if ev != dead:
+            b.receive_datagram(data, 0.0005)
+    for data, _ in b.datagrams_to_send(0.0005):
+        a.receive_datagram(data, 0.001)
+    a.handle_timer(a.get_timer())
+    assert a.timeouts == 2 and a.ev_losses_stalled == 0
+    assert a.evs.info[dead].state is EVState.ASSUMED_BAD
+
+
 def test_probes_restore_an_assumed_bad_ev():
     a, b = pair(probe_interval_s=0.01, probe_timeout_s=0.005, probe_successes=2)
     a.evs.apply(2, EVCause.LOSS, 0.0)
