@@ -18,6 +18,13 @@ batches, :mod:`testbed.netlink`), one batch per namespace per phase:
 Teardown kills the recorded processes (the namespaces and their veths go with
 them) and is idempotent. Any failure during bring-up tears down what was built
 and re-raises.
+
+A *shard* (``shard=`` :class:`Shard`, :mod:`testbed.cluster`) builds only the nodes placed
+on one server: links with both ends there are veths as above, a cut link's local end is a
+VXLAN device (:mod:`testbed.cluster.vxlan`) created from the server's underlay namespace
+into the node, with the same ifindex, MAC, MTU and shaping, so every later phase and
+runtime change applies to it unchanged. Taking a cut link down takes this shard's end
+down; the peer server's shard takes the other (a tunnel has no carrier).
 """
 
 from __future__ import annotations
@@ -99,6 +106,22 @@ def _await_shells(nodes: list[Node], timeout_s: float = 30.0) -> None:
         node.waitOutput()
 
 
+@dataclass(frozen=True)
+class Shard:
+    """The part of a fabric one server builds: ``server`` in ``placement`` (a
+    :class:`testbed.cluster.placement.Placement`) of ``cluster`` (a
+    :class:`testbed.cluster.servers.Cluster`); ``underlay_netns``: path of the network
+    namespace holding this server's underlay address (None: the builder's own)."""
+
+    server: str
+    placement: object
+    cluster: object
+    underlay_netns: str | None = None
+
+    def local(self, node: str) -> bool:
+        return self.placement.where[node] == self.server
+
+
 @dataclass
 class Fabric:
     """A running fabric for ``topo``. Use as a context manager, or ``start()``/``stop()``.
@@ -119,6 +142,20 @@ class Fabric:
     _ecmp_failed: frozenset[str] = frozenset()
     _installed_ecmp: dict | None = None
     switch_handles: dict = field(default_factory=dict)
+    shard: Shard | None = None
+
+    def is_local(self, node: str) -> bool:
+        """True when this fabric (or shard) builds ``node``."""
+        return self.shard is None or self.shard.local(node)
+
+    def _local_links(self):
+        """Links with at least one end built here."""
+        return [l for l in self.topo.links if self.is_local(l.a.node) or self.is_local(l.b.node)]
+
+    def down_end(self, link) -> str:
+        """The node whose end of ``link`` :meth:`set_link` takes down here: ``a``, or on a
+        shard the local end of a cut link."""
+        return link.a.node if self.is_local(link.a.node) else link.b.node
 
     # -- lifecycle -------------------------------------------------------------
     def __enter__(self) -> "Fabric":
@@ -133,6 +170,11 @@ class Fabric:
                                          header_queue_pkts=l.params.trim_header_queue_pkts
                                          if l.params.trim_threshold_pkts else None)
                     for l in self.topo.links}
+        if self.shard is not None:
+            from .cluster.vxlan import mtu_problems
+            problems = mtu_problems(self.topo, self.shard.placement, self.shard.cluster)
+            if problems:
+                raise FabricError("; ".join(problems))
         # The per-node batches are pure (no fds, no lookups): a forked worker encodes
         # them on the second core while this process forks the node shells.
         self._installed_ecmp = self.topo.ecmp_next_hops()
@@ -143,7 +185,7 @@ class Fabric:
                 self._phase("sysctls", self._set_sysctls)
                 self._phase("links", self._create_links)
                 self._phase("config", lambda: self._send_config(batches.result()))
-                if any(l.params.switch_features for l in self.topo.links):
+                if any(l.params.switch_features for l in self._local_links()):
                     self._phase("switch", self._attach_switch_programs)
             except BaseException:
                 batches.cancel()
@@ -188,6 +230,8 @@ class Fabric:
     def _start_nodes(self) -> None:
         self.ledger = Ledger.create(self.topo.name, Path(self.ledger_dir))
         for node in self.topo.nodes.values():
+            if not self.is_local(node.name):
+                continue
             cls = FabricHost if node.role is Role.HOST else Router
             self.nodes[node.name] = cls(node.name)
         self.ledger.add_processes([(n.pid, name, "shell") for name, n in self.nodes.items()])
@@ -198,28 +242,47 @@ class Fabric:
     def _set_sysctls(self) -> None:
         ecn = any(link.params.ecn_threshold_pkts for link in self.topo.links)
         for name, node in self.topo.nodes.items():
+            if not self.is_local(name):
+                continue
             values = routing.host_sysctls(ecn) if node.role is Role.HOST else routing.switch_sysctls(name)
             with netns(self._nsfd[name]):
                 write_sysctls(values)
 
     def _create_links(self) -> None:
         batch = Batch("links (root namespace)")
+        tunnels = Batch("VXLAN ends (underlay namespace)")
         for link in self.topo.links:
             a, b = link.a.node, link.b.node
+            if not (self.is_local(a) and self.is_local(b)):
+                continue
             batch.link_add(ifname=link.a.ifname, index=routing.port_ifindex(self.topo, a, link), kind="veth",
                            nsfd=self._nsfd[a], mac=routing.mac_of(link, a), gso_max_segs=1,
                            mtu=link.params.mtu,
                            info_data=_veth_peer(link.b.ifname, routing.port_ifindex(self.topo, b, link),
                                                 self._nsfd[b], routing.mac_of(link, b), link.params.mtu),
                            desc=f"veth {link.name}")
+        if self.shard is not None:
+            from .cluster.vxlan import add_tunnel, tunnel_ends
+            for end in tunnel_ends(self.topo, self.shard.placement, self.shard.cluster, self.shard.server):
+                add_tunnel(tunnels, end, self._nsfd[end.node])
         sr_mtu = max(link.params.mtu for link in self.topo.links)
         for sw in self.topo.switches:
+            if not self.is_local(sw.name):
+                continue
             batch.link_add(ifname="sr0", index=routing.SR_IFINDEX, kind="veth", nsfd=self._nsfd[sw.name],
                            mtu=sr_mtu,
                            info_data=_veth_peer("sr1", routing.SR_PEER_IFINDEX, self._nsfd[sw.name], None,
                                                 sr_mtu),
                            desc=f"{sw.name}: sr0 (seg6local device)")
         batch.send()
+        if len(tunnels):
+            underlay = self.shard.underlay_netns
+            fd = os.open(underlay, os.O_RDONLY | os.O_CLOEXEC) if underlay else None
+            try:
+                tunnels.send(fd)
+            finally:
+                if fd is not None:
+                    os.close(fd)
 
     def _attach_switch_programs(self) -> None:
         """The switch egress program (:mod:`testbed.switch`: ECN marking, trimming) on every
@@ -230,7 +293,7 @@ class Fabric:
             if not p.switch_features:
                 continue
             for end in (link.a, link.b):
-                if self.topo.nodes[end.node].role is Role.HOST:
+                if self.topo.nodes[end.node].role is Role.HOST or not self.is_local(end.node):
                     continue
                 config = EgressConfig(p.rate_bps, p.mtu, p.ecn_threshold_pkts, p.trim_threshold_pkts,
                                       header_queue_pkts=p.trim_header_queue_pkts or 64, queue_pkts=p.queue_pkts,
@@ -244,7 +307,8 @@ class Fabric:
 
     def _send_config(self, batches: dict[str, Batch]) -> None:
         for name, batch in batches.items():
-            batch.send(self._nsfd[name])
+            if self.is_local(name):
+                batch.send(self._nsfd[name])
 
     # -- access ------------------------------------------------------------------
     def nsfd(self, node: str) -> int:
@@ -277,7 +341,9 @@ class Fabric:
         Raises KeyError for an unknown link, NetlinkBatchError if the kernel refuses.
         """
         link = self.topo.link_by_name[name]
-        node = link.a.node
+        node = self.down_end(link)
+        if not self.is_local(node):
+            raise KeyError(f"link {name} has no end on this shard")
         batch = Batch(f"{name} {'up' if up else 'down'}")
         batch.link_set(index=routing.port_ifindex(self.topo, node, link), up=up)
         batch.send(self._nsfd[node])
@@ -294,7 +360,7 @@ class Fabric:
     def _down_ports(self, node: str) -> frozenset[int]:
         """Ifindexes of ``node``'s ports that this fabric took administratively down."""
         return frozenset(routing.port_ifindex(self.topo, node, self.topo.link_by_name[name])
-                         for name in self._down if self.topo.link_by_name[name].a.node == node)
+                         for name in self._down if self.down_end(self.topo.link_by_name[name]) == node)
 
     def _plan(self, node: str, ecmp: dict | None = None) -> list[routing.Route]:
         down = self._down_ports(node)
@@ -318,6 +384,8 @@ class Fabric:
         self._ecmp_failed = frozenset(self._down if failed is None else failed)
         ecmp = self.topo.ecmp_next_hops(self._ecmp_failed)
         for sw in self.topo.switches:
+            if not self.is_local(sw.name):
+                continue
             before = {r.dst for r in routing.node_routes(self.topo, sw.name, ecmp=self._installed_ecmp)
                       if r.ecmp}
             routes = [r for r in self._plan(sw.name, ecmp) if r.ecmp]

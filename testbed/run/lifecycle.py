@@ -39,6 +39,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from agents.protocol import Done, Event, Failed, Iteration, Message, Ready, Sample, Start, Stop
 
@@ -49,6 +50,7 @@ from ..jobs import build_all_jobs, write_jobs
 from ..kernel import features
 from ..spec import Scenario, transport_variant
 from ..timeline import Step, Timeline, sweep_warmups
+from ..topology import Topology
 from .control import ControlServer, control_socket_path
 from .progress import Display, Progress
 from . import records
@@ -159,8 +161,12 @@ class TransportRun:
     """One transport of a scenario on a fresh fabric; :meth:`run` returns the outcome."""
 
     def __init__(self, scenario: Scenario, transport: str, run_dir: Path, display: Display,
-                 progress: Progress, *, python: str = sys.executable, qp_overrides: dict | None = None):
+                 progress: Progress, *, python: str = sys.executable, qp_overrides: dict | None = None,
+                 fabric_factory: Callable[[Topology, bool], Fabric] | None = None):
         self.scenario, self.transport, self.display = scenario, transport, display
+        #: (topology, have_netem) -> an unstarted fabric; default :class:`Fabric` on this machine
+        #: (a :class:`testbed.cluster.sharded.ShardedFabric` spreads it over servers)
+        self.fabric_factory = fabric_factory or (lambda topo, netem: Fabric(topo, have_netem=netem))
         self.dir = run_dir / transport
         self.records = TransportRecords(self.dir)
         self.progress = progress
@@ -218,9 +224,11 @@ class TransportRun:
         from ..verify import probe
         self.progress.status = "building"
         self.refresh()
-        self.fabric = Fabric(self.scenario.topology, have_netem=features().netem)
+        self.fabric = self.fabric_factory(self.scenario.topology, features().netem)
         self.fabric.start()
-        self.journal({"kind": "fabric", "phase": "up", "timings": self.fabric.timings})
+        self.journal({"kind": "fabric", "phase": "up", "timings": self.fabric.timings,
+                      **({"placement": self.fabric.placement.summary(self.scenario.topology)}
+                         if hasattr(self.fabric, "placement") else {})})
         pairs = {(wl.hosts[a], wl.hosts[b]) for wl in self.scenario.all_jobs for a, b in wl.connections}
         pairs |= {(b, a) for a, b in pairs}
         reach = probe(self.fabric, sorted(pairs), srv6=transport_variant(self.transport)[0] == "mrc")
@@ -464,12 +472,12 @@ class Terminated(KeyboardInterrupt):
 
 def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=None,
                  transports: list[str] | None = None, qp_overrides: dict | None = None,
-                 live: bool = True) -> RunResult:
+                 live: bool = True, fabric_factory: Callable | None = None) -> RunResult:
     """Run every transport of ``scenario`` (or ``transports``), each on a fresh fabric; write the
     run directory. ``console``: a rich Console (default: stdout); ``live``: a live progress
     table when it is a terminal. Ctrl-C / SIGTERM stop the run after tearing down and keep
     what was gathered (``interrupted`` True). Raises nothing for transport outcomes (see the
-    module docstring)."""
+    module docstring). ``fabric_factory``: see :class:`TransportRun`."""
     run_dir = new_run_dir(scenario, runs_root)
     manifest = base_manifest(scenario)
     write_manifest(run_dir, manifest)
@@ -488,7 +496,8 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
             manifest["transports"].append(t)
             write_manifest(run_dir, manifest)
             row.t_launch = time.monotonic()
-            runner = TransportRun(scenario, t, run_dir, display, row, qp_overrides=qp_overrides)
+            runner = TransportRun(scenario, t, run_dir, display, row, qp_overrides=qp_overrides,
+                                  fabric_factory=fabric_factory)
             try:
                 status = runner.run()
             except KeyboardInterrupt as exc:

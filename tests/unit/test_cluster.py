@@ -1,0 +1,152 @@
+"""testbed.cluster (pure): the servers file, placement and the VXLAN tunnel plan."""
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from testbed.cluster.placement import PlacementError, place
+from testbed.cluster.servers import Cluster, Server, load_servers
+from testbed.cluster.vxlan import inner_mtu, mtu_problems, tunnel_ends
+from testbed.topology import LinkParams, Role, fat_tree, leaf_spine
+from testbed.yamlread import SpecError
+
+GOOD = """\
+servers:
+  - name: s1
+    address: 192.0.2.10
+    underlay: fd00:1::10
+  - name: s2
+    address: server-2.example
+    user: mrc-user
+    port: 2222
+    key: id_test
+    underlay: fd00:1::11
+underlay:
+  mtu: 9100
+  port: 4790
+  vni_base: 5000
+"""
+
+
+def write(tmp_path, text, name="servers.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_servers_file_loads(tmp_path):
+    (tmp_path / "id_test").write_text("not really a key\n")
+    c = load_servers(write(tmp_path, GOOD))
+    assert c.names == ["s1", "s2"] and (c.underlay_mtu, c.vxlan_port, c.vni_base) == (9100, 4790, 5000)
+    s2 = c.server("s2")
+    assert (s2.address, s2.user, s2.port, s2.key) == ("server-2.example", "mrc-user", 2222,
+                                                      str(tmp_path / "id_test"))
+    assert c.server("s1").user == "root" and c.server("s1").port == 22 and c.server("s1").key is None
+    assert s2.underlay == ipaddress.ip_address("fd00:1::11")
+
+
+@pytest.mark.parametrize("text, line, key, words", [
+    (GOOD.replace("key: id_test", "key: missing_key"), 9, "servers[1].key", "does not exist"),
+    (GOOD.replace("underlay: fd00:1::11", "underlay: fd00:1::10"), 5, "servers[1].underlay", "also s1's"),
+    (GOOD.replace("name: s2", "name: s1"), 5, "servers[1].name", "duplicate server name"),
+    (GOOD.replace("underlay: fd00:1::11", "underlay: 192.0.2.11"), 2, "servers", "mix IPv4 and IPv6"),
+    (GOOD.replace("underlay: fd00:1::11", "underlay: ff02::1"), 10, "servers[1].underlay", "multicast"),
+    (GOOD.replace("underlay: fd00:1::11", "underlay: not-an-ip"), 10, "servers[1].underlay", "not an IPv4"),
+    (GOOD.replace("mtu: 9100", "mtu: 900"), 12, "underlay.mtu", ">= 1280"),
+    (GOOD.replace("port: 2222", "prot: 2222"), 8, "servers[1].prot", "unknown key"),
+    (GOOD.replace("user: mrc-user", "user: 'bad user'"), 7, "servers[1].user", "not a user name"),
+    (GOOD.replace("address: 192.0.2.10", "address: -oProxyCommand=x"), 3, "servers[0].address", "not a host"),
+    ("servers: []\n", 1, "servers", "expected 1..64"),
+    ("- 1\n", 1, "", "expected a mapping"),
+])
+def test_servers_file_problems_name_line_and_key(tmp_path, text, line, key, words):
+    (tmp_path / "id_test").write_text("k\n")
+    with pytest.raises(SpecError) as err:
+        load_servers(write(tmp_path, text))
+    problems = err.value.problems
+    assert any(p.line == line and p.key_path == key and words in p.message for p in problems), \
+        [str(p) for p in problems]
+
+
+def k4(mtu=1500):
+    lp = LinkParams(5_000_000, 32, mtu=mtu)
+    return fat_tree(4, host_link=lp, fabric_link=lp)
+
+
+def test_pods_placement_on_fat_tree_k4_cuts_only_aggregation_core_links():
+    topo = k4()
+    pl = place(topo, ["s1", "s2"])
+    s = pl.summary(topo)
+    assert s["cut_links"] == 8 and s["links"] == 48
+    assert {v["hosts"] for v in s["per_server"].values()} == {8}
+    assert {v["nodes"] for v in s["per_server"].values()} == {18}
+    for link in pl.cut:
+        roles = {topo.nodes[link.a.node].role, topo.nodes[link.b.node].role}
+        assert roles == {Role.AGGREGATION, Role.CORE}
+    for pod in range(4):   # a pod stays whole
+        assert len({pl.where[n.name] for n in topo.nodes.values() if n.pod == pod}) == 1
+
+
+def test_pods_placement_on_one_server_cuts_nothing_and_round_robin_cuts_a_lot():
+    topo = k4()
+    assert place(topo, ["only"]).cut == ()
+    assert len(place(topo, ["s1", "s2"], "round-robin").cut) > 8
+
+
+def test_pods_placement_on_a_multi_plane_leaf_spine_keeps_leaf_groups_whole():
+    lp = LinkParams(5_000_000, 32)
+    topo = leaf_spine(leaves=4, spines=2, hosts_per_leaf=2, planes=2, host_link=lp, fabric_link=lp)
+    pl = place(topo, ["a", "b"])
+    for link in pl.cut:   # only leaf-spine links cross servers, never a host's
+        assert {topo.nodes[link.a.node].role, topo.nodes[link.b.node].role} == {Role.LEAF, Role.SPINE}
+    assert sorted(v["hosts"] for v in pl.summary(topo)["per_server"].values()) == [4, 4]
+
+
+def test_placement_errors():
+    topo = k4()
+    with pytest.raises(PlacementError, match="unknown placer"):
+        place(topo, ["s1"], "metis")
+    with pytest.raises(PlacementError, match="no servers"):
+        place(topo, [])
+    with pytest.raises(PlacementError, match="gave no node"):
+        place(topo, [f"s{i}" for i in range(6)])   # 4 pods; cores follow their neighbours: 2 idle
+
+
+def cluster(mtu=1500, v6=True):
+    addr = (lambda i: ipaddress.ip_address(f"fd00:1::{i}")) if v6 else (lambda i: ipaddress.ip_address(f"192.0.2.{i}"))
+    return Cluster((Server("s1", "h1", addr(1)), Server("s2", "h2", addr(2))), underlay_mtu=mtu)
+
+
+def test_inner_mtu_and_mtu_problems():
+    assert inner_mtu(1500, 6) == 1430 and inner_mtu(1500, 4) == 1450 and inner_mtu(9100, 6) == 9030
+    topo = k4(mtu=9000)
+    pl = place(topo, ["s1", "s2"])
+    problems = mtu_problems(topo, pl, cluster(1500))
+    assert len(problems) == 8 and "mtu 9000 exceeds the VXLAN inner MTU 1430" in problems[0]
+    assert "class fabric" in problems[0]
+    assert mtu_problems(topo, pl, cluster(9100)) == []
+    assert mtu_problems(k4(1430), place(k4(1430), ["s1", "s2"]), cluster(1500)) == []
+    assert len(mtu_problems(k4(1450), place(k4(1450), ["s1", "s2"]), cluster(1500, v6=True))) == 8
+    assert mtu_problems(k4(1450), place(k4(1450), ["s1", "s2"]), cluster(1500, v6=False)) == []
+
+
+def test_tunnel_ends_pair_up_across_servers():
+    topo = k4(1400)
+    pl = place(topo, ["s1", "s2"])
+    c = cluster()
+    ends = {s: tunnel_ends(topo, pl, c, s) for s in ("s1", "s2")}
+    assert len(ends["s1"]) == len(ends["s2"]) == 8
+    by_link = {}
+    for s, es in ends.items():
+        for e in es:
+            by_link.setdefault(e.link, []).append((s, e))
+    for link in pl.cut:
+        (s_a, a), (s_b, b) = sorted(by_link[link.name])
+        assert s_a != s_b and a.vni == b.vni == 1000 + link.index
+        assert (a.local, a.remote) == (b.remote, b.local)
+        assert {a.ifname, b.ifname} == {link.a.ifname, link.b.ifname} and a.mac != b.mac
+    assert len({e.vni for e in ends["s1"]}) == 8
+    info = dict(ends["s1"][0].info_data())
+    assert info["IFLA_VXLAN_LEARNING"] == 0 and info["IFLA_VXLAN_PORT"] == 4789
+    assert "IFLA_VXLAN_LOCAL6" in info and "IFLA_VXLAN_GROUP6" in info
