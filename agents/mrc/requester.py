@@ -522,10 +522,22 @@ class RequesterMixin:
         is RACK's reordering window, min_RTT / 4 (RFC 8985 section 6.2, step
         4), for jitter the smoothed values hide. RTTs are the echoed
         timestamps (path delay, SACK coalescing excluded).
+
+        min RTT is the lowest sample, raised to the base RTT the congestion
+        control was configured with (NSCC's ``base_rtt_s``: the fabric's
+        unloaded RTT, a CC-profile parameter) when that is higher. On the
+        emulated fabric an idle path's first packets pass HTB's bucket at
+        wire speed, so the lowest sample (~2 ms on a 5 Mbit/s k4 path whose
+        base RTT is 43.5 ms) counted the queueing every EV shares (the host
+        link's) as reordering: a ~50 ms guard, and a dead EV found 76-144 ms
+        after a core-link failure, the later ones only by the RTO.
         """
         rmin = self._rtt_min_s
         if rmin == _INF:
             return _INF
+        base = getattr(self.cc, "base_rtt_s", None)
+        if base is not None and getattr(self.cc, "base_rtt_fixed", False) and base > rmin:
+            rmin = base
         hi = rmin
         for info in self.evs.info.values():
             r = info.rtt_srtt_s

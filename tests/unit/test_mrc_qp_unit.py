@@ -393,3 +393,18 @@ def test_a_trim_nack_does_not_restore_an_ev_retired_for_losses_sent_after_it():
     assert info.state is EVState.ASSUMED_BAD
     a._delivered(0, 2_500_000, 0.004)               # one sent after them: the path delivers
     assert info.state is EVState.GOOD
+
+
+def test_reordering_guard_counts_from_the_configured_base_rtt_not_a_burst_sample():
+    """EV SRTTs 45-55 ms, a lowest sample of 2 ms (an idle path's packets through HTB's
+    bucket), NSCC's base RTT configured at 40 ms: the guard is the spread above the base
+    plus base / 4, not the whole queueing above the 2 ms sample."""
+    a, _ = pair(cc="uet-1.0-nscc", cc_params={"rate_bps": 5e6, "base_rtt_s": 0.040})
+    a._rtt_min_s = 0.002
+    for ev, srtt in zip(sorted(a.evs.info), (0.045, 0.050, 0.055, 0.048)):
+        a.evs.info[ev].rtt_srtt_s = srtt
+    assert a._ooo_guard_s() == pytest.approx(0.055 - 0.040 + 0.25 * 0.040)
+    learnt, _ = pair(cc="uet-1.0-nscc")          # no configured base: the lowest sample, as before
+    learnt._rtt_min_s = 0.002
+    learnt.evs.info[0].rtt_srtt_s = 0.055
+    assert learnt._ooo_guard_s() == pytest.approx(0.055 - 0.002 + 0.25 * 0.002)
