@@ -24,7 +24,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from yaml.nodes import Node
@@ -62,6 +62,14 @@ class Cluster:
     underlay_mtu: int = 1500
     vxlan_port: int = VXLAN_PORT
     vni_base: int = 1000
+    source: str = ""
+    """The file it was read from ("" if built in code)."""
+    lines: dict = field(default_factory=dict, compare=False, repr=False)
+    """Key path -> line in ``source`` (``underlay.mtu``, ``servers[1].underlay``, ...)."""
+
+    def line_for(self, key_path: str) -> int:
+        """Line of ``key_path`` (or of ``underlay``, else 0: the whole file)."""
+        return self.lines.get(key_path) or self.lines.get(key_path.split(".")[0]) or 0
 
     @property
     def names(self) -> list[str]:
@@ -121,7 +129,7 @@ def _cluster(r: Reader, root: Node, base: Path) -> Cluster | None:
                         if "vni_base" in u else vni_base)
     if r.problems:
         return None
-    return Cluster(tuple(servers), mtu, port, vni_base)
+    return Cluster(tuple(servers), mtu, port, vni_base, r.file, dict(r.lines))
 
 
 def _server(r: Reader, node: Node, path: str, base: Path) -> Server | None:

@@ -73,18 +73,24 @@ class TunnelEnd:
 
 
 def mtu_problems(topo: Topology, placement: Placement, cluster: Cluster) -> list[str]:
-    """One message per cut link whose MTU the tunnel cannot carry, and per VNI past 24 bits."""
+    """One message per link class whose MTU the tunnels of its cut links cannot carry, and per
+    link whose VNI passes 24 bits."""
     out = []
     version = cluster.servers[0].underlay.version
     limit = inner_mtu(cluster.underlay_mtu, version)
+    too_big: dict[str, list] = {}
     for link in placement.cut:
         if link.params.mtu > limit:
-            out.append(f"link {link.name} (class {link.cls}) crosses servers {placement.where[link.a.node]} and "
-                       f"{placement.where[link.b.node]}: its mtu {link.params.mtu} exceeds the VXLAN inner MTU "
-                       f"{limit} (underlay mtu {cluster.underlay_mtu} - {ENCAP_BYTES[version]} bytes on IPv{version}); "
-                       f"lower the class's mtu or raise underlay.mtu")
+            too_big.setdefault(link.cls, []).append(link)
         if cluster.vni_base + link.index > VNI_MAX:
             out.append(f"link {link.name}: VNI {cluster.vni_base + link.index} exceeds 24 bits; lower underlay.vni_base")
+    for cls, links in too_big.items():
+        mtu = max(l.params.mtu for l in links)
+        out.insert(0, f"class {cls}: mtu {mtu} exceeds the VXLAN inner MTU {limit} (underlay mtu "
+                      f"{cluster.underlay_mtu} - {ENCAP_BYTES[version]} bytes on IPv{version}) on {len(links)} "
+                      f"link(s) between servers, e.g. {links[0].name} ({placement.where[links[0].a.node]} - "
+                      f"{placement.where[links[0].b.node]}); lower the class's mtu or raise underlay.mtu to "
+                      f"{mtu + ENCAP_BYTES[version]}")
     return out
 
 

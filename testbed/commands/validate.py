@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from ..kernel import features
 from ..spec import Scenario, SpecError, load_file
+from ..yamlread import Problem
 from ..topology import Topology
 
 
@@ -32,6 +33,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help="topology or scenario YAML files")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text for people (default), json for machines")
+    p.add_argument("--servers", metavar="SERVERS_YAML",
+                   help="also place each fabric on these servers (testbed/cluster): the cut, per-server "
+                        "load, and links the VXLAN underlay cannot carry")
+    from ..cluster.placement import PLACERS
+    p.add_argument("--placer", default="pods", choices=sorted(PLACERS),
+                   help="placement algorithm with --servers (default: pods)")
     p.set_defaults(func=run)
 
 
@@ -53,18 +60,42 @@ def _summary_text(s: dict) -> str:
         text += (f" (topology {s['topology']}); "
                  + (f"jobs {', '.join(s['jobs'])}; " if len(s.get("jobs") or ()) > 1 else "")
                  + f"transports {', '.join(s['transports'])}; timeline {s['timeline']} events")
+    if "placement" in s:
+        pl = s["placement"]
+        per = "; ".join(f"{name} {v['nodes']} nodes, {v['hosts']} hosts, {v['tunnels']} tunnels"
+                        for name, v in pl["per_server"].items())
+        text += f"; placed ({pl['placer']}) cutting {pl['cut_links']} of {pl['links']} links: {per}"
     return text
 
 
-def check(path: str, feats) -> dict:
-    """One file's result: ``ok``, ``summary`` or ``problems``, and ``warnings`` (as dicts)."""
+def check(path: str, feats, cluster=None, placer: str = "pods") -> dict:
+    """One file's result: ``ok``, ``summary`` or ``problems``, and ``warnings`` (as dicts).
+    With ``cluster`` (a :class:`testbed.cluster.servers.Cluster`) the summary gains the
+    placement, and links its tunnels cannot carry are problems (named in the servers file)."""
     try:
         obj = load_file(path, features=feats)
     except SpecError as exc:
         return {"file": path, "ok": False, "problems": [p.to_dict() for p in exc.problems],
                 "warnings": [], "text": [str(p) for p in exc.problems]}
     warnings = obj.warnings if isinstance(obj, Scenario) else ()
-    return {"file": path, "ok": True, "summary": summarize(obj), "problems": [],
+    summary = summarize(obj)
+    problems: list[Problem] = []
+    if cluster is not None:
+        from ..cluster.placement import PlacementError, place
+        from ..cluster.vxlan import mtu_problems
+        topo = obj.topology if isinstance(obj, Scenario) else obj
+        try:
+            placement = place(topo, cluster.names, placer)
+        except PlacementError as exc:
+            problems.append(Problem(cluster.source, 0, "", f"{path}: {exc}"))
+        else:
+            summary["placement"] = {"placer": placer, **placement.summary(topo)}
+            problems += [Problem(cluster.source, cluster.line_for("underlay.mtu"), "underlay.mtu", f"{path}: {m}")
+                         for m in mtu_problems(topo, placement, cluster)]
+    if problems:
+        return {"file": path, "ok": False, "problems": [p.to_dict() for p in problems],
+                "warnings": [w.to_dict() for w in warnings], "text": [str(p) for p in problems]}
+    return {"file": path, "ok": True, "summary": summary, "problems": [],
             "warnings": [w.to_dict() for w in warnings], "text": [str(w) for w in warnings]}
 
 
@@ -81,7 +112,16 @@ def safe(text: str, stream: TextIO) -> str:
 
 def run(args: argparse.Namespace) -> int:
     feats = features()
-    results = [check(path, feats) for path in args.files]
+    cluster, results = None, []
+    if args.servers:
+        from ..cluster.servers import load_servers
+        try:
+            cluster = load_servers(args.servers)
+        except SpecError as exc:
+            results.append({"file": args.servers, "ok": False, "problems": [p.to_dict() for p in exc.problems],
+                            "warnings": [], "text": [str(p) for p in exc.problems]})
+    if not results:
+        results = [check(path, feats, cluster, args.placer) for path in args.files]
     failed = any(not r["ok"] for r in results)
     if args.format == "json":
         for r in results:

@@ -140,3 +140,39 @@ def test_switch_features_need_the_bpf_egress_kernel_feature(tmp_path, capsys, mo
     err = capsys.readouterr().err
     assert "link_classes.host.trim.threshold: 40 packets is not below the link's queue (32 packets)" in err
     assert "link_classes.host.ecn.treshold: unknown key" in err
+
+
+SERVERS = """servers:
+  - {name: s1, address: 192.0.2.10, underlay: fd00:1::10}
+  - {name: s2, address: 192.0.2.11, underlay: fd00:1::11}
+underlay:
+  mtu: MTU
+"""
+
+
+def test_servers_place_each_fabric_and_report_the_cut(tmp_path, capsys):
+    servers = tmp_path / "servers.yaml"
+    servers.write_text(SERVERS.replace("MTU", "9100"))
+    assert cli.main(["validate", str(ROOT / "topologies/fat-tree-k4.yaml"), "--servers", str(servers)]) == 0
+    out, err = capsys.readouterr()
+    assert "placed (pods) cutting 8 of 48 links: s1 18 nodes, 8 hosts, 8 tunnels; s2 18 nodes, 8 hosts" in out
+    assert err == ""
+
+
+def test_servers_whose_underlay_cannot_carry_the_mtu_are_a_problem_at_their_line(tmp_path, capsys):
+    servers = tmp_path / "servers.yaml"
+    servers.write_text(SERVERS.replace("MTU", "1500"))
+    topo = str(ROOT / "topologies/fat-tree-k4.yaml")
+    assert cli.main(["validate", topo, "--servers", str(servers)]) == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines()[0].startswith(f"{servers}:5: underlay.mtu: {topo}: class fabric: mtu 9000 exceeds "
+                                          "the VXLAN inner MTU 1430")
+    assert "raise underlay.mtu to 9070" in err and out == ""
+
+
+def test_a_bad_servers_file_is_reported_and_nothing_is_placed(tmp_path, capsys):
+    servers = tmp_path / "servers.yaml"
+    servers.write_text(SERVERS.replace("MTU", "1500").replace("fd00:1::11", "fd00:1::10"))
+    assert cli.main(["validate", str(ROOT / "topologies/fat-tree-k4.yaml"), "--servers", str(servers)]) == 2
+    out, err = capsys.readouterr()
+    assert f"{servers}:3: servers[1].underlay: underlay fd00:1::10 is also s1's" in err and out == ""

@@ -123,11 +123,11 @@ def test_inner_mtu_and_mtu_problems():
     topo = k4(mtu=9000)
     pl = place(topo, ["s1", "s2"])
     problems = mtu_problems(topo, pl, cluster(1500))
-    assert len(problems) == 8 and "mtu 9000 exceeds the VXLAN inner MTU 1430" in problems[0]
-    assert "class fabric" in problems[0]
+    assert len(problems) == 1 and "class fabric: mtu 9000 exceeds the VXLAN inner MTU 1430" in problems[0]
+    assert "on 8 link(s) between servers" in problems[0] and "raise underlay.mtu to 9070" in problems[0]
     assert mtu_problems(topo, pl, cluster(9100)) == []
     assert mtu_problems(k4(1430), place(k4(1430), ["s1", "s2"]), cluster(1500)) == []
-    assert len(mtu_problems(k4(1450), place(k4(1450), ["s1", "s2"]), cluster(1500, v6=True))) == 8
+    assert len(mtu_problems(k4(1450), place(k4(1450), ["s1", "s2"]), cluster(1500, v6=True))) == 1
     assert mtu_problems(k4(1450), place(k4(1450), ["s1", "s2"]), cluster(1500, v6=False)) == []
 
 
