@@ -3,7 +3,7 @@
 SHELL      := /bin/bash
 VENV       := .venv
 PY         := $(VENV)/bin/python
-APT_PKGS   := mininet iproute2 nftables python3-nftables ethtool iperf3 iputils-ping python3-venv procps traceroute tmux clang llvm libbpf-dev
+APT_PKGS   := mininet iproute2 nftables python3-nftables ethtool iperf3 iputils-ping python3-venv procps traceroute tmux clang llvm libbpf-dev openssh-server
 SCENARIO   ?= scenarios/core-link-failure.yaml
 TOPO       ?= topologies/fat-tree-k4.yaml
 PYTEST_ARGS ?=

@@ -1,4 +1,4 @@
-"""Command line: ``testbed validate|up|run|report|clean`` (also ``python -m testbed``).
+"""Command line: ``testbed validate|up|run|report|clean|worker`` (also ``python -m testbed``).
 
 One module per verb in :mod:`testbed.commands`; each defines ``add_parser(subparsers)``
 and ``run(args) -> int`` (exit status: 0 ok, 1 failure, 2 bad input; ``report`` and ``run``
@@ -12,7 +12,7 @@ import importlib
 import logging
 import sys
 
-VERBS = ("validate", "up", "run", "report", "clean")
+VERBS = ("validate", "up", "run", "report", "clean", "worker")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -179,8 +179,11 @@ class LinkCounters:
         #: node -> {ifindex: (link, end letter, port)}, in topology link order
         self._ends: dict[str, dict[int, tuple]] = {}
         self._order: list[tuple[str, int]] = []
+        local = getattr(fabric, "is_local", lambda node: True)   # a shard reads its own ends
         for link in topo.links:
             for letter, port in (("a", link.a), ("b", link.b)):
+                if not local(port.node):
+                    continue
                 ifindex = routing.port_ifindex(topo, port.node, link)
                 self._ends.setdefault(port.node, {})[ifindex] = (link, letter, port)
                 self._order.append((port.node, ifindex))

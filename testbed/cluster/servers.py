@@ -9,6 +9,8 @@ Shape (every key checked; problems name file, line and key path)::
         port: 22              # optional, default 22
         key: ~/.ssh/mrc_ed25519   # optional private key file (must exist and be a file)
         underlay: fd00:1::10  # this server's address for VXLAN (IPv4 or IPv6)
+        repo: /opt/mrc-testbed    # optional: the checkout there (default: the runner's path)
+        python: /opt/mrc-testbed/.venv/bin/python   # optional (default: the runner's interpreter)
       - ...
     underlay:                 # optional
       mtu: 1500               # underlay MTU, bytes (default 1500)
@@ -52,6 +54,10 @@ class Server:
     user: str = "root"
     port: int = 22
     key: str | None = None
+    repo: str | None = None
+    """Absolute path of the mrc-testbed checkout on the server (None: the runner's own)."""
+    python: str | None = None
+    """Absolute path of the Python that runs ``testbed worker`` there (None: the runner's)."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +139,7 @@ def _cluster(r: Reader, root: Node, base: Path) -> Cluster | None:
 
 
 def _server(r: Reader, node: Node, path: str, base: Path) -> Server | None:
-    m = r.mapping(node, path, ["name", "address", "underlay"], ["user", "port", "key"])
+    m = r.mapping(node, path, ["name", "address", "underlay"], ["user", "port", "key", "repo", "python"])
     if m is None:
         return None
     name = r.name(m.get("name"), join(path, "name"), "server name")
@@ -168,6 +174,16 @@ def _server(r: Reader, node: Node, path: str, base: Path) -> Server | None:
                 r.error(m["key"], join(path, "key"), f"key file {str(key_path)!r} does not exist or is not a file")
             else:
                 key = str(key_path)
+    paths = {}
+    for k in ("repo", "python"):
+        if k in m:
+            text = r.text(m[k], join(path, k))
+            if text is not None and (not text.startswith("/") or any(c.isspace() or c in "'\"$`;&|" for c in text)):
+                r.error(m[k], join(path, k), f"{text!r} must be an absolute path without spaces or shell characters")
+                text = None
+            paths[k] = text
+            if text is None:
+                return None
     if None in (name, address, underlay, user, port):
         return None
-    return Server(name, address, underlay, user, port, key)
+    return Server(name, address, underlay, user, port, key, paths.get("repo"), paths.get("python"))

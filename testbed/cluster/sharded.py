@@ -12,7 +12,9 @@ that owns the node, and a link fault to every shard holding an end of the link.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ from typing import Iterator
 
 from ..fabric import Fabric, Shard
 from ..ledger import LEDGER_DIR, Ledger
+from ..netlink import netns
 from ..topology import Topology
 from .placement import Placement
 from .servers import Cluster
@@ -134,10 +137,61 @@ class StandinUnderlay:
     netns: dict[str, str]
     bridge_ns: str
     ledger: Ledger
+    client_address: str = ""
+    """An address on the bridge, in ``bridge_ns``: where the runner's SSH connections come from."""
+    sshd: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def close(self) -> None:
+        for proc in self.sshd.values():
+            proc.kill()
+            proc.wait()
+        self.sshd.clear()
+        self.ledger.kill_processes()
         self.ledger.remove_resources()
         self.ledger.discard()
+
+    def start_sshd(self, cluster: Cluster, keydir: Path) -> Path:
+        """An sshd (openssh-server) in every server's namespace, listening on its underlay
+        address and port, root login with a key made here; returns the private key file.
+        Their PIDs go to the ledger. Raises FileNotFoundError without /usr/sbin/sshd."""
+        sshd = Path("/usr/sbin/sshd")
+        if not sshd.exists():
+            raise FileNotFoundError("/usr/sbin/sshd (Debian package openssh-server) is missing")
+        keydir.mkdir(parents=True, exist_ok=True)
+        for name in ("host", "client"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keydir / name)],
+                           check=True, capture_output=True, timeout=30)
+        (keydir / "authorized_keys").write_text((keydir / "client.pub").read_text())
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)   # sshd's privilege-separation directory
+        for server in cluster.servers:
+            cfg = keydir / f"sshd_config.{server.name}"
+            cfg.write_text(f"ListenAddress {server.underlay}\nPort {server.port}\nHostKey {keydir / 'host'}\n"
+                           f"AuthorizedKeysFile {keydir / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
+                           "StrictModes no\nPidFile none\nUsePAM no\nPasswordAuthentication no\n"
+                           "KbdInteractiveAuthentication no\nLogLevel ERROR\n")
+            proc = subprocess.Popen(["ip", "netns", "exec", Path(self.netns[server.name]).name, str(sshd), "-D", "-e",
+                                     "-f", str(cfg)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=open(keydir / f"sshd.{server.name}.log", "wb"))
+            self.sshd[server.name] = proc
+            self.ledger.add_processes([(proc.pid, server.name, "sshd")])
+        return keydir / "client"
+
+    def socket_to(self, server, timeout_s: float = 10.0) -> socket.socket:
+        """A TCP connection to ``server``'s SSH port made from the bridge namespace (retried
+        while its sshd starts, until ``timeout_s``)."""
+        fd = os.open(f"/var/run/netns/{self.bridge_ns}", os.O_RDONLY | os.O_CLOEXEC)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                try:
+                    with netns(fd):
+                        return socket.create_connection((str(server.underlay), server.port), timeout=timeout_s)
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        finally:
+            os.close(fd)
 
 
 def standin_underlay(cluster: Cluster, tag: str | None = None, *,
@@ -161,6 +215,11 @@ def standin_underlay(cluster: Cluster, tag: str | None = None, *,
         ip("-n", bridge_ns, "link", "add", "br0", "mtu", str(cluster.underlay_mtu), "type", "bridge")
         ip("-n", bridge_ns, "link", "set", "br0", "up")
         plen = 64 if cluster.servers[0].underlay.version == 6 else 24
+        taken = {s.underlay for s in cluster.servers}
+        client = next(a for a in (cluster.servers[0].underlay + i for i in range(0xfe, 0x1fe)) if a not in taken)
+        ip("-n", bridge_ns, "addr", "add", f"{client}/{plen}", "dev", "br0",
+           *(["nodad"] if client.version == 6 else []))
+        under.client_address = str(client)
         for i, server in enumerate(cluster.servers):
             ns = f"mrcsrv-{server.name}-{tag}"
             add_netns(ns)

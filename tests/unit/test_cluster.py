@@ -150,3 +150,32 @@ def test_tunnel_ends_pair_up_across_servers():
     info = dict(ends["s1"][0].info_data())
     assert info["IFLA_VXLAN_LEARNING"] == 0 and info["IFLA_VXLAN_PORT"] == 4789
     assert "IFLA_VXLAN_LOCAL6" in info and "IFLA_VXLAN_GROUP6" in info
+
+
+def test_servers_file_repo_and_python_paths(tmp_path):
+    text = GOOD.replace("key: id_test\n", "key: id_test\n    repo: /opt/mrc-testbed\n    python: /opt/venv/bin/python\n")
+    (tmp_path / "id_test").write_text("k\n")
+    c = load_servers(write(tmp_path, text))
+    assert (c.server("s2").repo, c.server("s2").python) == ("/opt/mrc-testbed", "/opt/venv/bin/python")
+    assert c.server("s1").repo is None
+    with pytest.raises(SpecError, match="absolute path without spaces or shell characters"):
+        load_servers(write(tmp_path, text.replace("/opt/mrc-testbed", "'/opt/x; rm -rf /'")))
+
+
+def test_worker_protocol_refuses_bad_requests_without_building(monkeypatch):
+    import io
+    import json
+
+    from testbed.cluster.worker import Worker
+    w = Worker()
+    stopped = []
+    monkeypatch.setattr(w, "close", lambda: stopped.append(True))
+    rfile = io.BytesIO(b'not json\n["a list"]\n{"op": "nope"}\n{"op": "set_link", "link": "x", "up": false}\n'
+                       b'{"op": "stop"}\n{"op": "never read"}\n')
+    wfile = io.BytesIO()
+    w.serve(rfile, wfile)
+    replies = [json.loads(line) for line in wfile.getvalue().splitlines()]
+    assert [r["ok"] for r in replies] == [False, False, False, False, True]
+    assert "bad request" in replies[0]["error"] and "not a JSON object" in replies[1]["error"]
+    assert "unknown op 'nope'" in replies[2]["error"] and "send build first" in replies[3]["error"]
+    assert stopped                                   # torn down on stop (and on end of input)

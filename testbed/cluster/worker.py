@@ -1,0 +1,164 @@
+"""One server's shard, driven over a byte stream (the SSH channel of ``testbed worker``).
+
+Protocol: JSON lines. Each request ``{"op": ..., ...}`` gets exactly one reply
+``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``, in order.
+
+* ``build`` ``{"topology": path, "servers": path, "server": name, "placer": "pods"}``:
+  load and validate both files (the worker's own copies), place, and build this server's
+  shard (:class:`testbed.fabric.Fabric` with a :class:`~testbed.fabric.Shard`; VXLAN ends
+  from this process's namespace, which holds the server's underlay address). Reply
+  ``{"timings", "nodes", "pid", "ledger"}``. Must come first.
+* ``set_link`` ``{"link", "up"}``: this shard's end(s) of the link (both ends of a cut link
+  are taken down, one by each server's worker: a tunnel has no carrier).
+* ``reconverge`` ``{"failed": [link, ...]}``: recompute ECMP routes around them.
+* ``counters``: ``{"links": [...]}``, :meth:`testbed.counters.LinkCounters.read` of this
+  shard's link ends.
+* ``link_flags`` ``{"link"}``: ``{"flags": {node: [IFF names]}}`` of this shard's ends.
+* ``stop``: tear down; the worker then exits.
+
+End of input (the runner or its SSH connection died) and SIGTERM/SIGHUP tear the shard
+down too; a worker killed outright leaves its ledger for ``testbed clean`` on its server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import BinaryIO
+
+log = logging.getLogger(__name__)
+
+
+class _Stop(Exception):
+    pass
+
+
+class Worker:
+    """Serves one shard; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.fabric = None
+        self.counters = None
+
+    # -- ops -------------------------------------------------------------------
+    def op_build(self, topology: str, servers: str, server: str, placer: str = "pods") -> dict:
+        from ..fabric import Fabric, Shard
+        from ..kernel import features
+        from ..spec import load_topology
+        from .placement import place
+        from .servers import load_servers
+        if self.fabric is not None:
+            raise RuntimeError("already built")
+        feats = features()
+        topo = load_topology(topology, features=feats)
+        cluster = load_servers(servers)
+        placement = place(topo, cluster.names, placer)
+        self.fabric = Fabric(topo, have_netem=feats.netem, shard=Shard(server, placement, cluster, None))
+        self.fabric.start()
+        return {"timings": self.fabric.timings, "nodes": len(self.fabric.nodes), "pid": os.getpid(),
+                "ledger": self.fabric.ledger.run_id if self.fabric.ledger else None}
+
+    def op_set_link(self, link: str, up: bool) -> dict:
+        self.fabric.set_link(link, up)
+        return {}
+
+    def op_reconverge(self, failed: list[str]) -> dict:
+        self.fabric.reconverge(failed)
+        return {}
+
+    def op_counters(self) -> dict:
+        from ..counters import LinkCounters
+        self.counters = self.counters or LinkCounters(self.fabric)
+        return {"links": self.counters.read()}
+
+    def op_link_flags(self, link: str) -> dict:
+        from .. import routing
+        from ..netlink import netns
+        topo = self.fabric.topo
+        lk = topo.link_by_name[link]
+        out = {}
+        for port in (lk.a, lk.b):
+            if not self.fabric.is_local(port.node):
+                continue
+            with netns(self.fabric.nsfd(port.node)):
+                index = routing.port_ifindex(topo, port.node, lk)
+                flags = _flags(socket.if_indextoname(index))
+            out[port.node] = flags
+        return {"flags": out}
+
+    def op_stop(self) -> dict:
+        self.close()
+        raise _Stop
+
+    # -- loop ------------------------------------------------------------------
+    def close(self) -> None:
+        if self.fabric is not None:
+            self.fabric.stop()
+            self.fabric = None
+
+    def handle(self, request: dict) -> dict:
+        op = request.pop("op", None)
+        fn = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
+        if fn is None:
+            return {"ok": False, "error": f"unknown op {op!r}"}
+        if op not in ("build", "stop") and self.fabric is None:
+            return {"ok": False, "error": f"{op}: nothing built yet (send build first)"}
+        try:
+            return {"ok": True, **fn(**request)}
+        except _Stop:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is a reply, the worker keeps serving
+            log.debug("op %s failed", op, exc_info=True)
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+    def serve(self, rfile: BinaryIO, wfile: BinaryIO) -> None:
+        try:
+            for line in rfile:
+                try:
+                    request = json.loads(line)
+                    if not isinstance(request, dict):
+                        raise ValueError("not a JSON object")
+                except ValueError as exc:
+                    reply = {"ok": False, "error": f"bad request: {exc}"}
+                else:
+                    try:
+                        reply = self.handle(request)
+                    except _Stop:
+                        wfile.write(b'{"ok": true}\n')
+                        wfile.flush()
+                        return
+                wfile.write(json.dumps(reply).encode() + b"\n")
+                wfile.flush()
+        finally:
+            self.close()
+
+
+def _flags(ifname: str) -> list[str]:
+    """IFF_* names set on ``ifname`` in the current namespace (SIOCGIFFLAGS)."""
+    import fcntl
+    import struct
+    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sH", ifname.encode(), 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(s.fileno(), 0x8913, req)[:18])[1]
+    names = {0x1: "UP", 0x40: "RUNNING"}
+    return [n for bit, n in names.items() if flags & bit]
+
+
+def main() -> int:
+    """``testbed worker``: serve stdin/stdout until stop or end of input."""
+    worker = Worker()
+
+    def on_signal(signum, frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    try:
+        worker.serve(sys.stdin.buffer, sys.stdout.buffer)
+    finally:
+        worker.close()
+    return 0

@@ -1,0 +1,110 @@
+"""A fabric sharded over SSH (root): stand-in servers are namespaces, each running its own
+sshd (openssh-server) on its underlay address with a key made for the test; the runner's
+side (``SshShardedFabric``, fabric/paramiko) starts ``testbed worker`` on each over SSH and
+builds fat-tree-k4 from the shipped files. Checks the build, a cut link's fault on both
+servers, the counters, a refused request, and that nothing is left after a stop and after
+the runner is killed with SIGKILL (the workers tear down on end of input)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from testbed.cluster.placement import place
+from testbed.cluster.remote import RemoteError, SshShardedFabric, connect
+from testbed.cluster.servers import load_servers
+from testbed.cluster.sharded import standin_underlay
+from testbed.spec import load_topology
+from tests.conftest import net_namespaces
+from tests.netns.conftest import wait_for
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOPOLOGY = os.path.join(REPO, "topologies", "fat-tree-k4.yaml")
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"),
+                                reason="/usr/sbin/sshd missing (make setup installs openssh-server)")
+
+
+def servers_yaml(tmp_path, key: str) -> str:
+    path = tmp_path / "servers.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        servers:
+          - {{name: s1, address: stand-in-1, underlay: "fd00:96::1", key: {key}}}
+          - {{name: s2, address: stand-in-2, underlay: "fd00:96::2", key: {key}}}
+        underlay: {{mtu: 9100}}
+        """))
+    return str(path)
+
+
+@pytest.fixture
+def standins(tmp_path):
+    """(underlay, servers.yaml path): two stand-in servers with sshd; removed by ledger."""
+    (tmp_path / "no-key-yet").write_text("")
+    bootstrap = load_servers(servers_yaml(tmp_path, str(tmp_path / "no-key-yet")))   # addresses; key next
+    under = standin_underlay(bootstrap)
+    try:
+        key = under.start_sshd(bootstrap, tmp_path / "keys")
+        yield under, servers_yaml(tmp_path, str(key))
+    finally:
+        under.close()
+
+
+def sharded(under, servers_path: str) -> SshShardedFabric:
+    cluster, topo = load_servers(servers_path), load_topology(TOPOLOGY)
+    return SshShardedFabric(topo, TOPOLOGY, servers_path, cluster, place(topo, cluster.names),
+                            connect_to=lambda s: connect(s, sock=under.socket_to(s)))
+
+
+def baseline(under) -> set[int]:
+    """Namespaces in use now, and the stand-in servers' own (their sshd may still be starting)."""
+    return net_namespaces() | {os.stat(path).st_ino for path in under.netns.values()}
+
+
+def test_k4_built_over_ssh_on_two_standin_servers(standins):
+    under, servers_path = standins
+    ns_before = baseline(under)
+    fabric = sharded(under, servers_path)
+    with fabric:
+        assert {name: b["nodes"] for name, b in fabric.built.items()} == {"s1": 18, "s2": 18}
+        assert len(net_namespaces() - ns_before) == 36
+        cut = fabric.placement.cut[0].name
+        fabric.set_link(cut, False)
+        assert all("UP" not in flags for flags in fabric.link_flags(cut).values())
+        fabric.set_link(cut, True)
+        assert all("UP" in flags for flags in fabric.link_flags(cut).values())
+        assert len(fabric.link_flags(cut)) == 2
+        records = fabric.counters()
+        assert len(records) == 2 * len(fabric.topo.links)
+        with pytest.raises(RemoteError, match="s1: set_link: KeyError"):
+            fabric.shards["s1"].call("set_link", link="no-such-link", up=False)
+        print(f"bring-up over SSH on 2 stand-in servers: {fabric.timings}")
+    assert wait_for(lambda: net_namespaces() <= ns_before, 10)
+
+
+def test_a_killed_runner_leaves_nothing_on_the_servers(standins, tmp_path):
+    under, servers_path = standins
+    ns_before = baseline(under)
+    script = tmp_path / "runner.py"
+    script.write_text(textwrap.dedent(f"""\
+        import sys, time
+        sys.path.insert(0, {REPO!r})
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from testbed.cluster.sharded import StandinUnderlay
+        from test_ssh_workers import sharded
+        under = StandinUnderlay({under.netns!r}, {under.bridge_ns!r}, None)
+        fabric = sharded(under, {servers_path!r}).start()
+        print("built", flush=True)
+        time.sleep(600)
+        """))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "built"
+        assert len(net_namespaces() - ns_before) == 36
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert wait_for(lambda: net_namespaces() <= ns_before, 15), "the workers did not tear down"
