@@ -162,6 +162,53 @@ class SshShardedFabric:
         for shard in self.shards.values():
             shard.call("reconverge", failed=list(failed))
 
+    def clock_offsets(self, samples: int = 5) -> dict[str, dict]:
+        """Each server's wall-clock offset from this machine's, s: the sample with the least
+        round trip (NTP's rule, RFC 5905 §10), offset = remote - midpoint of the round trip,
+        uncertain by half of it. ``{server: {"offset_s", "rtt_s"}}``."""
+        out = {}
+        for name, shard in self.shards.items():
+            best = None
+            for _ in range(samples):
+                t0 = time.time()
+                wall = shard.call("clock")["wall"]
+                t1 = time.time()
+                if best is None or t1 - t0 < best[1]:
+                    best = (wall - (t0 + t1) / 2, t1 - t0)
+            out[name] = {"offset_s": best[0], "rtt_s": best[1]}
+        return out
+
+    def probe(self, pairs: list[tuple[str, str]] | None = None, *, srv6: bool = True, ecmp: bool = True,
+              quiet_s: float = 0.15, timeout_s: float = 2.0):
+        """:func:`testbed.verify.probe` across servers: each round's datagrams leave from the
+        workers of their source hosts, and every worker reports what reached its hosts.
+        Returns a :class:`testbed.verify.Reachability` (``evs`` from the topology)."""
+        from ..verify import Reachability, _rounds
+        hosts = [h.name for h in self.topo.hosts]
+        pairs = list(pairs) if pairs is not None else [(a, b) for a in hosts for b in hosts if a != b]
+        result = Reachability()
+        t0 = time.perf_counter()
+        try:
+            for round_pairs in _rounds(pairs):
+                expect = {name: 0 for name in self.shards}
+                for shard in self.shards.values():
+                    for key in shard.call("probe_send", pairs=round_pairs, srv6=srv6, ecmp=ecmp)["sent"]:
+                        result.sent.add(tuple(key))
+                        expect[self.placement.where[key[1]]] += 1
+                for name, shard in self.shards.items():   # returns once all its hosts' datagrams came
+                    for key in shard.call("probe_collect", quiet_s=quiet_s, timeout_s=timeout_s,
+                                          expect=expect[name])["received"]:
+                        result.received.add(tuple(key))
+        finally:
+            for shard in self.shards.values():
+                shard.call("probe_close")
+        if srv6:
+            for src, dst in pairs:
+                for ev in self.topo.evs(src, dst):
+                    result.evs[(src, dst, ev.ev_id)] = ev
+        result.seconds = time.perf_counter() - t0
+        return result
+
     def counters(self) -> list[dict]:
         """Every link end's counters (:meth:`testbed.counters.LinkCounters.read` records)."""
         out = []

@@ -14,6 +14,13 @@ Protocol: JSON lines. Each request ``{"op": ..., ...}`` gets exactly one reply
 * ``counters``: ``{"links": [...]}``, :meth:`testbed.counters.LinkCounters.read` of this
   shard's link ends.
 * ``link_flags`` ``{"link"}``: ``{"flags": {node: [IFF names]}}`` of this shard's ends.
+* ``clock``: ``{"wall": time.time()}`` (the runner measures each server's offset).
+* ``probe_send`` ``{"pairs": [[src, dst], ...], "srv6", "ecmp"}``: one datagram per EV and
+  per NIC pair from each pair's source host on this shard (:mod:`testbed.verify`'s wire
+  format; receiving sockets on this shard's hosts are opened at the first probe request);
+  ``{"sent": [[src, dst, ev_id], ...]}``.
+* ``probe_collect`` ``{"quiet_s", "timeout_s"}``: what arrived at this shard's hosts until
+  ``quiet_s`` without an arrival; ``{"received": [...]}``. ``probe_close`` closes the sockets.
 * ``stop``: tear down; the worker then exits.
 
 End of input (the runner or its SSH connection died) and SIGTERM/SIGHUP tear the shard
@@ -43,6 +50,8 @@ class Worker:
     def __init__(self) -> None:
         self.fabric = None
         self.counters = None
+        self._probe_rx: dict = {}
+        self._probe_tx: dict = {}
 
     # -- ops -------------------------------------------------------------------
     def op_build(self, topology: str, servers: str, server: str, placer: str = "pods") -> dict:
@@ -90,12 +99,79 @@ class Worker:
             out[port.node] = flags
         return {"flags": out}
 
+    def op_clock(self) -> dict:
+        import time
+        return {"wall": time.time()}
+
+    def _probe_sockets(self) -> None:
+        from ..verify import PROBE_PORT, _udp_socket
+        if self._probe_rx:
+            return
+        for host in self.fabric.topo.hosts:
+            if self.fabric.is_local(host.name):
+                self._probe_rx[host.name] = _udp_socket(self.fabric, host.name, bind_port=PROBE_PORT)
+                self._probe_tx[host.name] = _udp_socket(self.fabric, host.name, bind_port=None)
+
+    def op_probe_send(self, pairs: list, srv6: bool = True, ecmp: bool = True) -> dict:
+        from ..verify import _send
+        self._probe_sockets()
+        topo, sent = self.fabric.topo, []
+        for src, dst in pairs:
+            if src not in self._probe_tx:
+                continue
+            keys = []
+            if srv6:
+                keys += [((src, dst, ev.ev_id), str(ev.address)) for ev in topo.evs(src, dst)]
+            if ecmp:
+                keys += [((src, dst, -1 - s.plane), str(d.address)) for s in topo.nics[src] for d in topo.nics[dst]
+                         if s.plane == d.plane]
+            for key, address in keys:
+                _send(self._probe_tx[src], key, address)
+                sent.append(list(key))
+        return {"sent": sent}
+
+    def op_probe_collect(self, quiet_s: float = 0.15, timeout_s: float = 2.0, expect: int | None = None) -> dict:
+        import select
+        import time
+        self._probe_sockets()
+        poller = select.poll()
+        by_fd = {s.fileno(): (h, s) for h, s in self._probe_rx.items()}
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
+        received: list = []
+        deadline = last = time.monotonic()
+        deadline += timeout_s
+        while expect is None or len(received) < expect:
+            now = time.monotonic()
+            if now > deadline or now - last > quiet_s:
+                break
+            for fd, _ in poller.poll(20):
+                last = time.monotonic()
+                host, sock = by_fd[fd]
+                while True:
+                    try:
+                        data, _ = sock.recvfrom(2048)
+                    except BlockingIOError:
+                        break
+                    src, dst, ev_id = json.loads(data)
+                    if dst == host:
+                        received.append([src, dst, ev_id])
+        return {"received": received}
+
+    def op_probe_close(self) -> dict:
+        for sock in [*self._probe_rx.values(), *self._probe_tx.values()]:
+            sock.close()
+        self._probe_rx.clear()
+        self._probe_tx.clear()
+        return {}
+
     def op_stop(self) -> dict:
         self.close()
         raise _Stop
 
     # -- loop ------------------------------------------------------------------
     def close(self) -> None:
+        self.op_probe_close()
         if self.fabric is not None:
             self.fabric.stop()
             self.fabric = None

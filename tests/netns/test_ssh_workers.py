@@ -71,10 +71,19 @@ def test_k4_built_over_ssh_on_two_standin_servers(standins):
     with fabric:
         assert {name: b["nodes"] for name, b in fabric.built.items()} == {"s1": 18, "s2": 18}
         assert len(net_namespaces() - ns_before) == 36
+        reach = fabric.probe()
+        summary = reach.summary()
+        assert reach.lost == set() and summary["evs_ok"] == summary["evs_probed"] > 0
+        assert summary["ecmp_pairs_ok"] == summary["ecmp_pairs_probed"] == 16 * 15
         cut = fabric.placement.cut[0].name
         fabric.set_link(cut, False)
         assert all("UP" not in flags for flags in fabric.link_flags(cut).values())
+        down = fabric.probe(ecmp=False)
+        assert down.lost_evs() == {k for k, ev in down.evs.items() if cut in ev.links} != set()
         fabric.set_link(cut, True)
+        assert fabric.probe(ecmp=False).lost == set()
+        for name, c in fabric.clock_offsets().items():   # one machine: one clock, within the round trip
+            assert abs(c["offset_s"]) <= c["rtt_s"] / 2 + 1e-3, (name, c)
         assert all("UP" in flags for flags in fabric.link_flags(cut).values())
         assert len(fabric.link_flags(cut)) == 2
         records = fabric.counters()
