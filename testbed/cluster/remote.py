@@ -158,6 +158,22 @@ class SshShardedFabric:
             out.update(self.shards[server].call("link_flags", link=link)["flags"])
         return out
 
+    def fault(self, kind: str, link: str, value=None) -> None:
+        """Loss (%), clear_loss, blackhole (bool) or rate (bit/s, None: the topology's) on
+        ``link``, applied by the worker of each server holding an end."""
+        for server in self._servers_of(link):
+            self.shards[server].call("fault", kind=kind, link=link, value=value)
+
+    def fault_counters(self) -> dict[str, dict]:
+        """nftables drops per faulted link, both servers' ends summed."""
+        out: dict[str, dict] = {}
+        for shard in self.shards.values():
+            for link, c in shard.call("fault_counters")["counters"].items():
+                tot = out.setdefault(link, {k: 0 for k in c})
+                for k, v in c.items():
+                    tot[k] = tot.get(k, 0) + v
+        return out
+
     def reconverge(self, failed: list[str]) -> None:
         for shard in self.shards.values():
             shard.call("reconverge", failed=list(failed))

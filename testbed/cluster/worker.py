@@ -15,6 +15,10 @@ Protocol: JSON lines. Each request ``{"op": ..., ...}`` gets exactly one reply
   shard's link ends.
 * ``link_flags`` ``{"link"}``: ``{"flags": {node: [IFF names]}}`` of this shard's ends.
 * ``clock``: ``{"wall": time.time()}`` (the runner measures each server's offset).
+* ``fault`` ``{"kind": "loss"|"clear_loss"|"blackhole"|"rate", "link", "value"}``: this
+  shard's ends of the link, through a :class:`testbed.faults.FaultInjector` of the shard
+  (loss in %, blackhole on/off, rate in bit/s or null for the topology's); the link counters
+  then report the rate in force. ``fault_counters``: its nftables drop counters.
 * ``probe_send`` ``{"pairs": [[src, dst], ...], "srv6", "ecmp"}``: one datagram per EV and
   per NIC pair from each pair's source host on this shard (:mod:`testbed.verify`'s wire
   format; receiving sockets on this shard's hosts are opened at the first probe request);
@@ -52,6 +56,7 @@ class Worker:
         self.counters = None
         self._probe_rx: dict = {}
         self._probe_tx: dict = {}
+        self.faults = None
 
     # -- ops -------------------------------------------------------------------
     def op_build(self, topology: str, servers: str, server: str, placer: str = "pods") -> dict:
@@ -98,6 +103,22 @@ class Worker:
                 flags = _flags(socket.if_indextoname(index))
             out[port.node] = flags
         return {"flags": out}
+
+    def op_fault(self, kind: str, link: str, value=None) -> dict:
+        from ..faults import FaultInjector
+        if self.faults is None:
+            self.faults = FaultInjector(self.fabric)
+        apply = {"loss": lambda: self.faults.set_loss(link, float(value)),
+                 "clear_loss": lambda: self.faults.clear_loss(link),
+                 "blackhole": lambda: self.faults.set_blackhole(link, bool(value)),
+                 "rate": lambda: self.faults.set_rate(link, None if value is None else int(value))}
+        if kind not in apply:
+            raise ValueError(f"unknown fault kind {kind!r} (known: {', '.join(apply)})")
+        apply[kind]()
+        return {}
+
+    def op_fault_counters(self) -> dict:
+        return {"counters": self.faults.counters() if self.faults else {}}
 
     def op_clock(self) -> dict:
         import time
@@ -172,6 +193,12 @@ class Worker:
     # -- loop ------------------------------------------------------------------
     def close(self) -> None:
         self.op_probe_close()
+        if self.faults is not None:
+            try:
+                self.faults.revert_all()
+            except Exception as exc:  # noqa: BLE001 - the fabric goes anyway
+                log.warning("revert faults: %s", exc)
+            self.faults = None
         if self.fabric is not None:
             self.fabric.stop()
             self.fabric = None

@@ -97,6 +97,12 @@ class FaultInjector:
         except KeyError:
             raise KeyError(f"unknown link {name!r}") from None
 
+    def _local_ports(self, link: Link) -> list:
+        """The ends of ``link`` this fabric holds: both, or on a shard (:class:`testbed.fabric.Shard`)
+        the local ones; a fault on a cut link is applied by each server's injector to its end."""
+        local = getattr(self.fabric, "is_local", None)
+        return [p for p in (link.a, link.b) if local is None or local(p.node)]
+
     def _nsfd(self, node: str) -> int:
         try:
             return self.fabric.nsfd(node)
@@ -122,7 +128,7 @@ class FaultInjector:
         done = []
         self._dirty.add(name)
         try:
-            for port in (link.a, link.b):
+            for port in self._local_ports(link):
                 self._nft(port.node, nft.transition(name, port.ifname, old, new), f"{op} {name}")
                 done.append(port)
         except (FaultError, _Gone) as exc:
@@ -192,7 +198,7 @@ class FaultInjector:
         done = []
         self._rate_dirty.add(lk.name)
         try:
-            for port in (lk.a, lk.b):
+            for port in self._local_ports(lk):
                 self._set_htb(lk, port, new)
                 done.append(port)
         except (FaultError, _Gone) as exc:
@@ -278,7 +284,7 @@ class FaultInjector:
         for name in sorted(self._state):
             link = self._link(name)
             totals = {LOSS_COUNTER: 0, BLACKHOLE_COUNTER: 0}
-            for port in (link.a, link.b):
+            for port in self._local_ports(link):
                 try:
                     listing = self._nft(port.node, [{"list": {"counters": {"family": "netdev",
                                                                             "table": table_name(name)}}}],
@@ -298,7 +304,7 @@ class FaultInjector:
         a FaultError is collected in ``errors``. True if both ends are done."""
         link = self._link(name)
         ok = True
-        for port in (link.a, link.b):
+        for port in self._local_ports(link):
             try:
                 undo(link, port)
             except _Gone as exc:

@@ -82,6 +82,19 @@ def test_k4_built_over_ssh_on_two_standin_servers(standins):
         assert down.lost_evs() == {k for k, ev in down.evs.items() if cut in ev.links} != set()
         fabric.set_link(cut, True)
         assert fabric.probe(ecmp=False).lost == set()
+        # nftables and HTB faults through the workers: each server changes its end
+        fabric.fault("blackhole", cut, True)
+        held = fabric.probe(ecmp=False)
+        assert held.lost_evs() == {k for k, ev in held.evs.items() if cut in ev.links}
+        assert fabric.fault_counters()[cut]["blackhole_dropped"] >= len(held.lost_evs())
+        fabric.fault("blackhole", cut, False)
+        fabric.fault("rate", cut, 2_000_000)
+        assert {r["rate_bps"] for r in fabric.counters() if r["link"] == cut} == {2_000_000}
+        fabric.fault("rate", cut, None)
+        assert {r["rate_bps"] for r in fabric.counters() if r["link"] == cut} == {5_000_000}
+        assert fabric.probe(ecmp=False).lost == set()
+        with pytest.raises(RemoteError, match="unknown fault kind"):
+            fabric.fault("flood", cut, 1)
         for name, c in fabric.clock_offsets().items():   # one machine: one clock, within the round trip
             assert abs(c["offset_s"]) <= c["rtt_s"] / 2 + 1e-3, (name, c)
         assert all("UP" in flags for flags in fabric.link_flags(cut).values())
