@@ -197,7 +197,8 @@ class Tracer:
 
     def __post_init__(self):
         from testbed.counters import LinkCounters
-        self.counters = self.counters or LinkCounters(self.fabric)
+        remote = getattr(self.fabric, "link_counters", None)   # a fabric on other servers reads them there
+        self.counters = self.counters or (remote() if remote else LinkCounters(self.fabric))
 
     def __enter__(self) -> "Tracer":
         return self
@@ -209,6 +210,10 @@ class Tracer:
         return {(r["link"], r["node"]): r["tx_packets"] for r in self.counters.read()}
 
     def _send(self, host: str, t: FiveTuple) -> None:
+        remote = getattr(self.fabric, "send_trace_probes", None)
+        if remote is not None:   # sent by the worker of the server holding ``host``
+            remote(host, t, self.probes)
+            return
         with self.fabric.inside(host):
             sock = socket.socket(socket.AF_INET6, socket.SOCK_RAW, PROTOS[t.proto])
         with sock:

@@ -225,6 +225,21 @@ class SshShardedFabric:
         result.seconds = time.perf_counter() - t0
         return result
 
+    def link_counters(self):
+        """An object whose ``read()`` is :meth:`counters` (what :class:`testbed.paths.Tracer`
+        and the runner read)."""
+        fabric = self
+
+        class _Counters:
+            def read(self) -> list[dict]:
+                return fabric.counters()
+        return _Counters()
+
+    def send_trace_probes(self, host: str, t, probes: int) -> None:
+        """:class:`testbed.paths.Tracer`'s probe packets from ``host``, by its server's worker."""
+        from dataclasses import asdict
+        self.shards[self.placement.where[host]].call("trace_send", host=host, tuple=asdict(t), probes=probes)
+
     def counters(self) -> list[dict]:
         """Every link end's counters (:meth:`testbed.counters.LinkCounters.read` records)."""
         out = []

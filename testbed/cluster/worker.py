@@ -15,6 +15,8 @@ Protocol: JSON lines. Each request ``{"op": ..., ...}`` gets exactly one reply
   shard's link ends.
 * ``link_flags`` ``{"link"}``: ``{"flags": {node: [IFF names]}}`` of this shard's ends.
 * ``clock``: ``{"wall": time.time()}`` (the runner measures each server's offset).
+* ``trace_send`` ``{"host", "tuple": {src, dst, proto, sport, dport}, "probes"}``: the
+  path tracer's probe packets (:mod:`testbed.paths`) from a host of this shard.
 * ``fault`` ``{"kind": "loss"|"clear_loss"|"blackhole"|"rate", "link", "value"}``: this
   shard's ends of the link, through a :class:`testbed.faults.FaultInjector` of the shard
   (loss in %, blackhole on/off, rate in bit/s or null for the topology's); the link counters
@@ -119,6 +121,13 @@ class Worker:
 
     def op_fault_counters(self) -> dict:
         return {"counters": self.faults.counters() if self.faults else {}}
+
+    def op_trace_send(self, host: str, tuple: dict, probes: int) -> dict:
+        from ..paths import FiveTuple, Tracer
+        if not self.fabric.is_local(host):
+            raise KeyError(f"{host} is not on this server")
+        Tracer(self.fabric, probes=probes, counters=object())._send(host, FiveTuple(**tuple))
+        return {}
 
     def op_clock(self) -> dict:
         import time

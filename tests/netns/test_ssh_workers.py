@@ -18,6 +18,7 @@ from testbed.cluster.placement import place
 from testbed.cluster.remote import RemoteError, SshShardedFabric, connect
 from testbed.cluster.servers import load_servers
 from testbed.cluster.sharded import standin_underlay
+from testbed.paths import FiveTuple, Flow, trace_flows
 from testbed.spec import load_topology
 from tests.conftest import net_namespaces
 from tests.netns.conftest import wait_for
@@ -95,6 +96,17 @@ def test_k4_built_over_ssh_on_two_standin_servers(standins):
         assert fabric.probe(ecmp=False).lost == set()
         with pytest.raises(RemoteError, match="unknown fault kind"):
             fabric.fault("flood", cut, 1)
+        # path tracing: ECMP flows from pod 0 (s1) to pod 1 (s2), probes sent by s1's worker,
+        # counters read on both servers
+        src, dst = fabric.topo.nics["h0_0_0"][0].address, fabric.topo.nics["h1_0_0"][0].address
+        flows = [Flow(f"udp {i}", "rc", 0, 1, "data", "h0_0_0", "h1_0_0",
+                      FiveTuple(str(src), str(dst), "udp", 40000 + i, 4791)) for i in range(8)]
+        traced = trace_flows(fabric, flows)
+        cut_names = {link.name for link in fabric.placement.cut}
+        for t in traced:
+            assert t.outcome == "delivered" and t.hops[0].node == "h0_0_0" and t.hops[-1].next == "h1_0_0"
+            assert len(t.hops) == 6 and len(set(t.links) & cut_names) == 1
+        assert len({t.hops[2].next for t in traced}) > 1      # spread over more than one core
         for name, c in fabric.clock_offsets().items():   # one machine: one clock, within the round trip
             assert abs(c["offset_s"]) <= c["rtt_s"] / 2 + 1e-3, (name, c)
         assert all("UP" in flags for flags in fabric.link_flags(cut).values())
