@@ -77,7 +77,8 @@ class EgressConfig:
     (V, the virtual queue: network calculus's (R, B) regulator, Le Boudec & Thiran,
     "Network Calculus", §1.7), so each byte threshold is the packets' bytes plus B. Without
     it, at 5 Mbit/s and MTU 9000 (B = 2 frames) an "ECN threshold 2" marked any backlog at
-    all: 93% of a lone victim flow's ACKs in incast-trim carried ECN.
+    all: in incast-trim, a victim flow whose data shares no queue with the incast's data saw ECN on
+    93% of its ACKs.
     Raises SwitchConfigError.
     """
 
