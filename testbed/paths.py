@@ -186,6 +186,18 @@ def probe_packet(t: FiveTuple) -> bytes:
     return struct.pack("!HHIIBBHHH", t.sport, t.dport, 1, 1, 5 << 4, 0x10, 65535, 0, 0)
 
 
+def send_probes(fabric, host: str, t: FiveTuple, probes: int) -> None:
+    """``probes`` copies of :func:`probe_packet` for ``t`` from ``host`` of ``fabric`` (a raw
+    socket opened in its namespace). Raises OSError."""
+    with fabric.inside(host):
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_RAW, PROTOS[t.proto])
+    with sock:
+        sock.bind((t.src, 0))
+        packet = probe_packet(t)
+        for _ in range(probes):
+            sock.sendto(packet, (t.dst, 0))
+
+
 @dataclass
 class Tracer:
     """Traces flows on a running, quiet fabric (no agents yet) by sending each flow's probe
@@ -213,14 +225,8 @@ class Tracer:
         remote = getattr(self.fabric, "send_trace_probes", None)
         if remote is not None:   # sent by the worker of the server holding ``host``
             remote(host, t, self.probes)
-            return
-        with self.fabric.inside(host):
-            sock = socket.socket(socket.AF_INET6, socket.SOCK_RAW, PROTOS[t.proto])
-        with sock:
-            sock.bind((t.src, 0))
-            packet = probe_packet(t)
-            for _ in range(self.probes):
-                sock.sendto(packet, (t.dst, 0))
+        else:
+            send_probes(self.fabric, host, t, self.probes)
 
     def trace(self, flow: Flow) -> TracedFlow:
         """Hops of ``flow`` (see the module docstring); a flow with known ``links`` (SRv6) is

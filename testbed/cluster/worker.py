@@ -123,10 +123,10 @@ class Worker:
         return {"counters": self.faults.counters() if self.faults else {}}
 
     def op_trace_send(self, host: str, tuple: dict, probes: int) -> dict:
-        from ..paths import FiveTuple, Tracer
+        from ..paths import FiveTuple, send_probes
         if not self.fabric.is_local(host):
             raise KeyError(f"{host} is not on this server")
-        Tracer(self.fabric, probes=probes, counters=object())._send(host, FiveTuple(**tuple))
+        send_probes(self.fabric, host, FiveTuple(**tuple), probes)
         return {}
 
     def op_clock(self) -> dict:
