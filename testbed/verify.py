@@ -127,13 +127,23 @@ def _send(sock: socket.socket, key: tuple[str, str, int], address: str) -> None:
 
 
 def _collect(rx: dict[str, socket.socket], result: Reachability, timeout_s: float, quiet_s: float) -> None:
+    result.received |= collect(rx, expect=len(result.sent - result.received), timeout_s=timeout_s,
+                               quiet_s=quiet_s)
+
+
+def collect(rx: dict[str, socket.socket], *, expect: int | None, timeout_s: float,
+            quiet_s: float) -> set[tuple[str, str, int]]:
+    """The probe keys that arrive on ``rx`` (host -> bound socket, non-blocking) addressed to
+    their host, until ``expect`` of them came (None: no count), ``quiet_s`` passed without an
+    arrival, or ``timeout_s`` passed."""
     poller = select.poll()
     by_fd = {s.fileno(): (h, s) for h, s in rx.items()}
     for fd in by_fd:
         poller.register(fd, select.POLLIN)
+    got: set[tuple[str, str, int]] = set()
     deadline = time.monotonic() + timeout_s
     last = time.monotonic()
-    while len(result.received) < len(result.sent):
+    while expect is None or len(got) < expect:
         now = time.monotonic()
         if now > deadline or now - last > quiet_s:
             break
@@ -147,4 +157,5 @@ def _collect(rx: dict[str, socket.socket], result: Reachability, timeout_s: floa
                     break
                 src, dst, ev_id = json.loads(data)
                 if dst == host:
-                    result.received.add((src, dst, ev_id))
+                    got.add((src, dst, ev_id))
+    return got

@@ -161,32 +161,10 @@ class Worker:
         return {"sent": sent}
 
     def op_probe_collect(self, quiet_s: float = 0.15, timeout_s: float = 2.0, expect: int | None = None) -> dict:
-        import select
-        import time
+        from ..verify import collect
         self._probe_sockets()
-        poller = select.poll()
-        by_fd = {s.fileno(): (h, s) for h, s in self._probe_rx.items()}
-        for fd in by_fd:
-            poller.register(fd, select.POLLIN)
-        received: list = []
-        deadline = last = time.monotonic()
-        deadline += timeout_s
-        while expect is None or len(received) < expect:
-            now = time.monotonic()
-            if now > deadline or now - last > quiet_s:
-                break
-            for fd, _ in poller.poll(20):
-                last = time.monotonic()
-                host, sock = by_fd[fd]
-                while True:
-                    try:
-                        data, _ = sock.recvfrom(2048)
-                    except BlockingIOError:
-                        break
-                    src, dst, ev_id = json.loads(data)
-                    if dst == host:
-                        received.append([src, dst, ev_id])
-        return {"received": received}
+        got = collect(self._probe_rx, expect=expect, timeout_s=timeout_s, quiet_s=quiet_s)
+        return {"received": [list(key) for key in sorted(got)]}
 
     def op_probe_close(self) -> dict:
         for sock in [*self._probe_rx.values(), *self._probe_tx.values()]:
