@@ -34,6 +34,20 @@ def deliver(src, dst, now, keep=lambda data, ev: True):
     return out
 
 
+def deliver_all_but_the_first_ev(a, b, now=0.0):
+    """Send what ``a`` has at ``now``; ``b`` gets every packet except those on the first
+    packet's EV (a dead path) at now + 0.5 ms, and its SACKs reach ``a`` at now + 1 ms.
+    Returns the dead EV."""
+    out = a.datagrams_to_send(now)
+    dead = out[0][1]
+    for data, ev in out:
+        if ev != dead:
+            b.receive_datagram(data, now + 0.0005)
+    for data, _ in b.datagrams_to_send(now + 0.0005):
+        a.receive_datagram(data, now + 0.001)
+    return dead
+
+
 def test_state_machine_follows_mrc_h():
     qp = QP(7, rng=random.Random(0))
     assert qp.state is QPState.RST
@@ -160,13 +174,7 @@ def test_an_ev_that_delivers_nothing_is_retired_by_later_acks_on_other_evs():
     a, b = pair(sack_every=1)
     size = 8 * a.config.payload_bytes
     a.post_write(wr_id=1, local=bytes(size), remote_offset=0)
-    out = a.datagrams_to_send(0.0)
-    dead = out[0][1]
-    for data, ev in out:
-        if ev != dead:
-            b.receive_datagram(data, 0.0005)
-    for data, _ in b.datagrams_to_send(0.0005):
-        a.receive_datagram(data, 0.001)                 # RTT 1 ms
+    dead = deliver_all_but_the_first_ev(a, b)            # RTT 1 ms
     assert a.evs.info[dead].state is EVState.GOOD       # nothing sent later than the guard
     a.post_write(wr_id=2, local=bytes(size), remote_offset=size)
     for data, ev in a.datagrams_to_send(0.002):
@@ -199,13 +207,7 @@ def test_timeouts_with_nothing_later_delivered_do_not_retire_evs():
 def test_timeouts_on_an_ev_whose_later_packets_elsewhere_arrived_retire_it():
     a, b = pair(sack_every=1, reorder_threshold=100, ooo_threshold=1000)  # the timer must find it
     a.post_write(wr_id=1, local=bytes(8 * a.config.payload_bytes), remote_offset=0)
-    out = a.datagrams_to_send(0.0)
-    dead = out[0][1]
-    for data, ev in out:
-        if ev != dead:
-            b.receive_datagram(data, 0.0005)
-    for data, _ in b.datagrams_to_send(0.0005):
-        a.receive_datagram(data, 0.001)
+    dead = deliver_all_but_the_first_ev(a, b)
     a.handle_timer(a.get_timer())
     assert a.timeouts == 2 and a.ev_losses_stalled == 0
     assert a.evs.info[dead].state is EVState.ASSUMED_BAD
