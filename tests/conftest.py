@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
+import textwrap
 
 import pytest
+
+from testbed.cluster.servers import load_servers
+from testbed.cluster.sharded import standin_underlay
 
 ROOT_TIERS = ("netns", "e2e")
 
@@ -32,3 +36,30 @@ def net_namespaces() -> set[int]:
 
 def root_interfaces() -> set[str]:
     return {name for _, name in socket.if_nameindex()}
+
+
+def servers_yaml(tmp_path, key: str) -> str:
+    """A servers file of two stand-in servers (underlay fd00:96::1, ::2, MTU 9100) using ``key``."""
+    path = tmp_path / "servers.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        servers:
+          - {{name: s1, address: stand-in-1, underlay: "fd00:96::1", key: {key}}}
+          - {{name: s2, address: stand-in-2, underlay: "fd00:96::2", key: {key}}}
+        underlay: {{mtu: 9100}}
+        """))
+    return str(path)
+
+
+@pytest.fixture
+def standins(tmp_path):
+    """(underlay, servers.yaml path): two stand-in servers with sshd; removed by ledger."""
+    if not os.path.exists("/usr/sbin/sshd"):
+        pytest.skip("/usr/sbin/sshd missing (make setup installs openssh-server)")
+    (tmp_path / "no-key-yet").write_text("")
+    bootstrap = load_servers(servers_yaml(tmp_path, str(tmp_path / "no-key-yet")))   # addresses; key next
+    under = standin_underlay(bootstrap)
+    try:
+        key = under.start_sshd(bootstrap, tmp_path / "keys")
+        yield under, servers_yaml(tmp_path, str(key))
+    finally:
+        under.close()

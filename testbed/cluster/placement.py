@@ -48,7 +48,8 @@ class Placement:
         return [n for n, s in self.where.items() if s == server]
 
     def summary(self, topo: Topology) -> dict:
-        """``{"cut_links", "links", "per_server": {server: {"nodes", "hosts", "tunnels"}}}``."""
+        """``{"cut_links", "links", "per_server": {server: {"nodes", "hosts", "tunnels"}}, "cut":
+        [names of the links between servers]}``."""
         per = {s: {"nodes": 0, "hosts": 0, "tunnels": 0} for s in self.servers}
         for name, server in self.where.items():
             per[server]["nodes"] += 1
@@ -56,7 +57,8 @@ class Placement:
         for link in self.cut:
             per[self.where[link.a.node]]["tunnels"] += 1
             per[self.where[link.b.node]]["tunnels"] += 1
-        return {"cut_links": len(self.cut), "links": len(topo.links), "per_server": per}
+        return {"cut_links": len(self.cut), "links": len(topo.links), "per_server": per,
+                "cut": sorted(link.name for link in self.cut)}
 
 
 def _groups(topo: Topology) -> tuple[list[list[str]], list[str]]:

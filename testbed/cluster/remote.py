@@ -15,6 +15,8 @@ offsets (the runner cannot drive a scenario through this yet).
 from __future__ import annotations
 
 import json
+import logging
+import queue
 import shlex
 import sys
 import threading
@@ -29,6 +31,12 @@ from .placement import Placement
 from .servers import Cluster, Server
 
 REPO = Path(__file__).resolve().parents[2]
+log = logging.getLogger(__name__)
+
+
+def _ship(path: str | Path) -> dict:
+    """A spec file as the workers receive it: its name and YAML text (they need no copy)."""
+    return {"name": Path(path).name, "text": Path(path).read_text()}
 
 
 class RemoteError(RuntimeError):
@@ -46,34 +54,64 @@ def connect(server: Server, **connect_kwargs):
 
 
 class RemoteShard:
-    """``testbed worker`` on ``server`` over ``connection``; :meth:`call` sends one request."""
+    """``testbed worker`` on ``server`` over ``connection``; :meth:`call` sends one request.
+
+    A reader thread takes the worker's lines: replies go to the caller waiting in
+    :meth:`call`, pushed lines (``{"push": ...}``: the agents' messages and exits) to
+    ``on_push(server_name, line)`` (set it before agents start; unset: dropped)."""
 
     def __init__(self, server: Server, connection, *, timeout_s: float = 120.0):
         self.server = server
         self.connection = connection
         self.timeout_s = timeout_s
+        self.on_push: Callable[[str, dict], None] | None = None
         self._lock = threading.Lock()
+        self._replies: queue.Queue = queue.Queue()
         connection.open()
         self.channel = connection.client.get_transport().open_session()
-        self.channel.settimeout(timeout_s)
         repo = server.repo or str(REPO)
         python = server.python or sys.executable
         self.channel.exec_command(f"cd {shlex.quote(repo)} && exec {shlex.quote(python)} -m testbed worker")
         self._rfile = self.channel.makefile("rb")
         self._wfile = self.channel.makefile_stdin("wb")
+        self._reader = threading.Thread(target=self._read, name=f"worker-{server.name}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            for line in self._rfile:
+                msg = json.loads(line)
+                if "push" in msg:
+                    if self.on_push is not None:
+                        self.on_push(self.server.name, msg)
+                else:
+                    self._replies.put(msg)
+        except Exception as exc:  # noqa: BLE001 - a broken channel ends the worker for the caller
+            log.debug("%s: worker channel: %s", self.server.name, exc)
+        finally:
+            self._replies.put(None)   # end of output: every waiting and later call fails
+            if self.on_push is not None:
+                self.on_push(self.server.name, {"push": "gone"})
 
     def call(self, op: str, **args) -> dict:
         """One request; the reply without ``ok``. Raises RemoteError naming the server."""
         with self._lock:
-            self._wfile.write(json.dumps({"op": op, **args}).encode() + b"\n")
-            self._wfile.flush()
-            line = self._rfile.readline()
-        if not line:
+            try:
+                self._wfile.write(json.dumps({"op": op, **args}).encode() + b"\n")
+                self._wfile.flush()
+            except OSError as exc:
+                raise RemoteError(f"{self.server.name}: worker gone before {op}: {exc}") from None
+            try:
+                reply = self._replies.get(timeout=self.timeout_s)
+            except queue.Empty:
+                raise RemoteError(f"{self.server.name}: no reply to {op} within {self.timeout_s:g} s") from None
+            if reply is None:
+                self._replies.put(None)
+        if reply is None:
             err = self.channel.recv_stderr(65536).decode(errors="replace") if self.channel.recv_stderr_ready() else ""
             raise RemoteError(f"{self.server.name}: worker gone during {op} "
                               f"(exit {self.channel.exit_status if self.channel.exit_status_ready() else '?'})"
                               + (f": {err.strip()[-500:]}" if err else ""))
-        reply = json.loads(line)
         if not reply.pop("ok", False):
             raise RemoteError(f"{self.server.name}: {op}: {reply.get('error')}")
         return reply
@@ -101,6 +139,10 @@ class SshShardedFabric:
     shards: dict[str, RemoteShard] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     built: dict[str, dict] = field(default_factory=dict)
+    _down: set[str] = field(default_factory=set)
+    clocks: dict[str, dict] = field(default_factory=dict)
+    """Each server's clock offset from this machine's at the last :meth:`start_agents`
+    (:meth:`clock_offsets`)."""
 
     def __enter__(self) -> "SshShardedFabric":
         return self.start()
@@ -118,9 +160,9 @@ class SshShardedFabric:
             with ThreadPoolExecutor(max_workers=len(servers)) as pool:
                 shards = list(pool.map(lambda s: RemoteShard(s, self.connect_to(s)), servers))
                 self.shards = {sh.server.name: sh for sh in shards}
-                built = list(pool.map(lambda sh: sh.call("build", topology=str(self.topology_path),
-                                                         servers=str(self.servers_path),
-                                                         server=sh.server.name, placer=self.placer), shards))
+                spec = {"topology": _ship(self.topology_path), "servers": _ship(self.servers_path)}
+                built = list(pool.map(lambda sh: sh.call("build", **spec, server=sh.server.name,
+                                                         placer=self.placer), shards))
         except BaseException:
             self.stop()
             raise
@@ -151,6 +193,7 @@ class SshShardedFabric:
         """Down or up on every server holding an end (both, for a cut link)."""
         for server in self._servers_of(link):
             self.shards[server].call("set_link", link=link, up=up)
+        (self._down.discard if up else self._down.add)(link)
 
     def link_flags(self, link: str) -> dict[str, list[str]]:
         out = {}
@@ -158,25 +201,27 @@ class SshShardedFabric:
             out.update(self.shards[server].call("link_flags", link=link)["flags"])
         return out
 
-    def fault(self, kind: str, link: str, value=None) -> None:
-        """Loss (%), clear_loss, blackhole (bool) or rate (bit/s, None: the topology's) on
-        ``link``, applied by the worker of each server holding an end."""
-        for server in self._servers_of(link):
-            self.shards[server].call("fault", kind=kind, link=link, value=value)
+    def run_nft(self, node: str, cmds: list[dict]) -> tuple[int, object, str]:
+        """libnftables JSON ``cmds`` in ``node``'s namespace, by its server's worker: (rc, output,
+        error text), as :func:`testbed.faults.nft.run_binding`. What a
+        :class:`testbed.faults.FaultInjector` of this fabric runs its loss and blackhole rules with."""
+        reply = self.shards[self.placement.where[node]].call("nft", node=node, cmds=cmds)
+        return reply["rc"], reply["out"], reply["err"]
 
-    def fault_counters(self) -> dict[str, dict]:
-        """nftables drops per faulted link, both servers' ends summed."""
-        out: dict[str, dict] = {}
-        for shard in self.shards.values():
-            for link, c in shard.call("fault_counters")["counters"].items():
-                tot = out.setdefault(link, {k: 0 for k in c})
-                for k, v in c.items():
-                    tot[k] = tot.get(k, 0) + v
-        return out
+    def set_htb(self, link: str, node: str, rate_bps: int) -> None:
+        """The HTB rate (bit/s) of ``node``'s end of ``link``, by its server's worker (what a
+        :class:`testbed.faults.FaultInjector` of this fabric changes rates with)."""
+        self.shards[self.placement.where[node]].call("htb", link=link, node=node, rate_bps=rate_bps)
 
-    def reconverge(self, failed: list[str]) -> None:
+    @property
+    def links_down(self) -> frozenset[str]:
+        return frozenset(self._down)
+
+    def reconverge(self, failed=None) -> None:
+        """ECMP routes around ``failed`` (default: the links now down) on every server."""
+        failed = sorted(self._down if failed is None else failed)
         for shard in self.shards.values():
-            shard.call("reconverge", failed=list(failed))
+            shard.call("reconverge", failed=failed)
 
     def clock_offsets(self, samples: int = 5) -> dict[str, dict]:
         """Each server's wall-clock offset from this machine's, s: the sample with the least
@@ -205,6 +250,8 @@ class SshShardedFabric:
         result = Reachability()
         t0 = time.perf_counter()
         try:
+            for shard in self.shards.values():   # every receiver listens before anything is sent
+                shard.call("probe_open")
             for round_pairs in _rounds(pairs):
                 expect = {name: 0 for name in self.shards}
                 for shard in self.shards.values():
@@ -225,6 +272,12 @@ class SshShardedFabric:
         result.seconds = time.perf_counter() - t0
         return result
 
+    def start_agents(self, jobs: list[dict]) -> RemoteAgents:
+        """Start ``jobs``' agents on their hosts' servers (:class:`RemoteAgents`), with the clock
+        offsets measured at this call."""
+        self.clocks = self.clock_offsets()
+        return RemoteAgents(self, jobs, {name: c["offset_s"] for name, c in self.clocks.items()})
+
     def link_counters(self):
         """An object whose ``read()`` is :meth:`counters` (what :class:`testbed.paths.Tracer`
         and the runner read)."""
@@ -242,7 +295,201 @@ class SshShardedFabric:
 
     def counters(self) -> list[dict]:
         """Every link end's counters (:meth:`testbed.counters.LinkCounters.read` records)."""
+        from ..faults import current_rate_bps
         out = []
         for shard in self.shards.values():
             out += shard.call("counters")["links"]
+        for rec in out:   # the rate in force is what this side's FaultInjector set
+            rec["rate_bps"] = current_rate_bps(self, self.topo.link_by_name[rec["link"]])
         return out
+
+
+class RemoteProcess:
+    """An agent on a server, as the runner's process checks see it: ``pid`` (on its server)
+    and :meth:`poll` (its exit status once its worker pushed it, else None)."""
+
+    def __init__(self, pid: int, server: str):
+        self.pid, self.server = pid, server
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+class RemoteAgents:
+    """A run's agents started by the workers of ``fabric`` (each job on its host's server), as
+    the runner sees them: the :class:`testbed.run.control.ControlServer` calls (:meth:`poll`,
+    :meth:`send`, :meth:`broadcast`, :meth:`close`) and ``procs`` ({agent: RemoteProcess}).
+
+    ``offsets``: each server's clock offset from this machine's, s
+    (:meth:`SshShardedFabric.clock_offsets`); every time an agent reports (a sample's ``t``, an
+    event's ``t``, an iteration's ``t_start``/``t_end``) is moved onto this machine's clock
+    (t - offset), so records from every server share one timeline. A worker that goes away
+    makes its agents exit with status -1 (the runner reports them ``crashed``).
+    """
+
+    GONE = -1
+
+    def __init__(self, fabric: "SshShardedFabric", jobs: list[dict], offsets: dict[str, float]):
+        from agents.protocol import AGENT_MESSAGES, LineFramer
+        self.fabric, self.offsets = fabric, offsets
+        self._inbox: queue.Queue = queue.Queue()
+        self._framers = {name: LineFramer(AGENT_MESSAGES) for name in fabric.shards}
+        self.where = {job["agent"]: fabric.placement.where[job["host"]] for job in jobs}
+        self.procs: dict[int, RemoteProcess] = {}
+        for shard in fabric.shards.values():
+            shard.on_push = self._on_push
+        by_server = {name: [j for j in jobs if self.where[j["agent"]] == name] for name in fabric.shards}
+        try:
+            with ThreadPoolExecutor(max_workers=len(by_server)) as pool:
+                started = dict(zip(by_server, pool.map(
+                    lambda name: fabric.shards[name].call("agents_start", jobs=by_server[name])["pids"]
+                    if by_server[name] else {}, by_server)))
+        except BaseException:
+            self.close()
+            raise
+        for name, pids in started.items():
+            for rank, pid in pids.items():
+                self.procs[int(rank)] = RemoteProcess(pid, name)
+
+    def _on_push(self, server: str, push: dict) -> None:   # a worker's reader thread
+        self._inbox.put((server, push))
+
+    def poll(self, timeout_s: float) -> list:
+        """The agents' messages that arrive within ``timeout_s`` (after the first, no waiting),
+        times on this machine's clock; exits update ``procs``."""
+        out: list = []
+        try:
+            item = self._inbox.get(timeout=max(timeout_s, 0.0)) if timeout_s > 0 else self._inbox.get_nowait()
+        except queue.Empty:
+            return out
+        while item is not None:
+            self._take(*item, out)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                item = None
+        return out
+
+    def _take(self, server: str, push: dict, out: list) -> None:
+        from agents.protocol import ProtocolError
+        kind = push.get("push")
+        if kind == "agent":
+            try:
+                msgs = self._framers[server].feed(str(push["line"]).encode())
+            except ProtocolError as exc:
+                log.warning("%s: a relayed agent message was not one: %s", server, exc)
+                msgs = exc.messages
+            out.extend(self._on_clock(msg, self.offsets.get(server, 0.0)) for msg in msgs)
+        elif kind == "exit":
+            proc = self.procs.get(int(push["rank"]))
+            if proc is not None:
+                proc.returncode = int(push["code"])
+        elif kind == "gone":
+            for proc in self.procs.values():
+                if proc.server == server and proc.returncode is None:
+                    proc.returncode = self.GONE
+
+    @staticmethod
+    def _on_clock(msg, offset_s: float):
+        import dataclasses
+        if not offset_s:
+            return msg
+        moved = {f: getattr(msg, f) - offset_s for f in ("t", "t_start", "t_end") if hasattr(msg, f)}
+        return dataclasses.replace(msg, **moved) if moved else msg
+
+    def send(self, rank: int, msg) -> bool:
+        from agents.protocol import encode
+        try:
+            self.fabric.shards[self.where[rank]].call("agents_send", line=encode(msg).decode(), rank=rank)
+            return True
+        except (KeyError, RemoteError):
+            return False
+
+    def broadcast(self, msg) -> None:
+        """``msg`` to every agent, each server's at once (one request per server, in parallel)."""
+        from agents.protocol import encode
+        line = encode(msg).decode()
+        names = sorted(set(self.where.values()))
+        with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+            for name, exc in zip(names, pool.map(lambda n: _try(self.fabric.shards[n].call, "agents_send",
+                                                                line=line, rank=None), names)):
+                if exc is not None:
+                    log.warning("%s: %s", name, exc)
+
+    def collect(self, transport_dir: Path) -> dict[str, dict]:
+        """Fetch every server's records into ``transport_dir`` as one machine's run leaves them:
+        ``samples/rank<a>.jsonl`` and ``logs/rank<a>.log`` per agent (times moved onto this
+        clock). Returns ``{server: {"cpu": [records], "sched": [records]}}`` (moved too; each CPU
+        record tagged with its ``server``). A server that cannot answer is logged and skipped."""
+        from ..run import records
+        out = {}
+        for name in sorted(set(self.where.values())):
+            try:
+                got = self.fabric.shards[name].call("agents_collect")
+            except RemoteError as exc:
+                log.warning("records of %s: %s", name, exc)
+                continue
+            offset = self.offsets.get(name, 0.0)
+            for rank, files in got["ranks"].items():
+                rank = int(rank)
+                path = records.samples_file(transport_dir, rank)
+                path.parent.mkdir(records.DIR_MODE, parents=True, exist_ok=True)
+                path.write_text("".join(_moved_line(line, offset) for line in files["samples"].splitlines(True)))
+                log_path = records.agent_log(transport_dir, rank)
+                log_path.parent.mkdir(records.DIR_MODE, parents=True, exist_ok=True)
+                log_path.write_text(files["log"])
+            out[name] = {kind: [json.loads(_moved_line(line, offset)) for line in got[kind].splitlines()
+                                if line.strip()] for kind in ("cpu", "sched")}
+            for rec in out[name]["cpu"]:
+                rec["server"] = name
+        return out
+
+    def close(self) -> None:
+        """Stop what still runs on every server (agents_stop); errors are logged."""
+        for name, shard in list(self.fabric.shards.items()):
+            exc = _try(shard.call, "agents_stop")
+            if exc is not None:
+                log.warning("%s: agents_stop: %s", name, exc)
+            shard.on_push = None
+
+
+def _try(fn, *args, **kwargs) -> Exception | None:
+    try:
+        fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the caller logs it
+        return exc
+    return None
+
+
+def _moved_line(line: str, offset_s: float) -> str:
+    """A JSON-lines record with its ``t`` moved by ``-offset_s``; a line that is not a JSON
+    object with a number ``t`` (a killed agent's torn last line) is kept as it is."""
+    if not offset_s:
+        return line
+    try:
+        obj = json.loads(line)
+        obj["t"] = float(obj["t"]) - offset_s
+    except (ValueError, TypeError, KeyError):
+        return line
+    return json.dumps(obj) + "\n"
+
+
+def ssh_fabric_factory(topo: Topology, topology_path: str, servers_path: str, placer: str = "pods"):
+    """``(fabric_factory, problems)`` for :func:`testbed.run.run_scenario`: every transport's
+    fabric spread over the servers of ``servers_path`` by their workers
+    (:class:`SshShardedFabric`, placed by ``placer``). ``problems`` (a servers file that does
+    not validate, a placement its tunnels cannot carry; :class:`testbed.spec.Problem`) come
+    before anything is built; with problems the factory is None."""
+    from ..spec import SpecError
+    from .servers import load_servers
+    from .vxlan import checked_placement
+    try:
+        cluster = load_servers(servers_path)
+    except SpecError as exc:
+        return None, list(exc.problems)
+    placement, problems = checked_placement(topo, cluster, placer, str(topology_path))
+    if problems:
+        return None, problems
+    return (lambda t, netem: SshShardedFabric(t, topology_path, servers_path, cluster, placement, placer)), []
+

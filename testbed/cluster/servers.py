@@ -88,17 +88,19 @@ class Cluster:
         raise KeyError(name)
 
 
-def load_servers(path: str | os.PathLike) -> Cluster:
-    """Load and validate a servers file. Raises SpecError listing every problem."""
+def load_servers(path: str | os.PathLike, *, check_keys: bool = True) -> Cluster:
+    """Load and validate a servers file. Raises SpecError listing every problem.
+    ``check_keys`` False: key files are not looked for (a worker reads the runner's copy;
+    the keys are the runner's)."""
     reader = Reader(str(path))
     root = reader.compose(Path(path))
-    cluster = _cluster(reader, root, Path(path).parent) if root is not None else None
+    cluster = _cluster(reader, root, Path(path).parent, check_keys) if root is not None else None
     if reader.problems or cluster is None:
         raise SpecError(_sorted(reader))
     return cluster
 
 
-def _cluster(r: Reader, root: Node, base: Path) -> Cluster | None:
+def _cluster(r: Reader, root: Node, base: Path, check_keys: bool = True) -> Cluster | None:
     if _not_a_mapping(r, root, "a servers"):
         return None
     m = r.mapping(root, "", ["servers"], ["underlay"])
@@ -111,7 +113,7 @@ def _cluster(r: Reader, root: Node, base: Path) -> Cluster | None:
         r.error(m["servers"], "servers", f"expected 1..{MAX_SERVERS} servers, got {len(items)}")
     servers, names, underlays = [], {}, {}
     for i, item in enumerate(items):
-        s = _server(r, item, f"servers[{i}]", base)
+        s = _server(r, item, f"servers[{i}]", base, check_keys)
         if s is None:
             continue
         path = join("servers", i)
@@ -138,7 +140,7 @@ def _cluster(r: Reader, root: Node, base: Path) -> Cluster | None:
     return Cluster(tuple(servers), mtu, port, vni_base, r.file, dict(r.lines))
 
 
-def _server(r: Reader, node: Node, path: str, base: Path) -> Server | None:
+def _server(r: Reader, node: Node, path: str, base: Path, check_keys: bool = True) -> Server | None:
     m = r.mapping(node, path, ["name", "address", "underlay"], ["user", "port", "key", "repo", "python"])
     if m is None:
         return None
@@ -170,7 +172,7 @@ def _server(r: Reader, node: Node, path: str, base: Path) -> Server | None:
         if text is not None:
             key_path = Path(os.path.expanduser(text))
             key_path = key_path if key_path.is_absolute() else base / key_path
-            if not key_path.is_file():
+            if check_keys and not key_path.is_file():
                 r.error(m["key"], join(path, "key"), f"key file {str(key_path)!r} does not exist or is not a file")
             else:
                 key = str(key_path)

@@ -116,3 +116,17 @@ def add_tunnel(batch: Batch, end: TunnelEnd, node_nsfd: int) -> None:
     batch.link_add(ifname=end.ifname, index=end.ifindex, kind="vxlan", nsfd=node_nsfd, mac=end.mac,
                    mtu=end.mtu, gso_max_segs=1, info_data=end.info_data(),
                    desc=f"vxlan {end.link} ({end.node}:{end.ifname}, VNI {end.vni}, {end.local} -> {end.remote})")
+
+
+def checked_placement(topo: Topology, cluster: Cluster, placer: str, what: str):
+    """Place ``topo`` (from file ``what``) on ``cluster`` and check that its tunnels carry
+    every cut link: ``(placement or None, problems)``, each problem a
+    :class:`testbed.spec.Problem` naming the servers file (and its ``underlay.mtu`` line)."""
+    from ..spec import Problem
+    from .placement import PlacementError, place
+    try:
+        placement = place(topo, cluster.names, placer)
+    except PlacementError as exc:
+        return None, [Problem(cluster.source, 0, "", f"{what}: {exc}")]
+    return placement, [Problem(cluster.source, cluster.line_for("underlay.mtu"), "underlay.mtu", f"{what}: {m}")
+                       for m in mtu_problems(topo, placement, cluster)]

@@ -3,8 +3,9 @@
 Protocol: JSON lines. Each request ``{"op": ..., ...}`` gets exactly one reply
 ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``, in order.
 
-* ``build`` ``{"topology": path, "servers": path, "server": name, "placer": "pods"}``:
-  load and validate both files (the worker's own copies), place, and build this server's
+* ``build`` ``{"topology": file, "servers": file, "server": name, "placer": "pods"}`` (a file
+  as shipped by the runner: ``{"name": its file name, "text": its YAML}``; the servers file's
+  key files are not looked for here): load and validate both, place, and build this server's
   shard (:class:`testbed.fabric.Fabric` with a :class:`~testbed.fabric.Shard`; VXLAN ends
   from this process's namespace, which holds the server's underlay address). Reply
   ``{"timings", "nodes", "pid", "ledger"}``. Must come first.
@@ -17,16 +18,24 @@ Protocol: JSON lines. Each request ``{"op": ..., ...}`` gets exactly one reply
 * ``clock``: ``{"wall": time.time()}`` (the runner measures each server's offset).
 * ``trace_send`` ``{"host", "tuple": {src, dst, proto, sport, dport}, "probes"}``: the
   path tracer's probe packets (:mod:`testbed.paths`) from a host of this shard.
-* ``fault`` ``{"kind": "loss"|"clear_loss"|"blackhole"|"rate", "link", "value"}``: this
-  shard's ends of the link, through a :class:`testbed.faults.FaultInjector` of the shard
-  (loss in %, blackhole on/off, rate in bit/s or null for the topology's); the link counters
-  then report the rate in force. ``fault_counters``: its nftables drop counters.
+* ``nft`` ``{"node", "cmds"}``: libnftables JSON commands in a node's namespace, ``{"rc", "out",
+  "err"}``; ``htb`` ``{"link", "node", "rate_bps"}``: the HTB rate of a node's end of a link.
+  The runner's :class:`testbed.faults.FaultInjector` drives faults through these two (it
+  owns the fault state); the link counters then report the rate in force.
 * ``probe_send`` ``{"pairs": [[src, dst], ...], "srv6", "ecmp"}``: one datagram per EV and
   per NIC pair from each pair's source host on this shard (:mod:`testbed.verify`'s wire
-  format; receiving sockets on this shard's hosts are opened at the first probe request);
+  format; ``probe_open`` first opens this shard's hosts' sockets, on every server before
+  any sends);
   ``{"sent": [[src, dst, ev_id], ...]}``.
 * ``probe_collect`` ``{"quiet_s", "timeout_s"}``: what arrived at this shard's hosts until
   ``quiet_s`` without an arrival; ``{"received": [...]}``. ``probe_close`` closes the sockets.
+* ``agents_start`` ``{"jobs": [job spec, ...]}``: start the agents of these jobs (their hosts on
+  this server) with a control socket of this worker's (:class:`testbed.cluster.relay.AgentRelay`);
+  ``{"pids": {agent: pid}}``. From then on the worker also writes pushed lines, between
+  replies: ``{"push": "agent", "line"}`` (an agent's message) and ``{"push": "exit", "rank",
+  "code"}``. ``agents_send`` ``{"line", "rank": agent or null}``: a runner's message to one
+  agent or all. ``agents_collect``: their samples files, logs, this server's CPU and the
+  agents' scheduler records. ``agents_stop``: stop what still runs.
 * ``stop``: tear down; the worker then exits.
 
 End of input (the runner or its SSH connection died) and SIGTERM/SIGHUP tear the shard
@@ -38,9 +47,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
+import threading
+from pathlib import Path
 from typing import BinaryIO
 
 log = logging.getLogger(__name__)
@@ -58,10 +71,13 @@ class Worker:
         self.counters = None
         self._probe_rx: dict = {}
         self._probe_tx: dict = {}
-        self.faults = None
+        self.agents = None
+        self.workdir: Path | None = None
+        self._wfile: BinaryIO | None = None
+        self._wlock = threading.Lock()
 
     # -- ops -------------------------------------------------------------------
-    def op_build(self, topology: str, servers: str, server: str, placer: str = "pods") -> dict:
+    def op_build(self, topology: dict, servers: dict, server: str, placer: str = "pods") -> dict:
         from ..fabric import Fabric, Shard
         from ..kernel import features
         from ..spec import load_topology
@@ -70,13 +86,26 @@ class Worker:
         if self.fabric is not None:
             raise RuntimeError("already built")
         feats = features()
-        topo = load_topology(topology, features=feats)
-        cluster = load_servers(servers)
+        topo = load_topology(self._shipped(topology), features=feats)
+        cluster = load_servers(self._shipped(servers), check_keys=False)
         placement = place(topo, cluster.names, placer)
         self.fabric = Fabric(topo, have_netem=feats.netem, shard=Shard(server, placement, cluster, None))
         self.fabric.start()
         return {"timings": self.fabric.timings, "nodes": len(self.fabric.nodes), "pid": os.getpid(),
                 "ledger": self.fabric.ledger.run_id if self.fabric.ledger else None}
+
+    def _shipped(self, file: dict) -> Path:
+        """A file the runner shipped (``{"name", "text"}``) written into this worker's private
+        directory under its own name (so problems name it as the runner's copy does)."""
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="mrc-worker-"))
+        name = Path(str(file["name"])).name
+        if name in ("", ".", "..") or not name.endswith((".yaml", ".yml")):
+            raise ValueError(f"shipped file name {file['name']!r}: expected a .yaml file name")
+        (self.workdir / "spec").mkdir(mode=0o700, exist_ok=True)
+        path = self.workdir / "spec" / name
+        path.write_text(str(file["text"]))
+        return path
 
     def op_set_link(self, link: str, up: bool) -> dict:
         self.fabric.set_link(link, up)
@@ -106,21 +135,22 @@ class Worker:
             out[port.node] = flags
         return {"flags": out}
 
-    def op_fault(self, kind: str, link: str, value=None) -> dict:
-        from ..faults import FaultInjector
-        if self.faults is None:
-            self.faults = FaultInjector(self.fabric)
-        apply = {"loss": lambda: self.faults.set_loss(link, float(value)),
-                 "clear_loss": lambda: self.faults.clear_loss(link),
-                 "blackhole": lambda: self.faults.set_blackhole(link, bool(value)),
-                 "rate": lambda: self.faults.set_rate(link, None if value is None else int(value))}
-        if kind not in apply:
-            raise ValueError(f"unknown fault kind {kind!r} (known: {', '.join(apply)})")
-        apply[kind]()
-        return {}
+    def op_nft(self, node: str, cmds: list) -> dict:
+        """nftables commands (libnftables JSON) in ``node``'s namespace: ``{"rc", "out", "err"}``."""
+        from ..faults import nft
+        if not self.fabric.is_local(node):
+            raise KeyError(f"{node} is not on this server")
+        rc, out, err = nft.runner()(self.fabric.nsfd(node), cmds)
+        return {"rc": rc, "out": out, "err": err}
 
-    def op_fault_counters(self) -> dict:
-        return {"counters": self.faults.counters() if self.faults else {}}
+    def op_htb(self, link: str, node: str, rate_bps: int) -> dict:
+        """HTB rate of ``node``'s end of ``link``, bit/s (:func:`testbed.faults.injector.set_htb`)."""
+        from ..faults.injector import set_htb
+        if not self.fabric.is_local(node):
+            raise KeyError(f"{node} is not on this server")
+        lk = self.fabric.topo.link_by_name[link]
+        set_htb(self.fabric, lk, node, int(rate_bps), self.fabric.nsfd(node))
+        return {}
 
     def op_trace_send(self, host: str, tuple: dict, probes: int) -> dict:
         from ..paths import FiveTuple, send_probes
@@ -141,6 +171,11 @@ class Worker:
             if self.fabric.is_local(host.name):
                 self._probe_rx[host.name] = _udp_socket(self.fabric, host.name, bind_port=PROBE_PORT)
                 self._probe_tx[host.name] = _udp_socket(self.fabric, host.name, bind_port=None)
+
+    def op_probe_open(self) -> dict:
+        """Open the probe sockets of this shard's hosts (before any server sends)."""
+        self._probe_sockets()
+        return {}
 
     def op_probe_send(self, pairs: list, srv6: bool = True, ecmp: bool = True) -> dict:
         from ..verify import _send
@@ -173,6 +208,44 @@ class Worker:
         self._probe_tx.clear()
         return {}
 
+    def emit(self, obj: dict) -> None:
+        """Write one line to the runner (a reply or a pushed line; thread-safe)."""
+        data = json.dumps(obj).encode() + b"\n"
+        with self._wlock:
+            self._wfile.write(data)
+            self._wfile.flush()
+
+    def op_agents_start(self, jobs: list) -> dict:
+        from .relay import AgentRelay
+        if self.agents is not None:
+            raise RuntimeError("agents already started (agents_stop first)")
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="mrc-worker-"))
+        self.agents = AgentRelay(self.fabric, self.workdir / f"agents-{len(os.listdir(self.workdir))}", self.emit)
+        try:
+            return {"pids": self.agents.start(jobs)}
+        except BaseException:
+            self.op_agents_stop()
+            raise
+
+    def op_agents_send(self, line: str, rank: int | None = None) -> dict:
+        self._need_agents().send(line, rank)
+        return {}
+
+    def op_agents_collect(self) -> dict:
+        return self._need_agents().collect()
+
+    def op_agents_stop(self) -> dict:
+        if self.agents is not None:
+            agents, self.agents = self.agents, None
+            agents.stop()
+        return {}
+
+    def _need_agents(self):
+        if self.agents is None:
+            raise RuntimeError("no agents started")
+        return self.agents
+
     def op_stop(self) -> dict:
         self.close()
         raise _Stop
@@ -180,15 +253,13 @@ class Worker:
     # -- loop ------------------------------------------------------------------
     def close(self) -> None:
         self.op_probe_close()
-        if self.faults is not None:
-            try:
-                self.faults.revert_all()
-            except Exception as exc:  # noqa: BLE001 - the fabric goes anyway
-                log.warning("revert faults: %s", exc)
-            self.faults = None
+        self.op_agents_stop()
         if self.fabric is not None:
             self.fabric.stop()
             self.fabric = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
 
     def handle(self, request: dict) -> dict:
         op = request.pop("op", None)
@@ -206,6 +277,7 @@ class Worker:
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
     def serve(self, rfile: BinaryIO, wfile: BinaryIO) -> None:
+        self._wfile = wfile
         try:
             for line in rfile:
                 try:
@@ -218,11 +290,9 @@ class Worker:
                     try:
                         reply = self.handle(request)
                     except _Stop:
-                        wfile.write(b'{"ok": true}\n')
-                        wfile.flush()
+                        self.emit({"ok": True})
                         return
-                wfile.write(json.dumps(reply).encode() + b"\n")
-                wfile.flush()
+                self.emit(reply)
         finally:
             self.close()
 

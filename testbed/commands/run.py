@@ -27,6 +27,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from ..cluster.placement import PLACERS
 from ..kernel import features
 from ..metrics import MetricsError
 from ..metrics.loading import collecting
@@ -54,6 +55,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write PNG plots")
     p.add_argument("--trials", type=int, default=None, metavar="N",
                    help="run N trials with seeds seed, seed+1, ... (default: the scenario's 'trials', else 1)")
+    p.add_argument("--servers", metavar="SERVERS_YAML",
+                   help="spread each fabric over these servers: a worker per server over SSH builds its "
+                        "part, VXLAN tunnels carry the links between servers (README: across servers)")
+    p.add_argument("--placer", default="pods", choices=sorted(PLACERS),
+                   help="placement algorithm with --servers (default: pods)")
     p.set_defaults(func=run)
 
 
@@ -73,13 +79,23 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[red]testbed run[/]: {args.scenario}: transports: {', '.join(unknown)} not in the "
                   f"scenario's list ({', '.join(scenario.transports)})")
         return 2
+    args.fabric_factory = None
+    if args.servers:
+        from ..cluster.remote import ssh_fabric_factory
+        args.fabric_factory, problems = ssh_fabric_factory(scenario.topology, scenario.topology_path,
+                                                           args.servers, args.placer)
+        if problems:
+            for p in problems:
+                print(p, file=sys.stderr)
+            return 2
     trials = args.trials if args.trials is not None else scenario.trials
     if trials < 1:
         err.print(f"[red]testbed run[/]: --trials must be >= 1, got {trials}")
         return 2
     if trials > 1:
         return _run_trials(args, scenario, transports, trials, console, err)
-    result = run_scenario(scenario, runs_root=args.runs_dir, console=console, transports=transports)
+    result = run_scenario(scenario, runs_root=args.runs_dir, console=console, transports=transports,
+                          fabric_factory=args.fabric_factory)
     status = interrupted_status(result.signal) if result.interrupted else 0
     if any(s in ("crashed", "error") for s in result.status.values()):
         status = status or 1
@@ -124,7 +140,8 @@ def _run_trials(args, scenario, transports: list[str], trials: int, console: Con
         seed = scenario.seed + i
         sc = load_scenario(args.scenario, features=features(), seed=seed)
         console.print(f"[bold]trial {i + 1}/{trials}[/]: seed {seed}")
-        result = run_scenario(sc, runs_root=parent / f"seed-{seed}", console=console, transports=transports)
+        result = run_scenario(sc, runs_root=parent / f"seed-{seed}", console=console, transports=transports,
+                              fabric_factory=args.fabric_factory)
         if any(s in ("crashed", "error") for s in result.status.values()):
             status = status or 1
         try:

@@ -81,17 +81,11 @@ def check(path: str, feats, cluster=None, placer: str = "pods") -> dict:
     summary = summarize(obj)
     problems: list[Problem] = []
     if cluster is not None:
-        from ..cluster.placement import PlacementError, place
-        from ..cluster.vxlan import mtu_problems
+        from ..cluster.vxlan import checked_placement
         topo = obj.topology if isinstance(obj, Scenario) else obj
-        try:
-            placement = place(topo, cluster.names, placer)
-        except PlacementError as exc:
-            problems.append(Problem(cluster.source, 0, "", f"{path}: {exc}"))
-        else:
+        placement, problems = checked_placement(topo, cluster, placer, path)
+        if placement is not None:
             summary["placement"] = {"placer": placer, **placement.summary(topo)}
-            problems += [Problem(cluster.source, cluster.line_for("underlay.mtu"), "underlay.mtu", f"{path}: {m}")
-                         for m in mtu_problems(topo, placement, cluster)]
     if problems:
         return {"file": path, "ok": False, "problems": [p.to_dict() for p in problems],
                 "warnings": [w.to_dict() for w in warnings], "text": [str(p) for p in problems]}

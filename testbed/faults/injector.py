@@ -46,6 +46,24 @@ def current_rate_bps(fabric, link: Link) -> int:
     return link.params.rate_bps
 
 
+def set_htb(fabric, lk: Link, node: str, rate_bps: int, nsfd: int) -> None:
+    """Set the HTB rate of ``node``'s end of ``lk`` to ``rate_bps`` (ceil and burst follow,
+    :func:`testbed.shaping.plan`) in the namespace ``nsfd``, and the virtual queues of its
+    switch program (if any) to drain at that rate. Raises FaultError if the kernel refuses,
+    OSError if the namespace is gone."""
+    tc = shaping.plan(dataclasses.replace(lk.params, rate_bps=rate_bps), have_netem=fabric.have_netem,
+                      header_queue_pkts=lk.params.trim_header_queue_pkts if lk.params.trim_threshold_pkts else None)
+    batch = Batch(f"{lk.name}: rate {rate_bps} bit/s on {node}")
+    shaping.compile_into(batch, routing.port_ifindex(fabric.topo, node, lk), tc, replace=True)
+    try:
+        batch.send(nsfd)
+    except NetlinkBatchError as exc:
+        raise FaultError(str(exc)) from None
+    handle = getattr(fabric, "switch_handles", {}).get((lk.name, node))
+    if handle is not None:   # the switch program's virtual queues drain at the link's rate too
+        handle.program.reconfigure(dataclasses.replace(handle.program.config, rate_bps=rate_bps))
+
+
 class FaultInjector:
     """Runtime faults on the links of ``fabric`` (a started :class:`testbed.fabric.Fabric`).
 
@@ -110,11 +128,20 @@ class FaultInjector:
             raise _Gone(f"namespace of {node} is gone (fabric stopped)") from None
 
     def _nft(self, node: str, cmds: list[dict], what: str) -> Any:
-        fd = self._nsfd(node)
-        try:
-            rc, out, err = self._run(fd, cmds)
-        except OSError as exc:   # setns on a closed fd
-            raise _Gone(f"{node}: {exc}") from None
+        remote = getattr(self.fabric, "run_nft", None)   # a fabric on other servers runs it there
+        if remote is not None:
+            try:
+                rc, out, err = remote(node, cmds)
+            except KeyError:
+                raise _Gone(f"namespace of {node} is gone (fabric stopped)") from None
+            except RuntimeError as exc:
+                raise FaultError(f"{what} on {node}: {exc}") from None
+        else:
+            fd = self._nsfd(node)
+            try:
+                rc, out, err = self._run(fd, cmds)
+            except OSError as exc:   # setns on a closed fd
+                raise _Gone(f"{node}: {exc}") from None
         if rc != 0:
             raise FaultError(f"{what} on {node}: nft: {err.strip() or f'exit status {rc}'}")
         return out
@@ -217,20 +244,19 @@ class FaultInjector:
         self.journal.append((time.monotonic(), "rate", lk.name, rate_bps))
 
     def _set_htb(self, lk: Link, port, rate_bps: int) -> None:
-        tc = shaping.plan(dataclasses.replace(lk.params, rate_bps=rate_bps), have_netem=self.fabric.have_netem,
-                          header_queue_pkts=lk.params.trim_header_queue_pkts if lk.params.trim_threshold_pkts else None)
-        batch = Batch(f"{lk.name}: rate {rate_bps} bit/s on {port.node}")
-        shaping.compile_into(batch, routing.port_ifindex(self.fabric.topo, port.node, lk), tc, replace=True)
-        fd = self._nsfd(port.node)
+        remote = getattr(self.fabric, "set_htb", None)   # a fabric on other servers shapes there
+        if remote is not None:
+            try:
+                remote(lk.name, port.node, rate_bps)
+            except KeyError:
+                raise _Gone(f"namespace of {port.node} is gone (fabric stopped)") from None
+            except RuntimeError as exc:
+                raise FaultError(f"{lk.name}: rate {rate_bps} bit/s on {port.node}: {exc}") from None
+            return
         try:
-            batch.send(fd)
-        except NetlinkBatchError as exc:
-            raise FaultError(str(exc)) from None
+            set_htb(self.fabric, lk, port.node, rate_bps, self._nsfd(port.node))
         except OSError as exc:
             raise _Gone(f"{port.node}: {exc}") from None
-        handle = getattr(self.fabric, "switch_handles", {}).get((lk.name, port.node))
-        if handle is not None:   # the switch program's virtual queues drain at the link's rate too
-            handle.program.reconfigure(dataclasses.replace(handle.program.config, rate_bps=rate_bps))
 
     # -- typed changes and timeline steps -------------------------------------------------
     def apply(self, change: Change) -> None:

@@ -11,12 +11,25 @@ from .definitions import (ACHIEVED_WINDOW_S, BUSIEST_LINKS, CPU_SATURATED_P95, L
 
 
 def cpu_fidelity(cpu: list[dict], t0_s: float, window: tuple[float, float]) -> dict | None:
-    """``{mean, p95, samples, saturated}`` of busy_fraction inside ``window``; None without samples."""
-    v = np.array([float(c["busy_fraction"]) for c in cpu if window[0] <= c["t"] - t0_s <= window[1]])
-    if len(v) == 0:
+    """``{mean, p95, samples, saturated}`` of busy_fraction inside ``window``; None without samples.
+
+    Records of several machines (a fabric over servers: each record's ``server``, none for
+    the runner's) are taken per machine and the busiest one (highest p95) is reported, with
+    its ``server`` (None: the runner's) and ``machines`` (how many were sampled)."""
+    by_machine: dict = {}
+    for c in cpu:
+        if window[0] <= c["t"] - t0_s <= window[1]:
+            by_machine.setdefault(c.get("server"), []).append(float(c["busy_fraction"]))
+    if not by_machine:
         return None
-    p95 = float(np.percentile(v, 95))
-    return {"mean": float(v.mean()), "p95": p95, "samples": int(len(v)), "saturated": p95 >= CPU_SATURATED_P95}
+    p95s = {m: float(np.percentile(v, 95)) for m, v in by_machine.items()}
+    machine = max(p95s, key=lambda m: (p95s[m], m is None, str(m)))
+    v = np.array(by_machine[machine])
+    out = {"mean": float(v.mean()), "p95": p95s[machine], "samples": int(len(v)),
+           "saturated": p95s[machine] >= CPU_SATURATED_P95}
+    if len(by_machine) > 1:
+        out.update(server=machine, machines=len(by_machine))
+    return out
 
 
 def busiest_links(series: dict[tuple, dict], edges: np.ndarray, window: tuple[float, float],

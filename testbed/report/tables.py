@@ -210,15 +210,17 @@ def jobs_table(summary: dict) -> Grid | None:
 
 
 def validity_table(summary: dict) -> Grid:
-    """Whether the emulation kept up, one row per transport: host CPU, agents' scheduling
-    delay and timer lateness, the sampler's coverage of the run."""
+    """Whether the emulation kept up, one row per transport: host CPU (over servers: the
+    busiest machine's, named), agents' scheduling delay and timer lateness, the sampler's
+    coverage of the run."""
     rows = []
     for name, s in summary["transports"].items():
         cpu = (s.get("fidelity") or {}).get("cpu_busy") or {}
         v = s.get("validity") or {}
         p95 = v.get("cpu_p95") if v.get("cpu_p95") is not None else cpu.get("p95")
         runner = ((s.get("fidelity") or {}).get("runner_cpu") or {}).get("fraction")
-        rows.append([name, fmt_pct(cpu.get("mean")), fmt_pct(p95), fmt_pct(runner), fmt_s(v.get("sched_delay_p95_s")),
+        head = name if not cpu.get("machines") else f"{name} ({cpu.get('server') or 'runner'}, busiest of {cpu['machines']})"
+        rows.append([head, fmt_pct(cpu.get("mean")), fmt_pct(p95), fmt_pct(runner), fmt_s(v.get("sched_delay_p95_s")),
                      fmt_s(v.get("timer_late_p99_s")), fmt_pct(v.get("sampler_coverage"), 3)])
     return Grid("fidelity: host", ["transport", "CPU mean", "CPU p95", "runner CPU", "sched delay p95",
                                    "timer late p99", "sampler coverage"], rows)

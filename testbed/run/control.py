@@ -82,6 +82,10 @@ class ControlServer:
         self.listener.setblocking(False)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.listener, selectors.EVENT_READ)
+        self._wake_r, self._wake_w = socket.socketpair()   # wakeup() from another thread
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self.sel.register(self._wake_r, selectors.EVENT_READ)
         self.framers: dict[socket.socket, LineFramer] = {}
         self.by_rank: dict[int, socket.socket] = {}
 
@@ -89,6 +93,13 @@ class ControlServer:
         """Messages that arrive within ``timeout_s`` (after the first readiness, no waiting)."""
         out: list[Message] = []
         for key, _ in self.sel.select(max(timeout_s, 0.0)):
+            if key.fileobj is self._wake_r:
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, InterruptedError):
+                    pass
+                continue
             if key.fileobj is self.listener:
                 try:
                     conn, _ = self.listener.accept()
@@ -106,6 +117,13 @@ class ControlServer:
                 continue
             self._read(key.fileobj, out)
         return out
+
+    def wakeup(self) -> None:
+        """Make a :meth:`poll` waiting in another thread return now (thread-safe)."""
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, InterruptedError):
+            pass   # a wakeup is already pending
 
     def _refusal(self, conn: socket.socket) -> str | None:
         """Why ``conn`` is refused (None: it is one of our agents)."""
@@ -174,6 +192,8 @@ class ControlServer:
             self._drop(conn)
         self.sel.close()
         self.listener.close()
+        self._wake_r.close()
+        self._wake_w.close()
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -181,6 +182,8 @@ class TransportRun:
         self.fabric: Fabric | None = None
         self.faults: FaultInjector | None = None
         self.server: ControlServer | None = None
+        #: the agents on other servers (a fabric with ``start_agents``), else None
+        self.remote = None
         self.procs: dict[int, object] = {}
         self.ticker: Ticker | None = None
         self.logs: list = []
@@ -231,13 +234,16 @@ class TransportRun:
                          if hasattr(self.fabric, "placement") else {})})
         pairs = {(wl.hosts[a], wl.hosts[b]) for wl in self.scenario.all_jobs for a, b in wl.connections}
         pairs |= {(b, a) for a, b in pairs}
-        reach = probe(self.fabric, sorted(pairs), srv6=transport_variant(self.transport)[0] == "mrc")
+        remote_probe = getattr(self.fabric, "probe", None)   # a fabric on other servers probes there
+        reach = (remote_probe or partial(probe, self.fabric))(sorted(pairs),
+                                                              srv6=transport_variant(self.transport)[0] == "mrc")
         if reach.lost:
             raise RunnerError(f"fabric check: {len(reach.lost)} peer paths unreachable before the run "
                               f"(e.g. {sorted(reach.lost)[0]})")
         self._trace_paths()
         self.faults = FaultInjector(self.fabric, record=self.journal)
-        self.counters = LinkCounters(self.fabric)
+        remote_counters = getattr(self.fabric, "link_counters", None)   # read by the servers' workers
+        self.counters = remote_counters() if remote_counters else LinkCounters(self.fabric)
 
     def _trace_paths(self) -> None:
         """Trace the ring's flows on the quiet fabric into ``paths.json`` (:mod:`testbed.paths`)
@@ -263,7 +269,6 @@ class TransportRun:
         self.progress.status = "starting agents"
         self.refresh()
         sock = control_socket_path(self.dir, self.transport)
-        self.server = ControlServer(sock, allowed_pids=lambda: (p.pid for p in self.procs.values()))
         run_id = f"{self.dir.parent.name}/{self.transport}"
         jobs = build_all_jobs(self.scenario, self.transport, run_id=run_id, control_socket=sock,
                               qp_overrides=self.qp_overrides)
@@ -271,6 +276,15 @@ class TransportRun:
         for job in jobs:   # samples go to files: the control socket carries events and progress
             job["samples_path"] = str(records.samples_file(self.dir, job["agent"]).resolve())
         paths = write_jobs(jobs, self.dir / "jobs")
+        start_remote = getattr(self.fabric, "start_agents", None)
+        if start_remote is not None:   # the servers' workers start them, relay their messages
+            self.server = self.remote = start_remote(jobs)
+            self.procs = self.remote.procs
+            self.journal({"kind": "clocks", "servers": self.fabric.clocks})
+            self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()},
+                          "servers": {r: p.server for r, p in self.procs.items()}})
+            return
+        self.server = ControlServer(sock, allowed_pids=lambda: (p.pid for p in self.procs.values()))
         repo = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         for job, path in zip(jobs, paths):
@@ -283,7 +297,7 @@ class TransportRun:
 
     def _loop(self) -> None:
         self.priority.raise_()
-        cpu, sched = CpuSampler(), SchedSampler(self.procs)
+        cpu, sched = CpuSampler(), SchedSampler({} if self.remote else self.procs)   # remote: their workers
         n = len(self.world)
         t0 = time.monotonic()
         deadline = t0 + self.scenario.timeout_s
@@ -385,6 +399,23 @@ class TransportRun:
                 self.journal({"kind": "agent", "rank": rank, "status": "crashed", "exit": code})
                 return
 
+    def _collect_remote(self) -> None:
+        """The servers' records into this run directory (samples files and logs per agent), their
+        CPU and agent scheduler records into ``cpu.jsonl`` and ``sched.jsonl`` (CPU tagged with its
+        ``server``); all on this machine's clock."""
+        try:
+            got = self.remote.collect(self.dir)
+        except Exception as exc:  # noqa: BLE001 - what was gathered here stays
+            log.warning("%s: records from the servers: %s", self.transport, exc)
+            return
+        for name, recs in got.items():
+            for rec in recs["cpu"]:
+                self.records.cpu.write(rec)
+            for rec in recs["sched"]:
+                self.records.sched.write(rec)
+        self.journal({"kind": "records", "servers": {name: {k: len(v) for k, v in recs.items()}
+                                                     for name, recs in got.items()}})
+
     # -- faults ------------------------------------------------------------------------
     def _apply(self, step: Step) -> None:
         """Apply a due timeline step through the injector (which journals it) and show it."""
@@ -434,6 +465,8 @@ class TransportRun:
                               "wall_s": round(time.time() - self._t_wall_start, 3),
                               "priority": self.priority.how})
             self._revert_all()
+            if self.remote is not None:
+                self._collect_remote()
             merged = records.merge_samples(self.dir, self.samples, len(self.world))
             if merged["skipped"]:
                 log.warning("%s: %d lines of the agents' samples files were not samples (skipped)",

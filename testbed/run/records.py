@@ -282,8 +282,8 @@ LINK = Obj({"t": TIME, "link": STR}, {"end": STR, "tx_bytes": Opt(COUNTER), "dro
                                       "rate_bps": Opt(NUM), "ecn_marked": Opt(COUNTER), "trimmed": Opt(COUNTER),
                                       "switch_drops": Opt(COUNTER)})
 """``links.jsonl`` (:meth:`testbed.counters.LinkCounters.read` + ``t``)."""
-CPU_RECORD = Obj({"t": TIME, "busy_fraction": Num(0, 1e6)}, {"cores": Opt(ListOf(NUM, 1 << 16))})
-"""``cpu.jsonl``."""
+CPU_RECORD = Obj({"t": TIME, "busy_fraction": Num(0, 1e6)}, {"cores": Opt(ListOf(NUM, 1 << 16)), "server": Opt(STR)})
+"""``cpu.jsonl`` (``server``: a fabric's server, sampled by its worker; absent: the runner's machine)."""
 SCHED_RECORD = Obj({"t": TIME}, {"ranks": MapOf(ListOf(COUNTER, 3, 3), 1 << 20)})
 """``sched.jsonl``."""
 JSONL_RECORDS = {EVENTS: EVENT, SAMPLES: SAMPLE, LINKS: LINK, CPU: CPU_RECORD, SCHED: SCHED_RECORD}

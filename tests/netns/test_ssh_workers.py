@@ -17,7 +17,7 @@ import pytest
 from testbed.cluster.placement import place
 from testbed.cluster.remote import RemoteError, SshShardedFabric, connect
 from testbed.cluster.servers import load_servers
-from testbed.cluster.sharded import standin_underlay
+from testbed.faults import FaultInjector
 from testbed.paths import FiveTuple, Flow, trace_flows
 from testbed.spec import load_topology
 from tests.conftest import net_namespaces
@@ -28,30 +28,6 @@ TOPOLOGY = os.path.join(REPO, "topologies", "fat-tree-k4.yaml")
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"),
                                 reason="/usr/sbin/sshd missing (make setup installs openssh-server)")
-
-
-def servers_yaml(tmp_path, key: str) -> str:
-    path = tmp_path / "servers.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        servers:
-          - {{name: s1, address: stand-in-1, underlay: "fd00:96::1", key: {key}}}
-          - {{name: s2, address: stand-in-2, underlay: "fd00:96::2", key: {key}}}
-        underlay: {{mtu: 9100}}
-        """))
-    return str(path)
-
-
-@pytest.fixture
-def standins(tmp_path):
-    """(underlay, servers.yaml path): two stand-in servers with sshd; removed by ledger."""
-    (tmp_path / "no-key-yet").write_text("")
-    bootstrap = load_servers(servers_yaml(tmp_path, str(tmp_path / "no-key-yet")))   # addresses; key next
-    under = standin_underlay(bootstrap)
-    try:
-        key = under.start_sshd(bootstrap, tmp_path / "keys")
-        yield under, servers_yaml(tmp_path, str(key))
-    finally:
-        under.close()
 
 
 def sharded(under, servers_path: str) -> SshShardedFabric:
@@ -83,19 +59,23 @@ def test_k4_built_over_ssh_on_two_standin_servers(standins):
         assert down.lost_evs() == {k for k, ev in down.evs.items() if cut in ev.links} != set()
         fabric.set_link(cut, True)
         assert fabric.probe(ecmp=False).lost == set()
-        # nftables and HTB faults through the workers: each server changes its end
-        fabric.fault("blackhole", cut, True)
+        # nftables and HTB faults: this side's FaultInjector owns them, each server's worker
+        # changes its end
+        faults = FaultInjector(fabric)
+        faults.set_blackhole(cut, True)
         held = fabric.probe(ecmp=False)
         assert held.lost_evs() == {k for k, ev in held.evs.items() if cut in ev.links}
-        assert fabric.fault_counters()[cut]["blackhole_dropped"] >= len(held.lost_evs())
-        fabric.fault("blackhole", cut, False)
-        fabric.fault("rate", cut, 2_000_000)
+        assert faults.counters()[cut]["blackhole_dropped"] >= len(held.lost_evs())
+        faults.set_blackhole(cut, False)
+        faults.set_rate(cut, 2_000_000)
         assert {r["rate_bps"] for r in fabric.counters() if r["link"] == cut} == {2_000_000}
-        fabric.fault("rate", cut, None)
+        faults.set_loss(cut, 100)
+        assert fabric.probe(ecmp=False).lost_evs() == held.lost_evs()
+        faults.revert_all()
         assert {r["rate_bps"] for r in fabric.counters() if r["link"] == cut} == {5_000_000}
         assert fabric.probe(ecmp=False).lost == set()
-        with pytest.raises(RemoteError, match="unknown fault kind"):
-            fabric.fault("flood", cut, 1)
+        with pytest.raises(RemoteError, match="unknown op"):
+            fabric.shards["s1"].call("flood", link=cut)
         # path tracing: ECMP flows from pod 0 (s1) to pod 1 (s2), probes sent by s1's worker,
         # counters read on both servers
         src, dst = fabric.topo.nics["h0_0_0"][0].address, fabric.topo.nics["h1_0_0"][0].address

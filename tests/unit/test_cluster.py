@@ -179,3 +179,88 @@ def test_worker_protocol_refuses_bad_requests_without_building(monkeypatch):
     assert "bad request" in replies[0]["error"] and "not a JSON object" in replies[1]["error"]
     assert "unknown op 'nope'" in replies[2]["error"] and "send build first" in replies[3]["error"]
     assert stopped                                   # torn down on stop (and on end of input)
+
+
+def test_a_worker_reads_the_runners_servers_file_without_its_keys(tmp_path):
+    text = GOOD   # s2 names key id_test, which exists on the runner only
+    with pytest.raises(SpecError, match="key file"):
+        load_servers(write(tmp_path, text))
+    c = load_servers(write(tmp_path, text), check_keys=False)
+    assert c.server("s2").key.endswith("id_test") and c.server("s2").port == 2222   # named, not looked for
+
+
+def test_worker_writes_shipped_files_under_their_own_names_only(tmp_path):
+    from testbed.cluster.worker import Worker
+    w = Worker()
+    w.workdir = tmp_path
+    path = w._shipped({"name": "/elsewhere/fat-tree-k4.yaml", "text": "a: 1\n"})
+    assert path == tmp_path / "spec" / "fat-tree-k4.yaml" and path.read_text() == "a: 1\n"
+    for bad in ("..", "", "x.sh", "../.."):
+        with pytest.raises(ValueError, match="expected a .yaml file name"):
+            w._shipped({"name": bad, "text": ""})
+
+
+class _Shard:
+    def __init__(self):
+        self.on_push, self.calls = None, []
+
+    def call(self, op, **args):
+        self.calls.append((op, args))
+        if op == "agents_start":
+            return {"pids": {str(j["agent"]): 1000 + j["agent"] for j in args["jobs"]}}
+        return {}
+
+
+def _remote_agents(offsets):
+    from types import SimpleNamespace
+
+    from testbed.cluster.remote import RemoteAgents
+    fabric = SimpleNamespace(shards={"s1": _Shard(), "s2": _Shard()},
+                             placement=SimpleNamespace(where={"h0": "s1", "h1": "s2"}))
+    jobs = [{"agent": 0, "host": "h0"}, {"agent": 1, "host": "h1"}]
+    return fabric, RemoteAgents(fabric, jobs, offsets)
+
+
+def test_remote_agents_relay_messages_on_the_runners_clock_and_exits():
+    from agents.protocol import Event, Iteration, Ready, Start, encode
+    fabric, agents = _remote_agents({"s1": 0.0, "s2": 2.5})   # s2's clock runs 2.5 s ahead
+    assert {r: (p.pid, p.server) for r, p in agents.procs.items()} == {0: (1000, "s1"), 1: (1001, "s2")}
+    assert [len(s.calls[0][1]["jobs"]) for s in fabric.shards.values()] == [1, 1]   # each job on its server
+    push = fabric.shards["s2"].on_push
+    it = Iteration(rank=1, size=8, iter=0, seq=0, warmup=False, t_start=102.5, t_end=103.5, seconds=1.0, wrong=0)
+    push("s2", {"push": "agent", "line": encode(it).decode()})
+    push("s2", {"push": "agent", "line": encode(Event(rank=1, kind="ev_state", t=110.0, peer="0", dir="tx", qpn=7,
+                                                      ev_id=3, old="good", new="assumed_bad", cause="loss")).decode()})
+    fabric.shards["s1"].on_push("s1", {"push": "agent", "line": encode(Ready(rank=0)).decode()})
+    push("s2", {"push": "exit", "rank": 1, "code": 0})
+    got = agents.poll(0.1)
+    assert [(type(m).__name__, getattr(m, "t", None)) for m in got] == [("Iteration", None), ("Event", 107.5),
+                                                                          ("Ready", None)]
+    assert (got[0].t_start, got[0].t_end, got[0].seconds) == (100.0, 101.0, 1.0)
+    assert agents.procs[1].poll() == 0 and agents.procs[0].poll() is None
+    fabric.shards["s1"].on_push("s1", {"push": "gone"})            # s1's worker went away
+    assert agents.poll(0.1) == [] and agents.procs[0].poll() == agents.GONE
+    agents.broadcast(Start())
+    assert all(s.calls[-1] == ("agents_send", {"line": encode(Start()).decode(), "rank": None})
+               for s in fabric.shards.values())
+    agents.close()
+    assert all(s.calls[-1][0] == "agents_stop" and s.on_push is None for s in fabric.shards.values())
+
+
+def test_collected_records_move_onto_the_runners_clock(tmp_path):
+    import json
+
+    from testbed.run import records
+    fabric, agents = _remote_agents({"s1": -1.0, "s2": 0.0})
+    torn = '{"t": 5.0, "rank": 0, "fl'
+    replies = {"s1": {"ranks": {"0": {"samples": '{"t": 5.0, "rank": 0, "flows": []}\n' + torn, "log": "hello\n"}},
+                      "cpu": '{"t": 5.0, "busy_fraction": 0.5}\n', "sched": '{"t": 5.0, "ranks": {}}\n'},
+               "s2": {"ranks": {"1": {"samples": "", "log": ""}}, "cpu": "", "sched": ""}}
+    for name, shard in fabric.shards.items():
+        shard.call = lambda op, _r=replies[name], **a: _r
+    got = agents.collect(tmp_path)
+    lines = records.samples_file(tmp_path, 0).read_text().splitlines()
+    assert json.loads(lines[0])["t"] == 6.0 and lines[1] == torn     # a torn line is kept for the merge to skip
+    assert records.agent_log(tmp_path, 0).read_text() == "hello\n"
+    assert got["s1"] == {"cpu": [{"t": 6.0, "busy_fraction": 0.5, "server": "s1"}], "sched": [{"t": 6.0, "ranks": {}}]}
+    assert got["s2"] == {"cpu": [], "sched": []}

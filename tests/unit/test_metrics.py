@@ -394,3 +394,17 @@ def test_time_s_is_the_loop_span_over_iterations_not_the_mean_of_per_iteration_t
         del e["t_start"], e["t_end"]
     row, = size_table(events, 2, "permutation")
     assert row["time_s"] == pytest.approx(1.0)
+
+
+def test_cpu_fidelity_reports_the_busiest_machine_of_a_run_over_servers():
+    from testbed.metrics import cpu_fidelity
+    runner = [{"t": t, "busy_fraction": 0.3} for t in range(10)]
+    s1 = [{"t": t, "busy_fraction": 0.97, "server": "s1"} for t in range(10)]
+    s2 = [{"t": t, "busy_fraction": 0.5, "server": "s2"} for t in range(10)]
+    one = cpu_fidelity(runner, 0.0, (0.0, 9.0))
+    assert one == {"mean": pytest.approx(0.3), "p95": pytest.approx(0.3), "samples": 10,
+                   "saturated": False}                                          # one machine: as before
+    got = cpu_fidelity(runner + s1 + s2, 0.0, (0.0, 9.0))
+    assert (got["server"], got["machines"], got["saturated"], got["samples"]) == ("s1", 3, True, 10)
+    assert cpu_fidelity(runner + s2, 0.0, (0.0, 9.0))["server"] == "s2"
+    assert cpu_fidelity(s1, 0.0, (20.0, 30.0)) is None

@@ -246,3 +246,25 @@ def test_sample_records_round_trip_and_are_validated():
                 {"type": "sample", "t": 1.0, "rank": 3, "flows": []}):
         with pytest.raises(protocol.ProtocolError):
             protocol.sample_from_record(bad)
+
+
+def test_a_poll_waiting_in_another_thread_returns_on_wakeup(tmp_path):
+    import threading
+    server = ControlServer(str(tmp_path / "ctl.sock"))
+    try:
+        took = []
+
+        def wait():
+            t0 = time.monotonic()
+            took.append((server.poll(10.0), time.monotonic() - t0))
+
+        th = threading.Thread(target=wait)
+        th.start()
+        time.sleep(0.1)
+        server.wakeup()
+        server.wakeup()                      # a second one before the poll drains: harmless
+        th.join(5.0)
+        assert took and took[0][0] == [] and took[0][1] < 5.0
+        assert server.poll(0.05) == []       # drained: the next poll waits again
+    finally:
+        server.close()
