@@ -2,14 +2,19 @@
 
 :class:`RemoteShard` starts ``testbed worker`` on one server over an SSH channel
 (``fabric.Connection``: paramiko underneath) and calls it (JSON lines, see
-:mod:`testbed.cluster.worker`). :class:`SshShardedFabric` starts one per server at once
-(a thread per connection, as ``fabric.ThreadingGroup`` runs its commands), routes link
-faults to both servers of a cut link and gathers the link counters; ``stop`` asks every
-worker to tear down and closes the connections in a ``finally``. A worker whose
-connection drops (the runner killed) tears its shard down on end of input.
-
-Not yet: agents, path tracing and reachability probes across servers, records and clock
-offsets (the runner cannot drive a scenario through this yet).
+:mod:`testbed.cluster.worker`); a reader thread separates the replies from the lines the
+worker pushes (its agents' messages and exits). :class:`SshShardedFabric` starts one per
+server at once (a thread per connection, as ``fabric.ThreadingGroup`` runs its commands)
+and offers the runner's fabric interface: link state and ECMP reconvergence on every
+server holding an end of a link, nftables and HTB changes for a
+:class:`testbed.faults.FaultInjector` (which keeps the fault state on this side), link
+counters, reachability probes and path-tracing probes sent by the source host's worker,
+each server's clock offset, and the agents (:class:`RemoteAgents`: started by each
+server's worker, their control channel relayed, their times moved onto this machine's
+clock, their records fetched at the end). ``stop`` asks every worker to tear down and
+closes the connections in a ``finally``; a worker whose connection drops (the runner
+killed) tears its agents and shard down on end of input.
+:func:`ssh_fabric_factory` is what ``testbed run --servers`` uses.
 """
 
 from __future__ import annotations

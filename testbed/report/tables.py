@@ -213,17 +213,22 @@ def validity_table(summary: dict) -> Grid:
     """Whether the emulation kept up, one row per transport: host CPU (over servers: the
     busiest machine's, named), agents' scheduling delay and timer lateness, the sampler's
     coverage of the run."""
-    rows = []
+    rows, machines = [], False
     for name, s in summary["transports"].items():
         cpu = (s.get("fidelity") or {}).get("cpu_busy") or {}
         v = s.get("validity") or {}
         p95 = v.get("cpu_p95") if v.get("cpu_p95") is not None else cpu.get("p95")
         runner = ((s.get("fidelity") or {}).get("runner_cpu") or {}).get("fraction")
-        head = name if not cpu.get("machines") else f"{name} ({cpu.get('server') or 'runner'}, busiest of {cpu['machines']})"
-        rows.append([head, fmt_pct(cpu.get("mean")), fmt_pct(p95), fmt_pct(runner), fmt_s(v.get("sched_delay_p95_s")),
+        machines = machines or bool(cpu.get("machines"))
+        rows.append([name, f"{cpu.get('server') or 'runner'} of {cpu['machines']}" if cpu.get("machines") else "-",
+                     fmt_pct(cpu.get("mean")), fmt_pct(p95), fmt_pct(runner), fmt_s(v.get("sched_delay_p95_s")),
                      fmt_s(v.get("timer_late_p99_s")), fmt_pct(v.get("sampler_coverage"), 3)])
-    return Grid("fidelity: host", ["transport", "CPU mean", "CPU p95", "runner CPU", "sched delay p95",
-                                   "timer late p99", "sampler coverage"], rows)
+    head = ["transport", "machine", "CPU mean", "CPU p95", "runner CPU", "sched delay p95", "timer late p99",
+            "sampler coverage"]
+    if not machines:   # one machine: no machine column
+        head = head[:1] + head[2:]
+        rows = [r[:1] + r[2:] for r in rows]
+    return Grid("fidelity: host" + (" (the busiest machine's CPU)" if machines else ""), head, rows)
 
 
 def links_table(summary: dict) -> Grid:
