@@ -1,6 +1,9 @@
 """``python -m agents --job JOB.json``: one rank of one collective job, run by the testbed runner.
 
-Started by the runner inside a host's network namespace. Contract:
+Started by the runner inside a host's network namespace. With several ``--job`` (each with
+its ``--netns``), one process serves them all on one loop, each agent's sockets in its own
+host's namespace: a host runtime (:mod:`agents.runtime`; scenario key ``agent_processes``).
+Contract:
 
 Job spec (JSON object; unknown keys rejected, every problem reported with its key path)::
 
@@ -88,18 +91,41 @@ from .jobspec import JobSpecError, load_job
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agents",
-                                     description="collective agent (one rank of one job)")
-    parser.add_argument("--job", required=True, help="path of the job spec JSON")
+                                     description="collective agent (one rank of one job), or a host runtime "
+                                                 "(several, each in its host's network namespace)")
+    parser.add_argument("--job", required=True, action="append", help="path of the job spec JSON (repeat: "
+                        "a host runtime serving every job on one loop, agents.runtime)")
+    parser.add_argument("--netns", action="append", default=[],
+                        help="with several --job: the network namespace file of each job's host, in order "
+                             "(e.g. /proc/PID/ns/net)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s agent %(levelname)s %(name)s: %(message)s")
-    try:
-        spec = load_job(args.job)
-    except JobSpecError as exc:
-        print(f"agent: error: {exc}", file=sys.stderr)
-        return 2
+    if len(args.job) > 1 or args.netns:
+        if len(args.netns) != len(args.job):
+            print(f"agent: error: {len(args.job)} --job but {len(args.netns)} --netns (one each)", file=sys.stderr)
+            return 2
+    specs = []
+    for path in args.job:
+        try:
+            specs.append(load_job(path))
+        except JobSpecError as exc:
+            print(f"agent: error: {exc}", file=sys.stderr)
+            return 2
+    if args.netns:
+        from . import runtime
+        try:
+            status = runtime.run(specs, args.netns)
+        except OSError as exc:
+            print(f"agent: error: host runtime: {exc}", file=sys.stderr)
+            return 1
+        if status != 0:
+            print(f"agent: host runtime of {len(specs)} agents ended with status {status}; see the log above",
+                  file=sys.stderr)
+        return status
+    spec = specs[0]
     from .agent import Agent
     status = Agent(spec).run()
     if status == 1:
@@ -111,5 +137,20 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
+def profiled(argv: list[str] | None = None) -> int:
+    """:func:`main` under cProfile when ``MRC_AGENTS_PROFILE`` names a directory (the stats go to
+    ``<dir>/agents-<pid>.prof``, for ``python -m pstats``): where an agent's CPU goes."""
+    import os
+    out = os.environ.get("MRC_AGENTS_PROFILE")
+    if not out:
+        return main(argv)
+    import cProfile
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(main, argv)
+    finally:
+        prof.dump_stats(os.path.join(out, f"agents-{os.getpid()}.prof"))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(profiled())

@@ -58,9 +58,10 @@ class Agent:
     give EXIT_FAILED; ``stop`` before done gives EXIT_STOPPED.
     """
 
-    def __init__(self, spec: JobSpec):
+    def __init__(self, spec: JobSpec, loop: EventLoop | None = None):
         self.spec = spec
-        self.loop = EventLoop()
+        self._own_loop = loop is None
+        self.loop = loop if loop is not None else EventLoop()
         self.wall_offset_s = time.time() - self.loop.time()
         self.control: ControlClient | None = None
         self.channel = None
@@ -72,6 +73,9 @@ class Agent:
         self._next_sample = 0.0
         self._samples_file = None
         self._next_flush = 0.0
+        self._run_gen = None
+        self._wait: tuple | None = None
+        self._timeout_s: float | None = None
 
     # ---- helpers -------------------------------------------------------------
     def wall(self, t_loop: float) -> float:
@@ -139,27 +143,69 @@ class Agent:
     def _on_send_complete(self, peer: int, imm: int) -> None:
         self.workload.on_send_complete(peer, imm, time.time())
 
-    def _spin(self, until, *, timeout_s: float | None = None, what: str = "") -> None:
-        """Serve loop, channel, control and samples until ``until()``; raise on stop/timeout."""
-        loop, channel, control = self.loop, self.channel, self.control
-        deadline = None if timeout_s is None else loop.time() + timeout_s
-        while not until():
-            if self.stop_requested:
-                raise AgentStopped()
-            wait = 0.0005 if channel.wants_poll else 0.05
-            if self.started:
-                wait = min(wait, max(self._next_sample - loop.time(), 0.0))
-            loop.run_once(wait)
-            now = loop.time()
-            channel.service(now)
-            if self.started:
-                self._sample(now)
-            control.flush()
-            if deadline is not None and now > deadline:
-                raise TimeoutError(f"{what} not reached within {timeout_s} s")
+    def wait_s(self) -> float:
+        """How long the loop may sleep before this agent needs a turn, s."""
+        wait = 0.0005 if self.channel is not None and self.channel.wants_poll else 0.05
+        if self.started:
+            wait = min(wait, max(self._next_sample - self.loop.time(), 0.0))
+        return wait
+
+    def turn_due(self, now: float) -> bool:
+        """Whether this agent needs a turn now although none of its sockets or timers fired:
+        a sample due, control output queued, or the current wait's deadline passed."""
+        if self.started and now >= self._next_sample:
+            return True
+        if self.control is not None and self.control.pending_bytes:
+            return True
+        if self.channel is not None and self.channel.wants_poll:
+            return True
+        return self._wait is None or (self._wait[1] is not None and now > self._wait[1])
+
+    @property
+    def connecting(self) -> bool:
+        """Before the channel is connected: turns may open sockets (in the host's namespace)."""
+        return self.channel is None or not self.channel.connected
+
+    def advance(self, now: float) -> int | None:
+        """One turn after the loop ran: serve the channel, the samples and the control output,
+        and move the run on (:meth:`_phases`) as far as it can go now. Returns None while
+        it runs, its exit status once it has ended; raises what the run raises
+        (:meth:`outcome` turns that into a status)."""
+        gen = self._run_gen
+        try:
+            if self._wait is None:
+                self._set_wait(next(gen), now)
+            try:
+                channel = self.channel
+                if channel is not None:
+                    channel.service(now)
+                if self.started:
+                    self._sample(now)
+                self.control.flush()
+            except Exception as exc:  # noqa: BLE001 - raised into the run where it waits
+                self._set_wait(gen.throw(exc), now)
+            while True:
+                until, deadline, what = self._wait
+                if until():
+                    self._set_wait(gen.send(None), now)
+                elif self.stop_requested:
+                    self._set_wait(gen.throw(AgentStopped()), now)
+                elif deadline is not None and now > deadline:
+                    self._set_wait(gen.throw(TimeoutError(f"{what} not reached within {self._timeout_s} s")), now)
+                else:
+                    return None
+        except StopIteration as stop:
+            return stop.value
+
+    def _set_wait(self, wait: tuple, now: float) -> None:
+        until, timeout_s, what = wait
+        self._timeout_s = timeout_s
+        self._wait = (until, None if timeout_s is None else now + timeout_s, what)
 
     # ---- the run -----------------------------------------------------------
-    def run(self) -> int:
+    def open(self) -> int | None:
+        """Connect the control socket and open the samples file: None, or the exit status if
+        the control socket cannot be reached."""
         spec = self.spec
         try:
             self.control = ControlClient(spec.control_socket)
@@ -167,11 +213,33 @@ class Agent:
             log.error("rank %d: %s", spec.rank, exc)
             return EXIT_FAILED
         self.loop.add_reader(self.control.sock, self._on_control)
+        if spec.samples_path:
+            self._samples_file = open(spec.samples_path, "w", encoding="utf-8",
+                                      opener=lambda path, flags: os.open(path, flags, 0o600))
+        self._run_gen = self._phases()
+        return None
+
+    def run(self) -> int:
+        """The whole run on this agent's own loop (one agent per process); the exit status."""
+        status = self.open()
+        if status is not None:
+            return status
+
+        def alone() -> int:
+            loop = self.loop
+            while True:
+                status = self.advance(loop.time())
+                if status is not None:
+                    return status
+                loop.run_once(self.wait_s())
+        return self.close(self.outcome(alone))
+
+    def outcome(self, turn) -> int | None:
+        """``turn()`` (a turn or the whole run) with every failure turned into an exit status:
+        stopped before done, control socket lost, or a job failure (reported as ``failed``)."""
+        spec = self.spec
         try:
-            if spec.samples_path:
-                self._samples_file = open(spec.samples_path, "w", encoding="utf-8",
-                                          opener=lambda path, flags: os.open(path, flags, 0o600))
-            return self._run()
+            return turn()
         except AgentStopped:
             log.info("rank %d: stopped by the runner before done", spec.rank)
             return EXIT_STOPPED
@@ -183,13 +251,20 @@ class Agent:
             log.error("rank %d: job failed: %s", spec.rank, reason)
             self._report_failure(exc, reason)
             return EXIT_FAILED
-        finally:
-            if self._samples_file is not None:
-                self._samples_file.close()
-            if self.channel is not None:
-                self.channel.close()
+
+    def close(self, status: int) -> int:
+        """Close the samples file, the channel, the control socket (and an own loop); ``status``."""
+        if self._samples_file is not None:
+            self._samples_file.close()
+            self._samples_file = None
+        if self.channel is not None:
+            self.channel.close()
+        if self.control is not None:
+            self.loop.remove_reader(self.control.sock)
             self.control.close()
+        if self._own_loop:
             self.loop.close()
+        return status
 
     def _report_failure(self, exc: Exception, reason: str) -> None:
         try:
@@ -201,7 +276,10 @@ class Agent:
         except (ControlError, OSError) as cexc:
             log.error("rank %d: could not report the failure: %s", self.spec.rank, cexc)
 
-    def _run(self) -> int:
+    def _phases(self):
+        """The run, as the waits between its steps: each ``yield (until, timeout_s, what)``
+        resumes once ``until()`` holds; a stop is thrown in as AgentStopped, a timeout as
+        TimeoutError. Returns the exit status."""
         spec = self.spec
         self.workload = Workload(spec.rank, spec.world_size, list(spec.sizes), spec.iterations,
                                  spec.warmup, spec.seed, post=lambda s: self.channel.post(s),
@@ -209,20 +287,19 @@ class Agent:
                                  collective=spec.collective,
                                  targets=list(spec.targets) if spec.targets else None)
         self.channel = self._make_channel()
-        self._spin(lambda: self.channel.connected, timeout_s=spec.connect_timeout_s + 1,
-                   what="connections to the peers")
+        yield (lambda: self.channel.connected, spec.connect_timeout_s + 1, "connections to the peers")
         self.send(Ready(spec.agent))
-        self._spin(lambda: self.started, what="start")
+        yield (lambda: self.started, None, "start")
         log.info("rank %d: start", spec.rank)
         self.workload.start(time.time())
-        self._spin(lambda: self.workload.done and self.channel.idle)
+        yield (lambda: self.workload.done and self.channel.idle, None, "done")
         self._sample(self.loop.time(), force=True)
         self.send(Done(spec.agent, self.summary()))
         self.started = False                       # no samples after done
         self.control.flush_blocking()
         log.info("rank %d: done", spec.rank)
         try:
-            self._spin(lambda: False, timeout_s=spec.linger_s, what="stop")
+            yield (lambda: False, spec.linger_s, "stop")
         except (AgentStopped, TimeoutError):
             pass
         except Exception as exc:  # noqa: BLE001 - the job is done; a late peer error is moot

@@ -152,6 +152,15 @@ class EventLoop:
             wait = until_timer if wait is None else min(wait, until_timer)
         for key, _ in self._sel.select(wait):
             key.data()
+            if timers and timers[0][0] <= self.time():   # a timer came due: it goes before
+                self.run_due()                           # the next socket's batch
+        self.run_due()
+
+    def run_due(self) -> None:
+        """Run the timers that are due now (what :meth:`run_once` does after the I/O); a
+        host runtime also calls it between its agents' turns, so that one agent's long turn
+        does not make every other agent's timers late."""
+        timers = self._timers
         clock = self.time
         now = clock()
         if not timers or timers[0][0] > now:

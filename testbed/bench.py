@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -44,11 +45,19 @@ CEILING_BUSBW = 0.90
 CEILING_SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "baseline.yaml"
 
 
+def agent_model_name(processes: int | None) -> str:
+    """How a sweep row's agents run: ``per-host`` or ``N runtimes`` (:mod:`agents.runtime`)."""
+    return "per-host" if processes is None else f"{processes} runtime{'s' if processes > 1 else ''}"
+
+
 def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, *,
-                  scenario_path: Path = CEILING_SCENARIO, progress=None) -> dict:
-    """The fabric ceiling sweep (module docstring): ``{"rates": [...], "runs": {transport:
+                  scenario_path: Path = CEILING_SCENARIO, progress=None,
+                  agent_models: tuple = (None,)) -> dict:
+    """The fabric ceiling sweep (module docstring): ``{"rates": [...], "runs": {row:
     {rate: {"busbw_fraction", "valid", "cpu_p95", "runner_cpu", "reasons"}}}, "ceiling":
-    {transport: rate | None}}`` (rates in Mbit/s)."""
+    {row: rate | None}}`` (rates in Mbit/s), a row per transport and agent model
+    (``agent_models``: None one process per agent, N host runtimes; a row is named
+    ``"mrc"`` for per-host alone, else ``"mrc, <model>"``)."""
     import dataclasses
     import io
     import shutil
@@ -62,11 +71,13 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
     out = {"rates": list(rates_mbit), "runs": {}, "ceiling": {}}
     root = Path(tempfile.mkdtemp(prefix="mrc-ceiling-"))
     try:
-        for transport in transports:
+        for transport, model in [(t, m) for t in transports for m in agent_models]:
+            row = transport if tuple(agent_models) == (None,) else f"{transport}, {agent_model_name(model)}"
             runs, fails, best = {}, 0, None
             for rate in rates_mbit:
                 sc = _at_rate(base, rate * 1_000_000, dataclasses)
-                result = run_scenario(sc, runs_root=root, console=quiet, transports=[transport], live=False)
+                result = run_scenario(sc, runs_root=root, console=quiet, transports=[transport], live=False,
+                                      agent_processes=model)
                 s = load_summary(result.run_dir)["transports"][transport]
                 v = s.get("validity") or {}
                 ok = bool(s.get("valid")) and (s.get("busbw_fraction_of_host") or 0) >= CEILING_BUSBW
@@ -75,7 +86,7 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
                               "runner_cpu": ((s.get("fidelity") or {}).get("runner_cpu") or {}).get("fraction"),
                               "reasons": s.get("invalid_reasons") or []}
                 if progress is not None:
-                    progress(transport, rate, runs[rate])
+                    progress(row, rate, runs[rate])
                 shutil.rmtree(result.run_dir, ignore_errors=True)
                 if ok:
                     best, fails = rate, 0
@@ -83,7 +94,7 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
                     fails += 1
                     if fails >= 2:
                         break
-            out["runs"][transport], out["ceiling"][transport] = runs, best
+            out["runs"][row], out["ceiling"][row] = runs, best
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out
@@ -171,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="MBIT", help="link rates of the ceiling sweep, Mbit/s")
     parser.add_argument("--ceiling-transports", nargs="+", default=list(CEILING_TRANSPORTS),
                         help="transports of the ceiling sweep")
+    parser.add_argument("--ceiling-agents", nargs="+", default=["per-host", str(os.cpu_count() or 1)],
+                        metavar="MODEL", help="agent models of the ceiling sweep: per-host (one process per "
+                                              "agent) and/or N (N host runtimes); default: per-host and one "
+                                              "runtime per core")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
     console = Console(width=max(Console().width, 150))
@@ -201,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
             Console(stderr=True).print(f"ceiling: {transport} at {rate} Mbit/s: busbw "
                                        f"{(r['busbw_fraction'] or 0) * 100:.1f}% of the host link, "
                                        f"{'valid' if r['valid'] else 'invalid'}")
-        ceiling = bench_ceiling(sorted(args.ceiling_rates), args.ceiling_transports, progress=note)
+        models = tuple(None if m == "per-host" else int(m) for m in args.ceiling_agents)
+        ceiling = bench_ceiling(sorted(args.ceiling_rates), args.ceiling_transports, progress=note,
+                                agent_models=models)
     if args.json:
         print(json.dumps({"fabric": rows, "transport": transport, "metrics": metrics_row, "ceiling": ceiling},
                          indent=1))
@@ -220,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 def _ceiling_table(c: dict) -> Table:
     t = Table(title=f"fabric ceiling: fat-tree k=4 all-reduce, busbw / host link per rate (pass: valid and "
                     f">= {CEILING_BUSBW:.0%})")
-    t.add_column("transport")
+    t.add_column("transport, agents")
     for rate in c["rates"]:
         t.add_column(f"{rate} Mbit/s", justify="right")
     t.add_column("ceiling", justify="right")

@@ -25,7 +25,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .algorithms import _ALGOS, Send, _Algo, peers
-from .data import COMPLETION_GATED, DTYPE, ELEMENT_BYTES, SEQ_MOD, bus_bandwidth, count_wrong, decode_imm
+from .data import (COMPLETION_GATED, DTYPE, ELEMENT_BYTES, SEQ_MOD, bus_bandwidth, count_wrong, decode_imm,
+                   prefetch)
 
 log = logging.getLogger(__package__)   # "agents.collectives", as before the split
 
@@ -48,6 +49,10 @@ class IterationResult:
     @property
     def seconds(self) -> float:
         return self.t_end - self.t_start
+
+
+PREFETCHED = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
+"""Collectives whose check needs every rank's pattern (see :meth:`Workload._prefetch`)."""
 
 
 @dataclass
@@ -173,6 +178,18 @@ class Workload:
         else:
             self._held[(it, src_rank, step)] = incoming.copy()
         self._advance(now)
+        self._prefetch()
+
+    def _prefetch(self) -> None:
+        """Make one more of the patterns the check of this iteration (else the next) needs
+        (:func:`agents.collectives.data.prefetch`): every rank's, for the collectives whose
+        expected result involves them all."""
+        if self.collective not in PREFETCHED or self.done:
+            return
+        for it in (self._index, self._index + 1):
+            if 0 <= it < len(self._plan) and prefetch(self.seed, it, self.world_size,
+                                                      self._plan[it][0] // ELEMENT_BYTES):
+                return
 
     def on_send_complete(self, peer: int, imm: int, now: float) -> None:
         """The write to ``peer`` with immediate ``imm`` is complete (landed, announced there).

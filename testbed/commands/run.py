@@ -55,6 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write PNG plots")
     p.add_argument("--trials", type=int, default=None, metavar="N",
                    help="run N trials with seeds seed, seed+1, ... (default: the scenario's 'trials', else 1)")
+    p.add_argument("--agent-processes", type=int, default=None, metavar="N",
+                   help="serve every agent from N host runtimes, each on one loop (default: the scenario's "
+                        "agent_processes, else one process per agent)")
     p.add_argument("--servers", metavar="SERVERS_YAML",
                    help="spread each fabric over these servers: a worker per server over SSH builds its "
                         "part, VXLAN tunnels carry the links between servers (README: across servers)")
@@ -79,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[red]testbed run[/]: {args.scenario}: transports: {', '.join(unknown)} not in the "
                   f"scenario's list ({', '.join(scenario.transports)})")
         return 2
+    if args.agent_processes is not None and not 1 <= args.agent_processes <= 256:
+        err.print(f"[red]testbed run[/]: --agent-processes must be 1..256, got {args.agent_processes}")
+        return 2
     args.fabric_factory = None
     if args.servers:
         from ..cluster.remote import ssh_fabric_factory
@@ -95,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if trials > 1:
         return _run_trials(args, scenario, transports, trials, console, err)
     result = run_scenario(scenario, runs_root=args.runs_dir, console=console, transports=transports,
-                          fabric_factory=args.fabric_factory)
+                          fabric_factory=args.fabric_factory, agent_processes=args.agent_processes)
     status = interrupted_status(result.signal) if result.interrupted else 0
     if any(s in ("crashed", "error") for s in result.status.values()):
         status = status or 1
@@ -141,7 +147,7 @@ def _run_trials(args, scenario, transports: list[str], trials: int, console: Con
         sc = load_scenario(args.scenario, features=features(), seed=seed)
         console.print(f"[bold]trial {i + 1}/{trials}[/]: seed {seed}")
         result = run_scenario(sc, runs_root=parent / f"seed-{seed}", console=console, transports=transports,
-                              fabric_factory=args.fabric_factory)
+                              fabric_factory=args.fabric_factory, agent_processes=args.agent_processes)
         if any(s in ("crashed", "error") for s in result.status.values()):
             status = status or 1
         try:

@@ -163,7 +163,8 @@ class TransportRun:
 
     def __init__(self, scenario: Scenario, transport: str, run_dir: Path, display: Display,
                  progress: Progress, *, python: str = sys.executable, qp_overrides: dict | None = None,
-                 fabric_factory: Callable[[Topology, bool], Fabric] | None = None):
+                 fabric_factory: Callable[[Topology, bool], Fabric] | None = None,
+                 agent_processes: int | None = None):
         self.scenario, self.transport, self.display = scenario, transport, display
         #: (topology, have_netem) -> an unstarted fabric; default :class:`Fabric` on this machine
         #: (a :class:`testbed.cluster.sharded.ShardedFabric` spreads it over servers)
@@ -172,6 +173,7 @@ class TransportRun:
         self.records = TransportRecords(self.dir)
         self.progress = progress
         self.python, self.qp_overrides = python, qp_overrides
+        self.agent_processes_override = agent_processes
         #: the host of every agent, by agent id (job after job; a single job: its ranks)
         self.world = [h for wl in scenario.all_jobs for h in wl.hosts]
         self.primary = len(scenario.workload.hosts)   # agents 0..primary-1 run the first job
@@ -287,13 +289,37 @@ class TransportRun:
         self.server = ControlServer(sock, allowed_pids=lambda: (p.pid for p in self.procs.values()))
         repo = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        for job, path in zip(jobs, paths):
-            logf = open(agent_log(self.dir, job["agent"]), "wb", opener=records.private_opener)
+        kw = dict(stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(repo), env=env)
+        n = self.agent_processes
+        if n is None:   # one process per agent, in its host's namespace
+            for job, path in zip(jobs, paths):
+                logf = open(agent_log(self.dir, job["agent"]), "wb", opener=records.private_opener)
+                self.logs.append(logf)
+                self.procs[job["agent"]] = self.fabric.popen(
+                    job["host"], [self.python, "-m", "agents", "--job", str(path.resolve())], stdout=logf, **kw)
+            self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()}})
+            return
+        groups = runtime_groups(len(jobs), n)
+        for i, members in enumerate(groups):   # host runtimes: agents.runtime
+            argv = [self.python, "-m", "agents"]
+            for a in members:
+                argv += ["--job", str(paths[a].resolve()),
+                         "--netns", f"/proc/{self.fabric.nodes[jobs[a]['host']].pid}/ns/net"]
+            log_path = self.dir / records.AGENT_LOGS_DIR / f"runtime{i}.log"
+            logf = open(log_path, "wb", opener=records.private_opener)
             self.logs.append(logf)
-            self.procs[job["agent"]] = self.fabric.popen(
-                job["host"], [self.python, "-m", "agents", "--job", str(path.resolve())],
-                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(repo), env=env)
-        self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()}})
+            proc = self.fabric.popen(jobs[members[0]]["host"], argv, stdout=logf, **kw)
+            for a in members:   # each rank's log is its runtime's
+                agent_log(self.dir, jobs[a]["agent"]).symlink_to(log_path.name)
+                self.procs[jobs[a]["agent"]] = proc
+        self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()},
+                      "runtimes": [[jobs[a]["agent"] for a in members] for members in groups]})
+
+    @property
+    def agent_processes(self) -> int | None:
+        """Host runtimes to serve the agents (the run's override, else the scenario's; None:
+        one process per agent)."""
+        return self.agent_processes_override or self.scenario.agent_processes
 
     def _loop(self) -> None:
         self.priority.raise_()
@@ -487,6 +513,13 @@ class TransportRun:
             self.refresh()
 
 
+def runtime_groups(agents: int, processes: int) -> list[list[int]]:
+    """Agents 0..agents-1 dealt round-robin onto ``min(processes, agents)`` host runtimes
+    (agent ``a`` to runtime ``a % processes``): the list of each runtime's agents."""
+    n = max(1, min(processes, agents))
+    return [list(range(i, agents, n)) for i in range(n)]
+
+
 # -- the whole scenario ----------------------------------------------------------------
 @dataclass
 class RunResult:
@@ -505,12 +538,14 @@ class Terminated(KeyboardInterrupt):
 
 def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=None,
                  transports: list[str] | None = None, qp_overrides: dict | None = None,
-                 live: bool = True, fabric_factory: Callable | None = None) -> RunResult:
+                 live: bool = True, fabric_factory: Callable | None = None,
+                 agent_processes: int | None = None) -> RunResult:
     """Run every transport of ``scenario`` (or ``transports``), each on a fresh fabric; write the
     run directory. ``console``: a rich Console (default: stdout); ``live``: a live progress
     table when it is a terminal. Ctrl-C / SIGTERM stop the run after tearing down and keep
     what was gathered (``interrupted`` True). Raises nothing for transport outcomes (see the
-    module docstring). ``fabric_factory``: see :class:`TransportRun`."""
+    module docstring). ``fabric_factory``: see :class:`TransportRun`; ``agent_processes``:
+    host runtimes instead of the scenario's ``agent_processes``."""
     run_dir = new_run_dir(scenario, runs_root)
     manifest = base_manifest(scenario)
     write_manifest(run_dir, manifest)
@@ -530,7 +565,7 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
             write_manifest(run_dir, manifest)
             row.t_launch = time.monotonic()
             runner = TransportRun(scenario, t, run_dir, display, row, qp_overrides=qp_overrides,
-                                  fabric_factory=fabric_factory)
+                                  fabric_factory=fabric_factory, agent_processes=agent_processes)
             try:
                 status = runner.run()
             except KeyboardInterrupt as exc:

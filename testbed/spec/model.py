@@ -106,6 +106,9 @@ class Scenario:
     warnings: tuple[Problem, ...] = dataclass_field(default=(), compare=False)
     #: Every job run at once (``jobs:``); ``workload`` is the first. Empty: ``(workload,)``.
     jobs: tuple[Workload, ...] = ()
+    #: ``agent_processes: N``: N host runtimes (:mod:`agents.runtime`) serve every agent, each
+    #: on one loop; None: one process per agent (per host and job).
+    agent_processes: int | None = None
 
     @property
     def all_jobs(self) -> tuple[Workload, ...]:
@@ -122,6 +125,7 @@ class Scenario:
                          "params": dict(topo.params), "nodes": len(topo.nodes), "links": len(topo.links),
                          "hosts": len(topo.hosts)},
             "transports": list(self.transports), "seed": self.seed, "trials": self.trials,
+            "agent_processes": self.agent_processes,
             "timeout_s": self.timeout_s,
             "reconverge_after_s": self.reconverge_after_s,
             "workload": _workload_dict(self.workload),

@@ -38,6 +38,9 @@ def load_scenario(path: str | os.PathLike, *, features: KernelFeatures | None = 
     return scenario
 
 
+MAX_AGENT_PROCESSES = 256
+
+
 def _find_topology(ref: str, scenario_path: Path) -> Path | None:
     if not ref or "\0" in ref:
         return None
@@ -56,7 +59,8 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     if _not_a_mapping(r, root, "a scenario"):
         return None
     m = r.mapping(root, "", ["topology", "transports", "seed", "timeout"],
-                  ["name", "description", "reconverge_after", "timeline", "trials", "workload", "jobs"])
+                  ["name", "description", "reconverge_after", "timeline", "trials", "workload", "jobs",
+                   "agent_processes"])
     if m is None:
         return None
     found = [k for k in SCENARIO_KEYS if k in m]
@@ -91,6 +95,8 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     if seed_override is not None and seed is not None:
         seed = seed_override
     trials = r.integer(m["trials"], "trials", minimum=1, maximum=1000) if "trials" in m else 1
+    agent_processes = (r.integer(m["agent_processes"], "agent_processes", minimum=1, maximum=MAX_AGENT_PROCESSES)
+                       if "agent_processes" in m else None)
     timeout_s = r.unit(m.get("timeout"), "timeout", units.parse_duration)
     if timeout_s == 0:
         r.error(m["timeout"], "timeout", "must be > 0")
@@ -98,11 +104,14 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     jobs = _jobs(r, m, topo, seed)
     workload = jobs[0] if jobs else None
     timeline = _timeline(r, m.get("timeline"), topo, seed, timeout_s, workload, feats)
+    if "agent_processes" in m and agent_processes is None:
+        return None
     if r.problems or None in (name, topo, transports, seed, timeout_s, workload, timeline, trials):
         return None
     warnings = timeline_warnings(r, timeline, timeout_s)
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
-                    reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs))
+                    reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs),
+                    agent_processes=agent_processes)
 
 
 def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None) -> list[Workload] | None:

@@ -61,7 +61,7 @@ def make_jobs(tmp_path: Path, transport: str, *, world_size=3, sizes=(4 << 20,),
 class FakeRunner:
     """Listen on the control socket, start the agents, collect their messages per rank."""
 
-    def __init__(self, tmp_path: Path, jobs: list[dict]):
+    def __init__(self, tmp_path: Path, jobs: list[dict], *, runtime: bool = False):
         self.path = jobs[0]["control_socket"]
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
@@ -72,12 +72,14 @@ class FakeRunner:
         self.messages: dict[int, list[dict]] = {j["rank"]: [] for j in jobs}
         self.rank_of = {j.get("agent", j["rank"]): j["rank"] for j in jobs}   # agent id -> rank
         self.procs = []
+        argvs = []
         for job in jobs:
             path = tmp_path / f"job{job['rank']}.json"
             path.write_text(json.dumps(job))
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "agents", "--job", str(path), "--log-level", "WARNING"],
-                cwd=REPO, stderr=subprocess.PIPE, text=True))
+            argvs.append(["--job", str(path)] + (["--netns", "/proc/self/ns/net"] if runtime else []))
+        for argv in ([sum(argvs, [])] if runtime else argvs):   # runtime: one host runtime for all
+            self.procs.append(subprocess.Popen([sys.executable, "-m", "agents", *argv, "--log-level", "WARNING"],
+                                               cwd=REPO, stderr=subprocess.PIPE, text=True))
         self._buf: dict[socket.socket, bytes] = {}
 
     def pump(self, until, timeout_s: float) -> None:
@@ -130,8 +132,8 @@ class FakeRunner:
 def runner_for(tmp_path):
     made = []
 
-    def make(jobs):
-        made.append(FakeRunner(tmp_path, jobs))
+    def make(jobs, **kw):
+        made.append(FakeRunner(tmp_path, jobs, **kw))
         return made[-1]
     yield make
     for r in made:
@@ -506,3 +508,79 @@ def test_garbage_from_the_runner_fails_the_agent_with_a_control_error(tmp_path, 
     assert run.wait_exit(10) == [1, 1]
     err = run.procs[0].stderr.read()
     assert "unknown control message type 'teleport'" in err, err
+
+
+def test_several_jobs_need_one_netns_each(tmp_path):
+    jobs = make_jobs(tmp_path, "mrc", sizes=(64 << 10,), iterations=1, warmup=0)
+    paths = []
+    for job in jobs[:2]:
+        paths += ["--job", str(tmp_path / f"j{job['rank']}.json")]
+        (tmp_path / f"j{job['rank']}.json").write_text(json.dumps(job))
+    proc = subprocess.run([sys.executable, "-m", "agents", *paths, "--netns", "/proc/self/ns/net"], cwd=REPO,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and "2 --job but 1 --netns" in proc.stderr
+
+
+class _FakeAgent:
+    """Stands in for agents.agent.Agent in a runtime: ``plan`` is what its turns return
+    (None: still running; an int: its exit status; an exception: raised by the turn)."""
+
+    made: list = []
+
+    def __init__(self, spec, loop):
+        self.spec, self.loop, self.plan, self.turns, self.closed = spec, loop, list(spec["plan"]), 0, None
+        self.connecting = spec.get("connecting", False)
+        _FakeAgent.made.append(self)
+
+    def open(self):
+        return self.spec.get("open")
+
+    def wait_s(self):
+        return 0.0
+
+    def turn_due(self, now):
+        return True
+
+    def advance(self, now):
+        self.turns += 1
+        step = self.plan.pop(0) if self.plan else None
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    def outcome(self, turn):
+        try:
+            return turn()
+        except RuntimeError:
+            return 1
+
+    def close(self, status):
+        self.closed = status
+        return status
+
+
+def test_a_runtime_serves_every_agent_until_each_ends_and_returns_the_worst(monkeypatch):
+    from agents import runtime
+    entered = []
+    monkeypatch.setattr(runtime, "Agent", _FakeAgent)
+    monkeypatch.setattr(runtime, "setns", lambda fd: entered.append(fd))
+    _FakeAgent.made = []
+    specs = [{"plan": [None, None, 0]},                               # done after three turns
+             {"plan": [None, RuntimeError("peer gone")]},             # fails on its second turn
+             {"plan": [0], "connecting": True},                       # its turns run in its namespace
+             {"plan": [], "open": 1}]                                 # its control socket: unreachable
+    status = runtime.run(specs, ["/proc/self/ns/net"] * 4)
+    a, b, c, d = _FakeAgent.made
+    assert (a.closed, b.closed, c.closed, d.closed) == (0, 1, 0, None)   # d never opened: nothing to close
+    assert (a.turns, b.turns, c.turns, d.turns) == (3, 2, 1, 0)           # one failure ends only its agent
+    assert status == 1 and len(entered) == 2                              # into c's namespace and back
+    assert runtime.worst([0, 3, 0]) == 3 and runtime.worst([3, 1]) == 1 and runtime.worst([]) == 0
+    with pytest.raises(ValueError, match="2 jobs but 1 namespaces"):
+        runtime.run(specs[:2], ["/proc/self/ns/net"])
+
+
+def test_runtime_groups_deal_agents_round_robin():
+    from testbed.run.lifecycle import runtime_groups
+    assert runtime_groups(16, 2) == [list(range(0, 16, 2)), list(range(1, 16, 2))]
+    assert runtime_groups(3, 8) == [[0], [1], [2]]
+    assert runtime_groups(5, 1) == [[0, 1, 2, 3, 4]]

@@ -95,7 +95,7 @@ BAD = [
     ("unknown keys", HEAD + """
     colour: blue
     """, ["14: colour: unknown key (allowed: topology, transports, seed, timeout, name, description, "
-          "reconverge_after, timeline, trials, workload, jobs)"]),
+          "reconverge_after, timeline, trials, workload, jobs, agent_processes)"]),
     ("transports", HEAD.replace("[mrc, rc]", "[mrc, roce, mrc]"),
      ["2: transports[1]: 'roce' is not a transport (mrc, rc, tcp, or rc-x<N> for RC with N QPs per connection, "
       "1 <= N <= 64)", "2: transports[2]: duplicate transport 'mrc'"]),
@@ -295,3 +295,12 @@ def test_bad_jobs(tmp_path):
     assert any(":8: jobs[0].hosts: a collective needs >= 2 hosts" in p for p in found), found
     bad_name = problems(write(tmp_path, JOBS.replace("name: ring2", "name: Ring 2")))
     assert any("jobs[1].name: job name 'Ring 2'" in p for p in bad_name)
+
+
+def test_agent_processes(tmp_path):
+    assert load_scenario(write(tmp_path, HEAD), features=FEATURES).agent_processes is None
+    sc = load_scenario(write(tmp_path, HEAD + "\n    agent_processes: 2\n"), features=FEATURES)
+    assert sc.agent_processes == 2 and sc.to_dict()["agent_processes"] == 2
+    for bad in ("0", "257", "two"):
+        with pytest.raises(SpecError, match="agent_processes"):
+            load_scenario(write(tmp_path, HEAD + f"\n    agent_processes: {bad}\n"), features=FEATURES)

@@ -1,0 +1,152 @@
+"""A host runtime: one process serving the agents of many emulated hosts on one event loop.
+
+``python -m agents --job A.json --netns /proc/P/ns/net --job B.json --netns ...`` runs one
+:class:`agents.agent.Agent` per job on one shared :class:`agents.io.EventLoop` (one process
+per core instead of one per host: 2 processes instead of 16 on fat-tree-k4 with 2 cores).
+
+Every agent opens its sockets inside its own host's network namespace: while an agent is
+connecting (its channel not yet up: the only time an agent opens sockets: UDP endpoints
+and their send sockets, the TCP listener and connects) the runtime's thread enters that
+host's namespace for the agent's turn (``setns(2)`` on ``/proc/<pid>/ns/net`` of the
+host's shell) and comes back after it. A socket stays in the namespace it was made in
+whatever its thread does next, so addresses, routes, EVs and QPNs are exactly those of
+the host. Connections accepted later belong to their listener's namespace.
+
+Identity and outcomes stay per rank: each agent has its own control connection (its
+``ready``, ``iteration``, ``done`` or ``failed``), its own samples file and its own exit
+status; one agent's failure ends only that agent. The runtime exits with the worst of
+them (1 failed > 3 stopped > 0 done). A runtime that dies takes all its ranks with it,
+as a dead agent process takes its one (the runner reports them ``crashed``).
+
+Between two agents' turns the runtime runs the timers that came due (a turn can be long:
+an iteration's end checks the whole buffer), as a kernel would preempt one agent process
+for another's timer. Shared by the runtime's agents: the loop's timer statistics (the samples' ``loop``
+field: an agent's sample takes the lateness since the last sample of any of them).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+
+from .agent import EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, Agent
+from .io import EventLoop
+from .jobspec import JobSpec
+
+log = logging.getLogger(__name__)
+
+CLONE_NEWNET = 0x40000000   # sched.h
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def setns(fd: int) -> None:
+    """Move this thread into the network namespace ``fd`` (setns(2)); OSError on failure."""
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def worst(statuses: list[int]) -> int:
+    """The runtime's exit status from its agents': failed, else stopped, else done."""
+    for status in (EXIT_FAILED, EXIT_STOPPED):
+        if status in statuses:
+            return status
+    return max(statuses, default=EXIT_DONE)
+
+
+class LoopView:
+    """One agent's view of the runtime's shared :class:`agents.io.EventLoop`: the same readers,
+    timers and clock, with every callback marking the view ``active`` first, so the runtime
+    gives a turn only to the agents something happened to (a datagram, a timer, a control
+    message) instead of to every agent on every wake-up."""
+
+    def __init__(self, loop: EventLoop):
+        self._loop = loop
+        self.time = loop.time
+        self.active = True
+
+    def _mark(self, callback):
+        def run():
+            self.active = True
+            callback()
+        return run
+
+    def add_reader(self, fileobj, callback) -> None:
+        self._loop.add_reader(fileobj, self._mark(callback))
+
+    def remove_reader(self, fileobj) -> None:
+        self._loop.remove_reader(fileobj)
+
+    def call_at(self, when: float, callback):
+        return self._loop.call_at(when, self._mark(callback))
+
+    def call_later(self, delay_s: float, callback):
+        return self.call_at(self.time() + delay_s, callback)
+
+    @property
+    def timers_fired(self) -> int:
+        return self._loop.timers_fired
+
+    @property
+    def timer_late_sum_s(self) -> float:
+        return self._loop.timer_late_sum_s
+
+    def take_timer_late_max_s(self) -> float:
+        return self._loop.take_timer_late_max_s()
+
+    def run_once(self, max_wait_s: float | None = None) -> None:
+        raise RuntimeError("an agent in a runtime does not run the shared loop")
+
+    def close(self) -> None:
+        pass
+
+
+def run(specs: list[JobSpec], netns_paths: list[str]) -> int:
+    """Run ``specs`` (one per emulated host, ``netns_paths[i]`` the namespace of
+    ``specs[i]``'s host) on one loop; the worst exit status. Raises OSError if a namespace
+    cannot be opened (before any agent starts)."""
+    if len(specs) != len(netns_paths):
+        raise ValueError(f"{len(specs)} jobs but {len(netns_paths)} namespaces")
+    fds = [os.open(p, os.O_RDONLY | os.O_CLOEXEC) for p in netns_paths]
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    loop = EventLoop()
+    views = [LoopView(loop) for _ in specs]
+    agents = [Agent(spec, view) for spec, view in zip(specs, views)]
+    status: dict[int, int] = {}
+    live = []
+    try:
+        for i, agent in enumerate(agents):
+            st = agent.open()
+            if st is None:
+                live.append(i)
+            else:
+                status[i] = st
+        while live:
+            now = loop.time()
+            for i in list(live):
+                agent, view = agents[i], views[i]
+                if not (view.active or agent.turn_due(now)):
+                    continue
+                view.active = False
+                if agent.connecting:   # its sockets are opened in its host's namespace
+                    setns(fds[i])
+                    try:
+                        st = agent.outcome(lambda: agent.advance(now))
+                    finally:
+                        setns(home)
+                else:
+                    st = agent.outcome(lambda: agent.advance(now))
+                if st is not None:
+                    status[i] = agent.close(st)
+                    live.remove(i)
+                loop.run_due()   # timers due during this turn run before the next agent's
+            if live:
+                loop.run_once(min(agents[i].wait_s() for i in live))
+    finally:
+        for i in live:   # an unexpected error in the runtime itself: close what still runs
+            agents[i].close(EXIT_FAILED)
+        loop.close()
+        for fd in (*fds, home):
+            os.close(fd)
+    return worst(list(status.values()))
