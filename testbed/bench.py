@@ -45,9 +45,12 @@ CEILING_BUSBW = 0.90
 CEILING_SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "baseline.yaml"
 
 
-def agent_model_name(processes: int | None) -> str:
-    """How a sweep row's agents run: ``per-host`` or ``N runtimes`` (:mod:`agents.runtime`)."""
-    return "per-host" if processes is None else f"{processes} runtime{'s' if processes > 1 else ''}"
+def agent_model_name(processes: int | str | None) -> str:
+    """How a sweep row's agents run: ``per-host``, ``N runtimes`` (:mod:`agents.runtime`) or
+    ``default`` (the runner's: one runtime per core)."""
+    if processes is None or processes == "per-host":
+        return "default" if processes is None else "per-host"
+    return f"{processes} runtime{'s' if processes > 1 else ''}"
 
 
 def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, *,
@@ -56,8 +59,8 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
     """The fabric ceiling sweep (module docstring): ``{"rates": [...], "runs": {row:
     {rate: {"busbw_fraction", "valid", "cpu_p95", "runner_cpu", "reasons"}}}, "ceiling":
     {row: rate | None}}`` (rates in Mbit/s), a row per transport and agent model
-    (``agent_models``: None one process per agent, N host runtimes; a row is named
-    ``"mrc"`` for per-host alone, else ``"mrc, <model>"``)."""
+    (``agent_models``: ``"per-host"`` one process per agent, N host runtimes, None the
+    default; a row is named ``"mrc"`` for the default alone, else ``"mrc, <model>"``)."""
     import dataclasses
     import io
     import shutil
@@ -216,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             Console(stderr=True).print(f"ceiling: {transport} at {rate} Mbit/s: busbw "
                                        f"{(r['busbw_fraction'] or 0) * 100:.1f}% of the host link, "
                                        f"{'valid' if r['valid'] else 'invalid'}")
-        models = tuple(None if m == "per-host" else int(m) for m in args.ceiling_agents)
+        models = tuple(m if m == "per-host" else int(m) for m in args.ceiling_agents)
         ceiling = bench_ceiling(sorted(args.ceiling_rates), args.ceiling_transports, progress=note,
                                 agent_models=models)
     if args.json:

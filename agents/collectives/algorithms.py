@@ -66,8 +66,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .data import (COLLECTIVES, DTYPE, MAX_WORLD_SIZE, SEQ_MOD, _data_slice, _sum_slice, encode_imm,
-                   rank_data)
+from .data import (COLLECTIVES, DTYPE, MAX_WORLD_SIZE, SEQ_MOD, _data_slice, _sum_slice, count_wrong,
+                   count_wrong_periodic, encode_imm, pattern_total, rank_data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +166,10 @@ class _Algo:
         a, b = self.bounds[chunk]
         return b - a
 
+    def count_wrong(self, seed: int, rtol: float = 0.0) -> int:
+        """#wrong of this rank's result (nccl-tests; :func:`agents.collectives.data.count_wrong`)."""
+        return count_wrong(self.result(), self.expected(seed), rtol=rtol)
+
     def _send(self, peer: int, step: int, chunk: int, data: np.ndarray) -> Send:
         return Send(peer, step, chunk, data.tobytes(), self.offset(self.rank, peer, step),
                     encode_imm(self.iteration % SEQ_MOD, step, chunk))
@@ -235,6 +239,12 @@ class _Ring(_Algo):
             a, b = self.bounds[self.rank]
             return self.buf[a:b]
         return self.buf
+
+    def count_wrong(self, seed: int, rtol: float = 0.0) -> int:
+        if rtol == 0.0 and self.kind != "all_gather":   # the sum is periodic: compare period by period
+            a = self.bounds[self.rank][0] if self.kind == "reduce_scatter" else 0
+            return count_wrong_periodic(self.result(), pattern_total(seed, self.iteration, self.n, self.count), a)
+        return super().count_wrong(seed, rtol)
 
     def expected(self, seed: int) -> np.ndarray:
         it, n, count = self.iteration, self.n, self.count

@@ -126,6 +126,12 @@ def _data_slice(seed: int, rank: int, iteration: int, count: int, start: int, st
 
 def _sum_slice(seed: int, iteration: int, world_size: int, count: int, start: int,
                stop: int) -> np.ndarray:
+    return _periodic(pattern_total(seed, iteration, world_size, count), start, stop)
+
+
+def pattern_total(seed: int, iteration: int, world_size: int, count: int) -> np.ndarray:
+    """The sum of every rank's pattern of ``iteration`` (read-only, cached): one period of the
+    all-reduce result."""
     key = (seed, iteration, world_size, min(count, DATA_PERIOD))
     total = _TOTALS.get(key)
     if total is None:
@@ -136,7 +142,20 @@ def _sum_slice(seed: int, iteration: int, world_size: int, count: int, start: in
         _TOTALS[key] = total
         if len(_TOTALS) > 16:
             _TOTALS.popitem(last=False)
-    return _periodic(total, start, stop)
+    return total
+
+
+def count_wrong_periodic(result: np.ndarray, period: np.ndarray, start: int) -> int:
+    """#wrong (exact) of ``result`` against ``period`` repeated from element ``start`` (element
+    ``j`` against ``period[(start + j) % len(period)]``), as :func:`count_wrong` of
+    :func:`_periodic`'s expectation but without making it: one comparison per period."""
+    p, n = period.size, result.size
+    wrong, j, off = 0, 0, start % p
+    while j < n:
+        k = min(p - off, n - j)
+        wrong += int(np.count_nonzero(result[j:j + k] != period[off:off + k]))
+        j, off = j + k, 0
+    return wrong
 
 
 def expected_sum(seed: int, iteration: int, world_size: int, count: int) -> np.ndarray:

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .algorithms import _ALGOS, Send, _Algo, peers
-from .data import (COMPLETION_GATED, DTYPE, ELEMENT_BYTES, SEQ_MOD, bus_bandwidth, count_wrong, decode_imm,
+from .data import (COMPLETION_GATED, DTYPE, ELEMENT_BYTES, SEQ_MOD, bus_bandwidth, decode_imm,
                    prefetch)
 
 log = logging.getLogger(__package__)   # "agents.collectives", as before the split
@@ -225,7 +225,7 @@ class Workload:
         now = self.clock() if self.clock else now
         size, warm = self._plan[self._index]
         algo = self._algo
-        wrong = count_wrong(algo.result(), algo.expected(self.seed), rtol=self.rtol)
+        wrong = algo.count_wrong(self.seed, self.rtol)
         if wrong:
             log.warning("rank %d: %s size %d iteration %d: %d wrong elements",
                         self.rank, self.collective, size, self._index, wrong)

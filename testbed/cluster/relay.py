@@ -48,6 +48,7 @@ class AgentRelay:
         self.procs: dict[int, subprocess.Popen] = {}
         self.logs: list = []
         self.exited: dict[int, int] = {}
+        self.log_of: dict[int, Path] = {}
         self.started = False
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -58,24 +59,39 @@ class AgentRelay:
                                     allowed_pids=lambda: [p.pid for p in list(self.procs.values())])
         self._thread = threading.Thread(target=self._run, name="agent-relay", daemon=True)
 
-    def start(self, jobs: list[dict]) -> dict[int, int]:
-        """Spawn one agent per job in its host's namespace; returns {agent id: pid}. Raises
-        KeyError if a job's host is not on this server (nothing spawned then)."""
+    def start(self, jobs: list[dict], processes: int | None = None) -> dict[int, int]:
+        """Spawn the agents of ``jobs``: one process per job in its host's namespace
+        (``processes`` None), else that many host runtimes (:mod:`agents.runtime`; 0: one per
+        core of this server); returns {agent id: pid}. Raises KeyError if a job's host is not
+        on this server (nothing spawned then)."""
+        from ..run.lifecycle import runtime_groups
         for job in jobs:
             if not self.fabric.is_local(job["host"]):
                 raise KeyError(f"{job['host']} (agent {job['agent']}) is not on this server")
         env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        paths = []
         for job in jobs:
             rank = job["agent"]
             job = {**job, "control_socket": self.server.path,
                    "samples_path": str(self.workdir / "samples" / f"rank{rank}.jsonl")}
-            path = self.workdir / "jobs" / f"rank{rank}.json"
-            path.write_text(json.dumps(job))
-            logf = open(self.workdir / "logs" / f"rank{rank}.log", "wb")
+            paths.append(self.workdir / "jobs" / f"rank{rank}.json")
+            paths[-1].write_text(json.dumps(job))
+        if processes == 0:
+            processes = len(os.sched_getaffinity(0))
+        groups = [[i] for i in range(len(jobs))] if processes is None else runtime_groups(len(jobs), processes)
+        for members in groups:
+            argv = [self.python, "-m", "agents"]
+            for i in members:
+                argv += ["--job", str(paths[i])]
+                if processes is not None:
+                    argv += ["--netns", f"/proc/{self.fabric.nodes[jobs[i]['host']].pid}/ns/net"]
+            logf = open(self.workdir / "logs" / f"proc{len(self.logs)}.log", "wb")
             self.logs.append(logf)
-            self.procs[rank] = self.fabric.popen(job["host"], [self.python, "-m", "agents", "--job", str(path)],
-                                                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                 cwd=str(REPO), env=env)
+            proc = self.fabric.popen(jobs[members[0]]["host"], argv, stdout=logf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, cwd=str(REPO), env=env)
+            for i in members:
+                self.procs[jobs[i]["agent"]] = proc
+                self.log_of[jobs[i]["agent"]] = Path(logf.name)
         self._thread.start()
         return {rank: p.pid for rank, p in self.procs.items()}
 
@@ -149,7 +165,7 @@ class AgentRelay:
         for f in self.logs:
             f.flush()
         return {"ranks": {rank: {"samples": text(self.workdir / "samples" / f"rank{rank}.jsonl"),
-                                 "log": text(self.workdir / "logs" / f"rank{rank}.log", MAX_LOG_BYTES)}
+                                 "log": text(self.log_of[rank], MAX_LOG_BYTES)}
                           for rank in self.procs},
                 "cpu": text(self.workdir / "cpu.jsonl"), "sched": text(self.workdir / "sched.jsonl")}
 
@@ -162,11 +178,12 @@ class AgentRelay:
         self.server.wakeup()
         if self._thread.is_alive():
             self._thread.join(5.0)
-        for proc in self.procs.values():
+        procs = list({id(p): p for p in self.procs.values()}.values())   # a runtime serves several
+        for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
         deadline = time.monotonic() + STOP_GRACE_S
-        for proc in self.procs.values():
+        for proc in procs:
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

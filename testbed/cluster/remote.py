@@ -277,11 +277,11 @@ class SshShardedFabric:
         result.seconds = time.perf_counter() - t0
         return result
 
-    def start_agents(self, jobs: list[dict]) -> RemoteAgents:
-        """Start ``jobs``' agents on their hosts' servers (:class:`RemoteAgents`), with the clock
-        offsets measured at this call."""
+    def start_agents(self, jobs: list[dict], processes: int | None = 0) -> RemoteAgents:
+        """Start ``jobs``' agents on their hosts' servers (:class:`RemoteAgents`; ``processes``
+        as there), with the clock offsets measured at this call."""
         self.clocks = self.clock_offsets()
-        return RemoteAgents(self, jobs, {name: c["offset_s"] for name, c in self.clocks.items()})
+        return RemoteAgents(self, jobs, {name: c["offset_s"] for name, c in self.clocks.items()}, processes)
 
     def link_counters(self):
         """An object whose ``read()`` is :meth:`counters` (what :class:`testbed.paths.Tracer`
@@ -326,7 +326,9 @@ class RemoteAgents:
     the runner sees them: the :class:`testbed.run.control.ControlServer` calls (:meth:`poll`,
     :meth:`send`, :meth:`broadcast`, :meth:`close`) and ``procs`` ({agent: RemoteProcess}).
 
-    ``offsets``: each server's clock offset from this machine's, s
+    ``processes``: how each server runs its agents (None one process per agent, N host
+    runtimes, 0 one runtime per core of that server). ``offsets``: each server's clock
+    offset from this machine's, s
     (:meth:`SshShardedFabric.clock_offsets`); every time an agent reports (a sample's ``t``, an
     event's ``t``, an iteration's ``t_start``/``t_end``) is moved onto this machine's clock
     (t - offset), so records from every server share one timeline. A worker that goes away
@@ -335,7 +337,8 @@ class RemoteAgents:
 
     GONE = -1
 
-    def __init__(self, fabric: "SshShardedFabric", jobs: list[dict], offsets: dict[str, float]):
+    def __init__(self, fabric: "SshShardedFabric", jobs: list[dict], offsets: dict[str, float],
+                 processes: int | None = 0):
         from agents.protocol import AGENT_MESSAGES, LineFramer
         self.fabric, self.offsets = fabric, offsets
         self._inbox: queue.Queue = queue.Queue()
@@ -348,7 +351,8 @@ class RemoteAgents:
         try:
             with ThreadPoolExecutor(max_workers=len(by_server)) as pool:
                 started = dict(zip(by_server, pool.map(
-                    lambda name: fabric.shards[name].call("agents_start", jobs=by_server[name])["pids"]
+                    lambda name: fabric.shards[name].call("agents_start", jobs=by_server[name],
+                                                          processes=processes)["pids"]
                     if by_server[name] else {}, by_server)))
         except BaseException:
             self.close()

@@ -29,8 +29,9 @@ Protocol: JSON lines. Each request ``{"op": ..., ...}`` gets exactly one reply
   ``{"sent": [[src, dst, ev_id], ...]}``.
 * ``probe_collect`` ``{"quiet_s", "timeout_s"}``: what arrived at this shard's hosts until
   ``quiet_s`` without an arrival; ``{"received": [...]}``. ``probe_close`` closes the sockets.
-* ``agents_start`` ``{"jobs": [job spec, ...]}``: start the agents of these jobs (their hosts on
-  this server) with a control socket of this worker's (:class:`testbed.cluster.relay.AgentRelay`);
+* ``agents_start`` ``{"jobs": [job spec, ...], "processes": null | N | 0}``: start the agents
+  of these jobs (their hosts on this server; one process each, or N host runtimes, 0: one
+  per core here) with a control socket of this worker's (:class:`testbed.cluster.relay.AgentRelay`);
   ``{"pids": {agent: pid}}``. From then on the worker also writes pushed lines, between
   replies: ``{"push": "agent", "line"}`` (an agent's message) and ``{"push": "exit", "rank",
   "code"}``. ``agents_send`` ``{"line", "rank": agent or null}``: a runner's message to one
@@ -215,7 +216,7 @@ class Worker:
             self._wfile.write(data)
             self._wfile.flush()
 
-    def op_agents_start(self, jobs: list) -> dict:
+    def op_agents_start(self, jobs: list, processes: int | None = None) -> dict:
         from .relay import AgentRelay
         if self.agents is not None:
             raise RuntimeError("agents already started (agents_stop first)")
@@ -223,7 +224,7 @@ class Worker:
             self.workdir = Path(tempfile.mkdtemp(prefix="mrc-worker-"))
         self.agents = AgentRelay(self.fabric, self.workdir / f"agents-{len(os.listdir(self.workdir))}", self.emit)
         try:
-            return {"pids": self.agents.start(jobs)}
+            return {"pids": self.agents.start(jobs, processes)}
         except BaseException:
             self.op_agents_stop()
             raise

@@ -44,6 +44,18 @@ def _transport(text: str) -> str:
     return text
 
 
+def _agent_processes(text: str) -> int | str:
+    if text == "per-host":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"expected per-host or 1..256, got {text!r}")
+    return n
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a scenario (all-reduce over each transport, timed faults) and report",
                        description=__doc__.splitlines()[0])
@@ -55,9 +67,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write PNG plots")
     p.add_argument("--trials", type=int, default=None, metavar="N",
                    help="run N trials with seeds seed, seed+1, ... (default: the scenario's 'trials', else 1)")
-    p.add_argument("--agent-processes", type=int, default=None, metavar="N",
-                   help="serve every agent from N host runtimes, each on one loop (default: the scenario's "
-                        "agent_processes, else one process per agent)")
+    p.add_argument("--agent-processes", type=_agent_processes, default=None, metavar="N|per-host",
+                   help="serve every agent from N host runtimes, each on one loop, or per-host: one process "
+                        "per agent (default: the scenario's agent_processes, else one runtime per core)")
     p.add_argument("--servers", metavar="SERVERS_YAML",
                    help="spread each fabric over these servers: a worker per server over SSH builds its "
                         "part, VXLAN tunnels carry the links between servers (README: across servers)")
@@ -81,9 +93,6 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         err.print(f"[red]testbed run[/]: {args.scenario}: transports: {', '.join(unknown)} not in the "
                   f"scenario's list ({', '.join(scenario.transports)})")
-        return 2
-    if args.agent_processes is not None and not 1 <= args.agent_processes <= 256:
-        err.print(f"[red]testbed run[/]: --agent-processes must be 1..256, got {args.agent_processes}")
         return 2
     args.fabric_factory = None
     if args.servers:

@@ -107,8 +107,9 @@ class Scenario:
     #: Every job run at once (``jobs:``); ``workload`` is the first. Empty: ``(workload,)``.
     jobs: tuple[Workload, ...] = ()
     #: ``agent_processes: N``: N host runtimes (:mod:`agents.runtime`) serve every agent, each
-    #: on one loop; None: one process per agent (per host and job).
-    agent_processes: int | None = None
+    #: on one loop; ``"per-host"``: one process per agent (per host and job); None (absent):
+    #: the default, one runtime per core (:func:`testbed.run.lifecycle.default_agent_processes`).
+    agent_processes: int | str | None = None
 
     @property
     def all_jobs(self) -> tuple[Workload, ...]:

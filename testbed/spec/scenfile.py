@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from yaml.nodes import Node
+from yaml.nodes import Node, ScalarNode
 
 from .. import units
 from agents.protocol import TRANSPORTS
@@ -39,6 +39,8 @@ def load_scenario(path: str | os.PathLike, *, features: KernelFeatures | None = 
 
 
 MAX_AGENT_PROCESSES = 256
+PER_HOST = "per-host"
+"""``agent_processes: per-host``: one process per agent, in its host's namespace."""
 
 
 def _find_topology(ref: str, scenario_path: Path) -> Path | None:
@@ -95,8 +97,17 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     if seed_override is not None and seed is not None:
         seed = seed_override
     trials = r.integer(m["trials"], "trials", minimum=1, maximum=1000) if "trials" in m else 1
-    agent_processes = (r.integer(m["agent_processes"], "agent_processes", minimum=1, maximum=MAX_AGENT_PROCESSES)
-                       if "agent_processes" in m else None)
+    agent_processes = None
+    if "agent_processes" in m:
+        node = m["agent_processes"]
+        value = r.value(node) if isinstance(node, ScalarNode) else None
+        if value == PER_HOST:
+            agent_processes = PER_HOST
+        elif isinstance(value, int) and not isinstance(value, bool):
+            agent_processes = r.integer(node, "agent_processes", minimum=1, maximum=MAX_AGENT_PROCESSES)
+        else:
+            r.error(node, "agent_processes", f"expected {PER_HOST} or a number of host runtimes "
+                                             f"1..{MAX_AGENT_PROCESSES}, got {r.describe(node)}")
     timeout_s = r.unit(m.get("timeout"), "timeout", units.parse_duration)
     if timeout_s == 0:
         r.error(m["timeout"], "timeout", "must be > 0")

@@ -441,3 +441,13 @@ def test_incast_senders_are_gated_by_completions_and_the_root_gets_every_buffer(
     assert len(w.results) == 1 and len(posted) == 2
     with pytest.raises(co.CollectiveError):
         w.on_send_complete(0, posted[0].imm, 2.0)                   # completed already
+
+
+@given(st.integers(1, 300), st.integers(0, 1000), st.integers(1, 40), st.data())
+def test_count_wrong_periodic_equals_count_wrong_of_the_materialised_expectation(n, start, p, data):
+    from agents.collectives.data import _periodic, count_wrong, count_wrong_periodic
+    period = np.arange(p, dtype=np.float32)
+    result = _periodic(period, start, start + n).copy()
+    for j in data.draw(st.lists(st.integers(0, n - 1), max_size=5)):
+        result[j] = data.draw(st.sampled_from([np.nan, -1.0, result[j]]))
+    assert count_wrong_periodic(result, period, start) == count_wrong(result, _periodic(period, start, start + n))

@@ -301,6 +301,8 @@ def test_agent_processes(tmp_path):
     assert load_scenario(write(tmp_path, HEAD), features=FEATURES).agent_processes is None
     sc = load_scenario(write(tmp_path, HEAD + "\n    agent_processes: 2\n"), features=FEATURES)
     assert sc.agent_processes == 2 and sc.to_dict()["agent_processes"] == 2
-    for bad in ("0", "257", "two"):
+    sc = load_scenario(write(tmp_path, HEAD + "\n    agent_processes: per-host\n"), features=FEATURES)
+    assert sc.agent_processes == "per-host"
+    for bad in ("0", "257", "two", "true", "[2]"):
         with pytest.raises(SpecError, match="agent_processes"):
             load_scenario(write(tmp_path, HEAD + f"\n    agent_processes: {bad}\n"), features=FEATURES)
