@@ -150,16 +150,21 @@ class Agent:
             wait = min(wait, max(self._next_sample - self.loop.time(), 0.0))
         return wait
 
-    def turn_due(self, now: float) -> bool:
-        """Whether this agent needs a turn now although none of its sockets or timers fired:
-        a sample due, control output queued, or the current wait's deadline passed."""
-        if self.started and now >= self._next_sample:
-            return True
-        if self.control is not None and self.control.pending_bytes:
-            return True
-        if self.channel is not None and self.channel.wants_poll:
-            return True
-        return self._wait is None or (self._wait[1] is not None and now > self._wait[1])
+    def poll_again(self) -> bool:
+        """Whether this agent wants another turn at once although nothing fired: control
+        output still queued, or a channel that polls (TCP with data to write)."""
+        return bool((self.control is not None and self.control.pending_bytes)
+                    or (self.channel is not None and self.channel.wants_poll))
+
+    def next_due(self) -> float | None:
+        """The next time (the loop's clock) this agent needs a turn although nothing fires:
+        its next sample while it runs, its wait's deadline; None if neither."""
+        times = []
+        if self.started:
+            times.append(self._next_sample)
+        if self._wait is not None and self._wait[1] is not None:
+            times.append(self._wait[1] + 1e-6)
+        return min(times) if times else None
 
     @property
     def connecting(self) -> bool:

@@ -27,6 +27,7 @@ field: an agent's sample takes the lateness since the last sample of any of them
 from __future__ import annotations
 
 import ctypes
+import heapq
 import logging
 import os
 
@@ -37,6 +38,7 @@ from .jobspec import JobSpec
 log = logging.getLogger(__name__)
 
 CLONE_NEWNET = 0x40000000   # sched.h
+IDLE_WAIT_S = 0.05          # the longest sleep when no agent named a time (as an agent alone)
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -57,18 +59,20 @@ def worst(statuses: list[int]) -> int:
 
 class LoopView:
     """One agent's view of the runtime's shared :class:`agents.io.EventLoop`: the same readers,
-    timers and clock, with every callback marking the view ``active`` first, so the runtime
-    gives a turn only to the agents something happened to (a datagram, a timer, a control
-    message) instead of to every agent on every wake-up."""
+    timers and clock, with every callback first adding the agent (``index``) to ``ready``,
+    so the runtime gives a turn only to the agents something happened to (a datagram, a
+    timer, a control message) instead of to every agent on every wake-up."""
 
-    def __init__(self, loop: EventLoop):
+    def __init__(self, loop: EventLoop, ready: set, index: int):
         self._loop = loop
         self.time = loop.time
-        self.active = True
+        self._ready, self._index = ready, index
 
     def _mark(self, callback):
+        ready, index = self._ready, self._index
+
         def run():
-            self.active = True
+            ready.add(index)
             callback()
         return run
 
@@ -105,30 +109,45 @@ class LoopView:
 def run(specs: list[JobSpec], netns_paths: list[str]) -> int:
     """Run ``specs`` (one per emulated host, ``netns_paths[i]`` the namespace of
     ``specs[i]``'s host) on one loop; the worst exit status. Raises OSError if a namespace
-    cannot be opened (before any agent starts)."""
+    cannot be opened (before any agent starts).
+
+    An agent gets a turn when one of its sockets or timers fired (its view marks it
+    ready), when it asked to be polled again (control output queued, a channel that
+    polls), or at the next time it named (:meth:`agents.agent.Agent.next_due`: its next
+    sample, its wait's deadline), kept in a heap: the work per wake-up grows with the
+    agents that have something to do, not with all of them."""
     if len(specs) != len(netns_paths):
         raise ValueError(f"{len(specs)} jobs but {len(netns_paths)} namespaces")
     fds = [os.open(p, os.O_RDONLY | os.O_CLOEXEC) for p in netns_paths]
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     loop = EventLoop()
-    views = [LoopView(loop) for _ in specs]
+    ready: set[int] = set(range(len(specs)))
+    views = [LoopView(loop, ready, i) for i in range(len(specs))]
     agents = [Agent(spec, view) for spec, view in zip(specs, views)]
     status: dict[int, int] = {}
-    live = []
+    live: set[int] = set()
+    timed: list[tuple[float, int]] = []          # (when, agent): a heap of named times
+    named: dict[int, float] = {}                 # the earliest time in ``timed`` per agent
     try:
         for i, agent in enumerate(agents):
             st = agent.open()
             if st is None:
-                live.append(i)
+                live.add(i)
             else:
                 status[i] = st
+        ready &= live
         while live:
             now = loop.time()
-            for i in list(live):
-                agent, view = agents[i], views[i]
-                if not (view.active or agent.turn_due(now)):
-                    continue
-                view.active = False
+            while timed and timed[0][0] <= now:
+                _, i = heapq.heappop(timed)
+                if named.get(i, 0.0) <= now:
+                    named.pop(i, None)
+                if i in live:
+                    ready.add(i)
+            turn, again = sorted(ready), set()
+            ready.clear()
+            for i in turn:
+                agent = agents[i]
                 if agent.connecting:   # its sockets are opened in its host's namespace
                     setns(fds[i])
                     try:
@@ -139,10 +158,22 @@ def run(specs: list[JobSpec], netns_paths: list[str]) -> int:
                     st = agent.outcome(lambda: agent.advance(now))
                 if st is not None:
                     status[i] = agent.close(st)
-                    live.remove(i)
+                    live.discard(i)
+                else:
+                    if agent.poll_again():
+                        again.add(i)
+                    due = agent.next_due()
+                    if due is not None and due < named.get(i, float("inf")):
+                        named[i] = due
+                        heapq.heappush(timed, (due, i))
                 loop.run_due()   # timers due during this turn run before the next agent's
+            ready |= again
+            ready &= live
             if live:
-                loop.run_once(min(agents[i].wait_s() for i in live))
+                wait = 0.0 if ready else IDLE_WAIT_S
+                if timed and not ready:
+                    wait = min(wait, max(0.0, timed[0][0] - loop.time()))
+                loop.run_once(wait)
     finally:
         for i in live:   # an unexpected error in the runtime itself: close what still runs
             agents[i].close(EXIT_FAILED)

@@ -75,6 +75,7 @@ PATTERN_CACHE = 256
 """Patterns kept per process (256 KiB each: 64 MiB at most)."""
 _PATTERNS: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
 _TOTALS: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_PREFETCHED: dict[tuple, int] = {}   # (seed, iteration, world_size, period) -> ranks prefetched so far
 
 
 def _pattern(seed: int, rank: int, iteration: int, count: int) -> np.ndarray:
@@ -99,9 +100,17 @@ def prefetch(seed: int, iteration: int, world_size: int, count: int) -> bool:
     each) over an iteration instead of paying them all in the check at its end, where they
     would delay every timer of the loop."""
     period = min(count, DATA_PERIOD)
-    for rank in range(world_size):
-        if (seed, rank, iteration, period) not in _PATTERNS:
+    key = (seed, iteration, world_size, period)
+    rank = _PREFETCHED.get(key, 0)          # ranks below it are made (or were, and may be made again)
+    while rank < world_size:
+        made = (seed, rank, iteration, period) in _PATTERNS
+        if not made:
             _pattern(seed, rank, iteration, count)
+        rank += 1
+        _PREFETCHED[key] = rank
+        if len(_PREFETCHED) > 64:
+            _PREFETCHED.pop(next(iter(_PREFETCHED)))
+        if not made:
             return True
     return False
 

@@ -538,8 +538,11 @@ class _FakeAgent:
     def wait_s(self):
         return 0.0
 
-    def turn_due(self, now):
-        return True
+    def poll_again(self):
+        return True          # keeps asking for turns: its plan says when it ends
+
+    def next_due(self):
+        return None
 
     def advance(self, now):
         self.turns += 1

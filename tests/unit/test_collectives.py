@@ -451,3 +451,12 @@ def test_count_wrong_periodic_equals_count_wrong_of_the_materialised_expectation
     for j in data.draw(st.lists(st.integers(0, n - 1), max_size=5)):
         result[j] = data.draw(st.sampled_from([np.nan, -1.0, result[j]]))
     assert count_wrong_periodic(result, period, start) == count_wrong(result, _periodic(period, start, start + n))
+
+
+def test_prefetch_makes_one_pattern_a_call_then_nothing():
+    from agents.collectives import data
+    seed, it, n, count = 987654, 3, 5, 1 << 12
+    made = [data.prefetch(seed, it, n, count) for _ in range(n + 2)]
+    assert made == [True] * n + [False, False]
+    assert all((seed, r, it, count) in data._PATTERNS for r in range(n))
+    assert data._pattern(seed, 2, it, count) is data._PATTERNS[(seed, 2, it, count)]   # what the check uses
