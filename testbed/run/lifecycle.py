@@ -3,9 +3,14 @@
 
 For each transport:
 
-1. build the fabric (:class:`testbed.fabric.Fabric`) and probe the ring's paths;
+1. build the fabric (:class:`testbed.fabric.Fabric`, or a fabric over servers from
+   ``fabric_factory``) and probe the ring's paths;
 2. listen on a Unix control socket in the run directory (:mod:`testbed.run.control`) and
-   start one agent (``python -m agents --job rank<r>.json``) in each ring host's namespace;
+   start the agents: host runtimes (``python -m agents --job rank<a>.json --netns ...``
+   per agent; one runtime per core by default, ``agent_processes`` in the scenario), or one
+   process per agent in its host's namespace (``agent_processes: per-host``). On a fabric
+   over servers the servers' workers start them and relay their control channel
+   (:class:`testbed.cluster.remote.RemoteAgents`);
 3. when every rank is ``ready``, send ``start`` (the barrier; time zero of the
    timeline) and play the timeline (:mod:`testbed.timeline`): every typed step (link
    down/up, loss, blackhole, rate, routing reconvergence after ``reconverge_after``)
