@@ -42,6 +42,8 @@ EXIT_DONE = 0
 EXIT_FAILED = 1
 EXIT_BAD_JOB = 2
 EXIT_STOPPED = 3
+POLL_S = 0.0005
+"""How soon a channel that polls (TCP with output queued) gets its next turn, s."""
 SAMPLE_FLUSH_S = 0.5
 """How often a samples file is flushed, s (what a SIGKILLed agent can lose)."""
 
@@ -145,25 +147,24 @@ class Agent:
 
     def wait_s(self) -> float:
         """How long the loop may sleep before this agent needs a turn, s."""
-        wait = 0.0005 if self.channel is not None and self.channel.wants_poll else 0.05
+        wait = POLL_S if self.channel is not None and self.channel.wants_poll else 0.05
         if self.started:
             wait = min(wait, max(self._next_sample - self.loop.time(), 0.0))
         return wait
 
-    def poll_again(self) -> bool:
-        """Whether this agent wants another turn at once although nothing fired: control
-        output still queued, or a channel that polls (TCP with data to write)."""
-        return bool((self.control is not None and self.control.pending_bytes)
-                    or (self.channel is not None and self.channel.wants_poll))
-
-    def next_due(self) -> float | None:
-        """The next time (the loop's clock) this agent needs a turn although nothing fires:
-        its next sample while it runs, its wait's deadline; None if neither."""
+    def next_due(self, now: float) -> float | None:
+        """The next time (the loop's clock) this agent needs a turn although nothing of its
+        fires: its next sample while it runs, its wait's deadline, and soon (what
+        :meth:`wait_s` polls at) while its channel polls or control output is queued; None
+        if none of these."""
         times = []
         if self.started:
             times.append(self._next_sample)
         if self._wait is not None and self._wait[1] is not None:
             times.append(self._wait[1] + 1e-6)
+        if (self.channel is not None and self.channel.wants_poll) or (self.control is not None
+                                                                       and self.control.pending_bytes):
+            times.append(now + POLL_S)
         return min(times) if times else None
 
     @property

@@ -112,10 +112,9 @@ def run(specs: list[JobSpec], netns_paths: list[str]) -> int:
     cannot be opened (before any agent starts).
 
     An agent gets a turn when one of its sockets or timers fired (its view marks it
-    ready), when it asked to be polled again (control output queued, a channel that
-    polls), or at the next time it named (:meth:`agents.agent.Agent.next_due`: its next
-    sample, its wait's deadline), kept in a heap: the work per wake-up grows with the
-    agents that have something to do, not with all of them."""
+    ready) or at the next time it named (:meth:`agents.agent.Agent.next_due`: its next
+    sample, its wait's deadline, soon while it polls), kept in a heap: the work per
+    wake-up grows with the agents that have something to do, not with all of them."""
     if len(specs) != len(netns_paths):
         raise ValueError(f"{len(specs)} jobs but {len(netns_paths)} namespaces")
     fds = [os.open(p, os.O_RDONLY | os.O_CLOEXEC) for p in netns_paths]
@@ -144,7 +143,7 @@ def run(specs: list[JobSpec], netns_paths: list[str]) -> int:
                     named.pop(i, None)
                 if i in live:
                     ready.add(i)
-            turn, again = sorted(ready), set()
+            turn = sorted(ready)
             ready.clear()
             for i in turn:
                 agent = agents[i]
@@ -160,14 +159,11 @@ def run(specs: list[JobSpec], netns_paths: list[str]) -> int:
                     status[i] = agent.close(st)
                     live.discard(i)
                 else:
-                    if agent.poll_again():
-                        again.add(i)
-                    due = agent.next_due()
+                    due = agent.next_due(loop.time())
                     if due is not None and due < named.get(i, float("inf")):
                         named[i] = due
                         heapq.heappush(timed, (due, i))
                 loop.run_due()   # timers due during this turn run before the next agent's
-            ready |= again
             ready &= live
             if live:
                 wait = 0.0 if ready else IDLE_WAIT_S

@@ -538,11 +538,8 @@ class _FakeAgent:
     def wait_s(self):
         return 0.0
 
-    def poll_again(self):
-        return True          # keeps asking for turns: its plan says when it ends
-
-    def next_due(self):
-        return None
+    def next_due(self, now):
+        return now           # keeps asking for turns: its plan says when it ends
 
     def advance(self, now):
         self.turns += 1
