@@ -524,10 +524,10 @@ class TransportRun:
 def default_agent_processes() -> int:
     """One host runtime per core this process may run on (``sched_getaffinity``). Measured on
     fat-tree-k4 with 2 cores (``make bench``, fabric ceiling): at the same link rate two
-    runtimes use about half the CPU of one process per agent (mrc at 10 Mbit/s: CPU p95
-    0.55 against 0.77) with higher busbw, and keep kernel TCP valid up to 100 Mbit/s
-    against 20; mrc and rc stay valid up to 10 Mbit/s either way (at 20 the agents' timer
-    lateness p99 is 3.2-3.9 ms against 7.0, over a 3.1 ms bound)."""
+    runtimes use about half the CPU of one process per agent (mrc at 5 and 10 Mbit/s: CPU
+    p95 0.36 and 0.53 against 0.73 and 0.75) with higher busbw, and keep kernel TCP valid
+    up to 100 Mbit/s against 20; mrc and rc stay valid up to 10 Mbit/s either way (at 20
+    the agents' timer lateness p99 is 2.7-3.9 ms against 7.1-8.1, around a 3.1 ms bound)."""
     return max(1, len(os.sched_getaffinity(0)))
 
 
