@@ -64,11 +64,10 @@ class AgentRelay:
         (``processes`` None), else that many host runtimes (:mod:`agents.runtime`; 0: one per
         core of this server); returns {agent id: pid}. Raises KeyError if a job's host is not
         on this server (nothing spawned then)."""
-        from ..run.lifecycle import runtime_groups
+        from ..run.lifecycle import agent_command, agent_env, runtime_groups
         for job in jobs:
             if not self.fabric.is_local(job["host"]):
                 raise KeyError(f"{job['host']} (agent {job['agent']}) is not on this server")
-        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         paths = []
         for job in jobs:
             rank = job["agent"]
@@ -80,15 +79,11 @@ class AgentRelay:
             processes = len(os.sched_getaffinity(0))
         groups = [[i] for i in range(len(jobs))] if processes is None else runtime_groups(len(jobs), processes)
         for members in groups:
-            argv = [self.python, "-m", "agents"]
-            for i in members:
-                argv += ["--job", str(paths[i])]
-                if processes is not None:
-                    argv += ["--netns", f"/proc/{self.fabric.nodes[jobs[i]['host']].pid}/ns/net"]
+            argv = agent_command(self.python, self.fabric, jobs, paths, members, runtime=processes is not None)
             logf = open(self.workdir / "logs" / f"proc{len(self.logs)}.log", "wb")
             self.logs.append(logf)
             proc = self.fabric.popen(jobs[members[0]]["host"], argv, stdout=logf, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=str(REPO), env=env)
+                                     stdin=subprocess.DEVNULL, cwd=str(REPO), env=agent_env())
             for i in members:
                 self.procs[jobs[i]["agent"]] = proc
                 self.log_of[jobs[i]["agent"]] = Path(logf.name)

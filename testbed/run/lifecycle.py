@@ -65,6 +65,7 @@ from .records import TransportRecords, agent_log, base_manifest, new_run_dir, wr
 from .sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
 
 log = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parents[2]
 
 STOP_GRACE_S = 3.0          # agents get this long to exit after "stop", s
 OUTCOMES = ("done", "failed", "timeout", "crashed", "error", "interrupted")
@@ -294,33 +295,24 @@ class TransportRun:
                           "servers": {r: p.server for r, p in self.procs.items()}})
             return
         self.server = ControlServer(sock, allowed_pids=lambda: (p.pid for p in self.procs.values()))
-        repo = Path(__file__).resolve().parents[2]
-        env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        kw = dict(stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(repo), env=env)
+        kw = dict(stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO), env=agent_env())
         n = self.agent_processes
-        if n is None:   # one process per agent, in its host's namespace
-            for job, path in zip(jobs, paths):
-                logf = open(agent_log(self.dir, job["agent"]), "wb", opener=records.private_opener)
-                self.logs.append(logf)
-                self.procs[job["agent"]] = self.fabric.popen(
-                    job["host"], [self.python, "-m", "agents", "--job", str(path.resolve())], stdout=logf, **kw)
-            self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()}})
-            return
-        groups = runtime_groups(len(jobs), n)
-        for i, members in enumerate(groups):   # host runtimes: agents.runtime
-            argv = [self.python, "-m", "agents"]
-            for a in members:
-                argv += ["--job", str(paths[a].resolve()),
-                         "--netns", f"/proc/{self.fabric.nodes[jobs[a]['host']].pid}/ns/net"]
-            log_path = self.dir / records.AGENT_LOGS_DIR / f"runtime{i}.log"
+        groups = [[a] for a in range(len(jobs))] if n is None else runtime_groups(len(jobs), n)
+        for i, members in enumerate(groups):   # one process per agent, or host runtimes
+            argv = agent_command(self.python, self.fabric, jobs, [p.resolve() for p in paths], members,
+                                 runtime=n is not None)
+            log_path = (agent_log(self.dir, jobs[members[0]]["agent"]) if n is None
+                        else self.dir / records.AGENT_LOGS_DIR / f"runtime{i}.log")
             logf = open(log_path, "wb", opener=records.private_opener)
             self.logs.append(logf)
             proc = self.fabric.popen(jobs[members[0]]["host"], argv, stdout=logf, **kw)
-            for a in members:   # each rank's log is its runtime's
-                agent_log(self.dir, jobs[a]["agent"]).symlink_to(log_path.name)
+            for a in members:
+                if n is not None:   # each rank's log is its runtime's
+                    agent_log(self.dir, jobs[a]["agent"]).symlink_to(log_path.name)
                 self.procs[jobs[a]["agent"]] = proc
         self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()},
-                      "runtimes": [[jobs[a]["agent"] for a in members] for members in groups]})
+                      **({"runtimes": [[jobs[a]["agent"] for a in members] for members in groups]}
+                         if n is not None else {})})
 
     @property
     def agent_processes(self) -> int | None:
@@ -529,6 +521,24 @@ def default_agent_processes() -> int:
     up to 100 Mbit/s against 20; mrc and rc stay valid up to 10 Mbit/s either way (at 20
     the agents' timer lateness p99 is 2.7-3.9 ms against 7.1-8.1, around a 3.1 ms bound)."""
     return max(1, len(os.sched_getaffinity(0)))
+
+
+def agent_env() -> dict:
+    """The environment of agent processes: this one's, with the repository on PYTHONPATH."""
+    return {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def agent_command(python: str, fabric, jobs: list[dict], paths: list, members: list[int], *,
+                  runtime: bool) -> list[str]:
+    """argv of the process that runs ``jobs[m]`` (job files ``paths[m]``) for ``members``: one
+    agent (``runtime`` False, one member), or a host runtime, each job with its host's
+    namespace (``/proc/<pid of the host's shell>/ns/net`` on ``fabric``)."""
+    argv = [python, "-m", "agents"]
+    for m in members:
+        argv += ["--job", str(paths[m])]
+        if runtime:
+            argv += ["--netns", f"/proc/{fabric.nodes[jobs[m]['host']].pid}/ns/net"]
+    return argv
 
 
 def runtime_groups(agents: int, processes: int) -> list[list[int]]:

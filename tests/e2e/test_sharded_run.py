@@ -88,22 +88,27 @@ def test_core_link_failure_on_two_standin_servers(tmp_path, single):
     assert root_interfaces() <= if_before
 
 
-def test_core_link_failure_over_ssh_workers(tmp_path, standins, single):
-    """The same run from the command line, ``testbed run --servers``: each server's shard and
-    agents in its own ``testbed worker`` over SSH. The runner runs where a user's would, on
-    the underlay (the stand-ins' bridge namespace), and reaches each sshd at its address."""
-    under, servers_path = standins
-    ns_before, if_before = baseline(under), root_interfaces()
+def run_over_ssh(tmp_path, under, servers_path: str, scenario: str) -> list[str]:
+    """The argv of ``testbed run SCENARIO --servers`` as a user on the underlay runs it: in the
+    stand-ins' bridge namespace, each server reached at its underlay address."""
     text = open(servers_path).read()
     for i in (1, 2):
         text = text.replace(f"address: stand-in-{i}", f'address: "fd00:96::{i}"')
     servers = tmp_path / "servers.yaml"
     servers.write_text(text)
     scen = tmp_path / "scenario.yaml"
-    scen.write_text(SCENARIO.replace("@REPO@", str(REPO)))
-    cli = subprocess.run(["ip", "netns", "exec", under.bridge_ns, sys.executable, "-m", "testbed", "run", str(scen),
-                          "--servers", str(servers), "--runs-dir", str(tmp_path / "runs"), "--no-plots"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    scen.write_text(scenario.replace("@REPO@", str(REPO)))
+    return ["ip", "netns", "exec", under.bridge_ns, sys.executable, "-m", "testbed", "run", str(scen),
+            "--servers", str(servers), "--runs-dir", str(tmp_path / "runs"), "--no-plots"]
+
+
+def test_core_link_failure_over_ssh_workers(tmp_path, standins, single):
+    """The same run from the command line, ``testbed run --servers``: each server's shard and
+    agents in its own ``testbed worker`` over SSH. The runner runs where a user's would, on
+    the underlay (the stand-ins' bridge namespace), and reaches each sshd at its address."""
+    under, servers_path = standins
+    ns_before, if_before = baseline(under), root_interfaces()
+    cli = subprocess.run(run_over_ssh(tmp_path, under, servers_path, SCENARIO), cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
     run_dir = next((tmp_path / "runs").iterdir())
     shard = load_summary(run_dir, recompute=True)["transports"]["mrc"]
@@ -144,16 +149,8 @@ def test_a_runner_killed_mid_run_leaves_nothing_on_the_servers(tmp_path, standin
     import time
     under, servers_path = standins
     ns_before, workdirs_before = baseline(under), set(glob.glob("/tmp/mrc-worker-*"))
-    text = open(servers_path).read()
-    for i in (1, 2):
-        text = text.replace(f"address: stand-in-{i}", f'address: "fd00:96::{i}"')
-    servers = tmp_path / "servers.yaml"
-    servers.write_text(text)
-    scen = tmp_path / "scenario.yaml"
-    scen.write_text(SCENARIO.replace("@REPO@", str(REPO)).replace("iterations: 5", "iterations: 40"))
-    proc = subprocess.Popen(["ip", "netns", "exec", under.bridge_ns, sys.executable, "-m", "testbed", "run", str(scen),
-                             "--servers", str(servers), "--runs-dir", str(tmp_path / "runs"), "--no-plots"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(run_over_ssh(tmp_path, under, servers_path,
+                                         SCENARIO.replace("iterations: 5", "iterations: 40")), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "COLUMNS": "200"})
     seen = []
     try:
