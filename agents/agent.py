@@ -44,6 +44,8 @@ EXIT_BAD_JOB = 2
 EXIT_STOPPED = 3
 POLL_S = 0.0005
 """How soon a channel that polls (TCP with output queued) gets its next turn, s."""
+IDLE_WAIT_S = 0.05
+"""The longest an agent's loop sleeps when nothing is due, s."""
 SAMPLE_FLUSH_S = 0.5
 """How often a samples file is flushed, s (what a SIGKILLed agent can lose)."""
 
@@ -146,17 +148,16 @@ class Agent:
         self.workload.on_send_complete(peer, imm, time.time())
 
     def wait_s(self) -> float:
-        """How long the loop may sleep before this agent needs a turn, s."""
-        wait = POLL_S if self.channel is not None and self.channel.wants_poll else 0.05
-        if self.started:
-            wait = min(wait, max(self._next_sample - self.loop.time(), 0.0))
-        return wait
+        """How long this agent's own loop may sleep before it needs a turn (:meth:`next_due`,
+        at most :data:`IDLE_WAIT_S`), s."""
+        now = self.loop.time()
+        due = self.next_due(now)
+        return IDLE_WAIT_S if due is None else min(IDLE_WAIT_S, max(due - now, 0.0))
 
     def next_due(self, now: float) -> float | None:
         """The next time (the loop's clock) this agent needs a turn although nothing of its
-        fires: its next sample while it runs, its wait's deadline, and soon (what
-        :meth:`wait_s` polls at) while its channel polls or control output is queued; None
-        if none of these."""
+        fires: its next sample while it runs, its wait's deadline, and :data:`POLL_S` from
+        ``now`` while its channel polls or control output is queued; None if none of these."""
         times = []
         if self.started:
             times.append(self._next_sample)
@@ -220,8 +221,14 @@ class Agent:
             return EXIT_FAILED
         self.loop.add_reader(self.control.sock, self._on_control)
         if spec.samples_path:
-            self._samples_file = open(spec.samples_path, "w", encoding="utf-8",
-                                      opener=lambda path, flags: os.open(path, flags, 0o600))
+            try:
+                self._samples_file = open(spec.samples_path, "w", encoding="utf-8",
+                                          opener=lambda path, flags: os.open(path, flags, 0o600))
+            except OSError as exc:   # reported as the job's failure, like any other
+                reason = f"samples file: {exc}"
+                log.error("rank %d: job failed: %s", spec.rank, reason)
+                self._report_failure(exc, reason)
+                return self.close(EXIT_FAILED)
         self._run_gen = self._phases()
         return None
 

@@ -31,14 +31,13 @@ import heapq
 import logging
 import os
 
-from .agent import EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, Agent
+from .agent import EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, IDLE_WAIT_S, Agent
 from .io import EventLoop
 from .jobspec import JobSpec
 
 log = logging.getLogger(__name__)
 
 CLONE_NEWNET = 0x40000000   # sched.h
-IDLE_WAIT_S = 0.05          # the longest sleep when no agent named a time (as an agent alone)
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
