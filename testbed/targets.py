@@ -26,7 +26,9 @@ The runner resolves a target when the fabric is up and before the agents start: 
 the ring flows of the named transports (:mod:`testbed.paths`; their 5-tuples come from the
 job specs, so they are the same on every transport's fabric), keeps the links crossed at
 the hop, and picks one (sorted; several candidates: a choice seeded by the scenario seed
-and the event's index). The resolved link and the flows crossing it are journaled.
+and the index of the first event with an equal target, so that a ``link_up`` given the
+same target as its ``link_down`` brings back the link that went down). The resolved link
+and the flows crossing it are journaled.
 """
 
 from __future__ import annotations
@@ -189,8 +191,6 @@ def trace_and_resolve(fabric, scenario, transport: str) -> tuple[tuple, list[Tra
     the targets of ``scenario.timeline``. Returns (the timeline with every ``link`` resolved,
     ``transport``'s traced flows, one record per resolved target: ``{"index", "action",
     "target", "link", "flows"}``). Raises TargetError, paths.TraceError."""
-    import dataclasses
-
     from .jobs import build_all_jobs, build_jobs
     from .paths import Tracer, job_flows
 
@@ -204,13 +204,28 @@ def trace_and_resolve(fabric, scenario, transport: str) -> tuple[tuple, list[Tra
         flows += [f for f in job_flows(jobs, topo, t) if t == transport or t in both_ways or f.kind == "data"]
     with Tracer(fabric) as tracer:
         traced = [tracer.trace(f) for f in flows]
-    events, resolved = [], []
     primary = [tf for tf in traced if tf.flow.job == scenario.workload.name]   # selectors name job 0's flows
-    for i, e in enumerate(scenario.timeline):
+    events, resolved = resolve_timeline(scenario.timeline, primary, topo, seed=scenario.seed)
+    return events, [tf for tf in traced if tf.flow.transport == transport], resolved
+
+
+def resolve_timeline(timeline, traced: list[TracedFlow], topo: Topology, *,
+                     seed: int) -> tuple[tuple, list[dict]]:
+    """(``timeline`` with every target's ``link`` resolved by :func:`resolve` on ``traced``,
+    one record per resolved target). Equal targets resolve to the same link: the choice
+    among candidates is seeded by the index of the first event with that target, so a
+    ``link_up`` that repeats its ``link_down``'s target brings back the link that went down.
+    Raises TargetError."""
+    import dataclasses
+
+    events, resolved = [], []
+    first_index: dict[FlowTarget, int] = {}
+    for i, e in enumerate(timeline):
         if e.target is not None:
-            link, labels = resolve(e.target, primary, topo, seed=scenario.seed, index=i)
+            index = first_index.setdefault(e.target, i)
+            link, labels = resolve(e.target, traced, topo, seed=seed, index=index)
             e = dataclasses.replace(e, link=link)
             resolved.append({"index": i, "action": e.action, "target": str(e.target), "link": link,
                              "flows": labels})
         events.append(e)
-    return tuple(events), [tf for tf in traced if tf.flow.transport == transport], resolved
+    return tuple(events), resolved

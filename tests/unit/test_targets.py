@@ -6,7 +6,9 @@ import pytest
 
 from testbed.paths import Flow, TracedFlow, static_path
 from testbed.spec import SpecError, load_scenario
-from testbed.targets import FlowSelector, FlowTarget, TargetError, crossed_at, parse_selector, resolve
+from testbed.spec.model import TimelineEvent
+from testbed.targets import (FlowSelector, FlowTarget, TargetError, crossed_at, parse_selector, resolve,
+                             resolve_timeline)
 from testbed.topology import LinkParams, fat_tree
 
 LP = LinkParams(10_000_000, 32)
@@ -61,6 +63,27 @@ def test_several_candidates_are_a_seeded_choice():
     picks = {resolve(target, traced, TOPO, seed=s, index=0)[0] for s in range(20)}
     assert picks == {"a1_0-c0_0", "a2_0-c0_0"}
     assert resolve(target, traced, TOPO, seed=3, index=0) == resolve(target, traced, TOPO, seed=3, index=0)
+
+
+def test_a_link_up_with_its_link_downs_target_brings_back_the_same_link():
+    """Two candidates: with the choice seeded by each event's own index, the up of some seeds
+    named the other link (core-link-failure at 10 Mbit/s, seed 3: down e3_1-a3_0, up e2_1-a2_0), so the
+    failed link stayed down for the rest of the run."""
+    traced = [RC_3_4, RC_7_8]
+    target = FlowTarget((FlowSelector("rc"),))
+    other = FlowTarget((FlowSelector("rc"),), "aggregation-core")
+    timeline = (TimelineEvent("link_down", None, at_iteration=2, target=target),
+                TimelineEvent("link_down", None, at_iteration=2, target=other),
+                TimelineEvent("link_up", None, at_iteration=4, target=target),
+                TimelineEvent("link_up", None, at_iteration=4, target=other))
+    downs = set()
+    for seed in range(20):
+        events, records = resolve_timeline(timeline, traced, TOPO, seed=seed)
+        assert events[0].link == events[2].link and events[1].link == events[3].link
+        assert [r["index"] for r in records] == [0, 1, 2, 3]
+        assert events[0].link == resolve(target, traced, TOPO, seed=seed, index=0)[0]
+        downs.add(events[0].link)
+    assert downs == {"a1_0-c0_0", "a2_0-c0_0"}   # still a seeded choice between the two
 
 
 def test_dropped_flows_do_not_count():

@@ -1,0 +1,494 @@
+"""The I/O adapter: the only code with sockets. UDP over IPv6 for sans-I/O MRC QPs.
+
+* :class:`EventLoop` — a plain ``selectors`` loop with file-descriptor
+  readers and timers (``add_reader``, ``call_at``/``call_later``). Chosen by
+  measurement: on this machine a plain non-blocking socket loop moves about
+  200k datagrams/s per core, asyncio's datagram receive path about 40k
+  (``python -m agents.mrc.bench`` reports the plain figure in the same run).
+  Callers register their own descriptors too (e.g. the agent's Unix socket
+  to its orchestrator) and their own timers.
+* :class:`Endpoint` — one UDP/IPv6 socket (RoCEv2's port 4791 by default)
+  shared by any number of QPs: incoming datagrams are demultiplexed by the
+  destination QPN (bytes 4..8 of every MRC packet) and handed over in
+  per-QP runs (``QP.receive_datagrams``); each QP gets an EV ->
+  :class:`Route` map for sending.
+
+Sending on routes without a ``src_port`` (the SRv6 mode) goes through one
+*connected* UDP socket per destination (bound to ``bind_addr`` and an
+ephemeral source port; ``connected_send=False`` turns this off): Linux then
+skips the per-datagram route lookup and address parsing of ``sendto``
+(measured on loopback: ~1 us of ~5 us per datagram). Replies are not
+affected: a peer answers on its own route table, to the receive socket.
+A connected socket reports an ICMP error (e.g. port unreachable while the
+peer is not up yet) on the next send as ECONNREFUSED; that datagram is
+counted in ``tx_errors`` and dropped, as a lossy link would.
+
+ECN (``Endpoint(ecn=True)``, the job spec's ``qp.ecn``): every socket the
+endpoint sends from carries IPV6_TCLASS = ECT(0) (RFC 3168 §5: the two low
+bits of the traffic class), so a marking switch may set CE instead of
+dropping; the receive sockets set IPV6_RECVTCLASS and read the traffic class
+of every datagram from its ancillary data (``recvmsg``; RFC 3542 §6.5), and a
+CE datagram goes to ``QP.receive_datagram(data, now, ecn=True)`` (the
+responder then echoes it in its SACK). Every MRC packet of an ECN endpoint is
+ECT(0): DATA, and also SACK, NACK and probe packets, because the marking is
+per socket (one setsockopt, nothing per datagram; a per-packet traffic class
+would need ``sendmsg`` with a control message on every send) and because an
+ECN-marking queue that would drop a Not-ECT SACK marks an ECT one instead: a
+lost SACK costs an RTO and an EV penalty, and CE on a SACK or probe is
+harmless, since the QP reads ``ecn`` on DATA only (the ECN++ argument for
+marking control packets: RFC 8311 §4.3, draft-ietf-tcpm-generalized-ecn).
+With ``ecn=False`` (the default) no traffic-class option is set: packets and
+the ``recv`` receive path are exactly as without ECN support.
+
+Zero UDP checksum, as RoCEv2 does (the SRv6 uSID destination address is
+rewritten in flight, which would break the pseudo-header checksum; MRC's own
+CRC-32 covers the payload): ``UDP_NO_CHECK6_TX`` (101) and
+``UDP_NO_CHECK6_RX`` (102) at level ``SOL_UDP`` (linux/udp.h).
+
+Route modes (``enum mrc_ctl_ev_fmt_mode``):
+
+* SRv6: ``Route(addr=<uSID address>, port=4791)`` per EV — the destination
+  address carries the path;
+* UDP/ECMP: ``Route(addr=<peer>, port=4791, src_port=<EV port>)`` — the UDP
+  source port carries the entropy; the endpoint binds one extra socket per
+  source port.
+"""
+from __future__ import annotations
+
+import errno
+import heapq
+import logging
+import selectors
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from .protocol import UDP_PORT as ROCEV2_PORT
+
+log = logging.getLogger(__name__)
+
+UDP_NO_CHECK6_TX = 101
+UDP_NO_CHECK6_RX = 102
+RECV_BATCH = 32
+"""Datagrams one readable callback takes before the loop runs due timers and the other
+sockets (it comes back at once while the socket stays readable). 256 let one burst hold
+every timer of a host runtime for up to ~10 ms; with 32, mrc's timer lateness p99 at
+20 Mbit/s on k4 was 3.02-3.15 ms over 3 runs (3.16-3.91 ms with 256)."""
+SOCKET_BUFFER_BYTES = 4 << 20
+ECN_MASK = 0b11
+"""The ECN field: the two low bits of the IPv6 traffic class (RFC 3168 §5)."""
+ECT0 = 0b10
+"""ECN-Capable Transport, codepoint ECT(0) (RFC 3168 §5)."""
+CE = 0b11
+"""Congestion Experienced: set by a marking switch on an ECT packet (RFC 3168 §5)."""
+_TCLASS_CMSG_BYTES = socket.CMSG_SPACE(4)   # one IPV6_TCLASS control message: an int
+_TCLASS_LOW_BYTE = 0 if sys.byteorder == "little" else 3   # the byte holding the ECN bits
+
+
+class TimerHandle:
+    """A scheduled callback; ``cancel()`` stops it from running."""
+
+    __slots__ = ("when", "callback", "cancelled")
+
+    def __init__(self, when: float, callback: Callable[[], None]):
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class EventLoop:
+    """A single-threaded ``selectors`` loop: fd readers plus timers on ``clock`` (seconds).
+
+    Timer lateness (how starved the emulation is): when a timer's callback runs, its
+    lateness is ``clock() - deadline`` (>= 0). ``timers_fired`` and ``timer_late_sum_s``
+    count every timer since the loop was made; :meth:`take_timer_late_max_s` gives the
+    largest lateness since its previous call.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.time = clock
+        self._sel = selectors.DefaultSelector()
+        self._timers: list[tuple[float, int, TimerHandle]] = []
+        self._seq = 0
+        self._stopped = False
+        self.timers_fired = 0
+        self.timer_late_sum_s = 0.0
+        self._timer_late_max_s = 0.0
+
+    def take_timer_late_max_s(self) -> float:
+        """The largest timer lateness (s) since the previous call (or the start); resets it."""
+        late, self._timer_late_max_s = self._timer_late_max_s, 0.0
+        return late
+
+    def add_reader(self, fileobj, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` whenever ``fileobj`` (socket or fd) is readable."""
+        self._sel.register(fileobj, selectors.EVENT_READ, callback)
+
+    def remove_reader(self, fileobj) -> None:
+        self._sel.unregister(fileobj)
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback()`` once at absolute time ``when`` (the loop's clock)."""
+        handle = TimerHandle(when, callback)
+        self._seq += 1
+        heapq.heappush(self._timers, (when, self._seq, handle))
+        return handle
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> TimerHandle:
+        return self.call_at(self.time() + delay_s, callback)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def run_once(self, max_wait_s: float | None = None) -> None:
+        """Wait for I/O or the next timer (at most ``max_wait_s``), then run what is due."""
+        timers = self._timers
+        while timers and timers[0][2].cancelled:
+            heapq.heappop(timers)
+        wait = max_wait_s
+        if timers:
+            until_timer = max(timers[0][0] - self.time(), 0.0)
+            wait = until_timer if wait is None else min(wait, until_timer)
+        for key, _ in self._sel.select(wait):
+            key.data()
+            if timers and timers[0][0] <= self.time():   # a timer came due: it goes before
+                self.run_due()                           # the next socket's batch
+        self.run_due()
+
+    def run_due(self) -> None:
+        """Run the timers that are due now (what :meth:`run_once` does after the I/O); a
+        host runtime also calls it between its agents' turns, so that one agent's long turn
+        does not make every other agent's timers late."""
+        timers = self._timers
+        clock = self.time
+        now = clock()
+        if not timers or timers[0][0] > now:
+            return
+        # Lateness bookkeeping in locals (this is the hot loop); the clock is read again only
+        # when an earlier callback of this batch ran (its time delays the next one).
+        fired, late_sum, late_max = 0, 0.0, self._timer_late_max_s
+        try:
+            while timers and timers[0][0] <= now:
+                when, _, handle = heapq.heappop(timers)
+                if not handle.cancelled:
+                    if fired:
+                        now_cb = clock()
+                    else:
+                        now_cb = now
+                    late = now_cb - when
+                    fired += 1
+                    late_sum += late
+                    if late > late_max:
+                        late_max = late
+                    handle.callback()
+        finally:
+            self.timers_fired += fired
+            self.timer_late_sum_s += late_sum
+            self._timer_late_max_s = late_max
+
+    def run(self, *, until: Callable[[], bool] | None = None,
+            timeout_s: float | None = None) -> bool:
+        """Run until ``stop()``, ``until()`` is true, or ``timeout_s`` passes.
+
+        Returns True if stopped by ``until``/``stop``, False on timeout.
+        """
+        self._stopped = False
+        deadline = None if timeout_s is None else self.time() + timeout_s
+        while not self._stopped:
+            if until is not None and until():
+                return True
+            if deadline is not None:
+                left = deadline - self.time()
+                if left <= 0:
+                    return False
+                self.run_once(min(left, 0.05))
+            else:
+                self.run_once(0.05)
+        return True
+
+    def close(self) -> None:
+        self._sel.close()
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a datagram on one EV goes: IPv6 ``addr``, UDP ``port``, optional ``src_port``."""
+
+    addr: str
+    port: int = ROCEV2_PORT
+    src_port: int | None = None
+
+
+def _udp6_socket(bind_addr: str, port: int, zero_checksum: bool, *, tclass: int | None = None,
+                 recv_tclass: bool = False) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        if tclass is not None:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tclass)
+        if recv_tclass:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
+        for opt, size in ((socket.SO_RCVBUF, SOCKET_BUFFER_BYTES),
+                          (socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)):
+            sock.setsockopt(socket.SOL_SOCKET, opt, size)
+        if zero_checksum:
+            sock.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_TX, 1)
+            sock.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_RX, 1)
+        sock.bind((bind_addr, port))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class Endpoint:
+    """UDP/IPv6 sockets for a set of QPs, driven by an :class:`EventLoop`.
+
+    ``bind_addr``/``port``: the receive socket (port 0 picks a free one; see
+    ``self.port``). ``zero_checksum``: set UDP_NO_CHECK6_TX/RX.
+    ``connected_send``: one connected send socket per SRv6-mode destination
+    (module docstring). ``ecn``: send ECT(0) and report CE to the QPs
+    (module docstring); ``rx_ce`` counts the CE datagrams received.
+    ``send_tclass``: the IPv6 traffic class (0..255) of every datagram sent,
+    overriding ECT(0) (None: ECT(0) with ``ecn``, else the kernel's 0); tests
+    send CE (3) with it, standing in for a marking switch. Raises OSError if a
+    socket cannot be bound, ValueError for a traffic class outside 0..255.
+    """
+
+    def __init__(self, loop: EventLoop, *, bind_addr: str = "::", port: int = ROCEV2_PORT,
+                 zero_checksum: bool = True, connected_send: bool = True, ecn: bool = False,
+                 send_tclass: int | None = None):
+        if send_tclass is not None and not 0 <= send_tclass <= 255:
+            raise ValueError(f"send_tclass {send_tclass!r} is not an IPv6 traffic class (0..255)")
+        self.loop = loop
+        self.bind_addr = bind_addr
+        self.zero_checksum = zero_checksum
+        self.connected_send = connected_send
+        self.ecn = ecn
+        self.send_tclass = send_tclass if send_tclass is not None else (ECT0 if ecn else None)
+        self._dest_socks: dict[tuple, socket.socket] = {}
+        self._rx: dict[bytes, object] = {}   # QPN as 4 network-order bytes -> QP
+        self.sock = self._socket(port, receive=True)
+        self.port = self.sock.getsockname()[1]
+        self._src_socks: dict[int, socket.socket] = {}
+        self._qps: dict[int, object] = {}
+        self._routes: dict[int, dict[int, tuple[socket.socket, tuple]]] = {}
+        self._timers: dict[int, TimerHandle] = {}
+        self.rx_datagrams = 0
+        self.tx_datagrams = 0
+        self.rx_unknown_qpn = 0
+        self.tx_errors = 0
+        self.tx_no_route = 0
+        self.rx_ce = 0
+        self._reader = reader = self._on_readable_ecn if ecn else self._on_readable
+        sock = self.sock
+        loop.add_reader(sock, lambda: reader(sock))
+
+    def _socket(self, port: int, *, receive: bool) -> socket.socket:
+        return _udp6_socket(self.bind_addr, port, self.zero_checksum, tclass=self.send_tclass,
+                            recv_tclass=receive and self.ecn)
+
+    def attach(self, qp, routes: Mapping[int, Route]) -> None:
+        """Serve ``qp`` (datagrams to its QPN) and send its EV ``ev`` along ``routes[ev]``.
+
+        Opens the send sockets of new destinations / source ports: call it in the
+        endpoint's network namespace (sockets belong to the namespace they are made in)."""
+        table = {}
+        for ev, route in routes.items():
+            addr = (route.addr, route.port, 0, 0)
+            if route.src_port is not None:
+                table[ev] = (self._src_sock(route.src_port).sendto, addr)
+            elif self.connected_send:
+                table[ev] = (self._dest_sock(addr).send, None)
+            else:
+                table[ev] = (self.sock.sendto, addr)
+        self._qps[qp.qpn] = qp
+        self._rx[qp.qpn.to_bytes(4, "big")] = qp
+        self._routes[qp.qpn] = table
+        self.kick(qp)
+
+    def detach(self, qp) -> None:
+        self._qps.pop(qp.qpn, None)
+        self._rx.pop(qp.qpn.to_bytes(4, "big"), None)
+        self._routes.pop(qp.qpn, None)
+        handle = self._timers.pop(qp.qpn, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _dest_sock(self, addr: tuple) -> socket.socket:
+        sock = self._dest_socks.get(addr)
+        if sock is None:
+            sock = self._socket(0, receive=False)
+            try:
+                sock.connect(addr)
+            except OSError:
+                sock.close()
+                raise
+            self._dest_socks[addr] = sock
+        return sock
+
+    def _src_sock(self, src_port: int) -> socket.socket:
+        sock = self._src_socks.get(src_port)
+        if sock is None:
+            sock = self._socket(src_port, receive=True)
+            self._src_socks[src_port] = sock
+            self.loop.add_reader(sock, lambda s=sock, r=self._reader: r(s))
+        return sock
+
+    def kick(self, qp=None) -> None:
+        """Send what ``qp`` (default: every QP) has to send now and re-arm its timer.
+
+        Call after ``post_write`` or a controller call.
+        """
+        now = self.loop.time()
+        for q in ([qp] if qp is not None else list(self._qps.values())):
+            self._flush(q, now)
+
+    def _on_readable(self, sock: socket.socket) -> None:
+        recv = sock.recv
+        qps = self._rx
+        now = self.loop.time()
+        dirty = {}
+        last, batch = None, []
+        n = 0
+        while n < RECV_BATCH:
+            try:
+                data = recv(65535)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:   # e.g. ICMP port unreachable reported on the socket
+                log.debug("recv on %s: %s", sock.getsockname(), exc)
+                break
+            n += 1
+            qp = qps.get(data[4:8])           # demultiplex by destination QPN
+            if qp is None:
+                self.rx_unknown_qpn += 1
+                continue
+            if qp is not last:                # runs of one QP's datagrams, in arrival order
+                if batch:
+                    last.receive_datagrams(batch, now)
+                dirty[qp.qpn] = last = qp
+                batch = []
+            batch.append(data)
+        if batch:
+            last.receive_datagrams(batch, now)
+        self.rx_datagrams += n
+        for qp in dirty.values():
+            self._flush(qp, now)
+
+    def _on_readable_ecn(self, sock: socket.socket) -> None:
+        """:meth:`_on_readable` with the traffic class of each datagram (``ecn=True`` only).
+
+        A CE datagram ends the current run and goes alone to
+        ``QP.receive_datagram(data, now, ecn=True)``, so arrival order is kept."""
+        recvmsg = sock.recvmsg
+        qps = self._rx
+        now = self.loop.time()
+        dirty = {}
+        last, batch = None, []
+        n = ce = 0
+        tclass_type, low = socket.IPV6_TCLASS, _TCLASS_LOW_BYTE
+        while n < RECV_BATCH:
+            try:
+                data, anc, _, _ = recvmsg(65535, _TCLASS_CMSG_BYTES)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:   # e.g. ICMP port unreachable reported on the socket
+                log.debug("recv on %s: %s", sock.getsockname(), exc)
+                break
+            n += 1
+            qp = qps.get(data[4:8])           # demultiplex by destination QPN
+            if qp is None:
+                self.rx_unknown_qpn += 1
+                continue
+            if anc:
+                _, ctype, cdata = anc[0]
+                if ctype == tclass_type and cdata[low] & ECN_MASK == CE:
+                    ce += 1
+                    if batch:
+                        last.receive_datagrams(batch, now)
+                        batch = []
+                    qp.receive_datagram(data, now, ecn=True)
+                    dirty[qp.qpn] = last = qp
+                    continue
+            if qp is not last:                # runs of one QP's datagrams, in arrival order
+                if batch:
+                    last.receive_datagrams(batch, now)
+                dirty[qp.qpn] = last = qp
+                batch = []
+            batch.append(data)
+        if batch:
+            last.receive_datagrams(batch, now)
+        self.rx_datagrams += n
+        self.rx_ce += ce
+        for qp in dirty.values():
+            self._flush(qp, now)
+
+    def _flush(self, qp, now: float) -> None:
+        table = self._routes.get(qp.qpn)
+        if table is None:
+            return
+        burst = qp.config.max_burst
+        get = table.get
+        while True:
+            out = qp.datagrams_to_send(now)
+            for data, ev in out:
+                route = get(ev)
+                if route is None:
+                    self.tx_no_route += 1
+                    continue
+                send, addr = route
+                try:
+                    if addr is None:
+                        send(data)
+                    else:
+                        send(data, addr)
+                except (BlockingIOError, InterruptedError):
+                    self.tx_errors += 1          # a full socket buffer is a drop, like a NIC
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOBUFS, errno.ENETUNREACH, errno.EHOSTUNREACH,
+                                         errno.ECONNREFUSED):
+                        raise
+                    self.tx_errors += 1
+            self.tx_datagrams += len(out)
+            if len(out) < burst:
+                break
+        self._arm(qp)
+
+    def _arm(self, qp) -> None:
+        deadline = qp.get_timer()
+        handle = self._timers.get(qp.qpn)
+        if handle is not None:
+            if deadline is not None and handle.when == deadline and not handle.cancelled:
+                return
+            handle.cancel()
+            del self._timers[qp.qpn]
+        if deadline is not None:
+            self._timers[qp.qpn] = self.loop.call_at(deadline, lambda: self._on_timer(qp))
+
+    def _on_timer(self, qp) -> None:
+        self._timers.pop(qp.qpn, None)
+        now = self.loop.time()
+        qp.handle_timer(now)
+        self._flush(qp, now)
+
+    def close(self) -> None:
+        """Close every socket this endpoint opened."""
+        for handle in self._timers.values():
+            handle.cancel()
+        for sock in [self.sock, *self._src_socks.values()]:
+            try:
+                self.loop.remove_reader(sock)
+            except (KeyError, ValueError):
+                pass
+            sock.close()
+        for sock in self._dest_socks.values():
+            sock.close()
+        self._src_socks.clear()
+        self._dest_socks.clear()
