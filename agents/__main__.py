@@ -55,7 +55,7 @@ EVs per transport:
 * rc with ``qps`` N: every peer has exactly N EVs, ev_id 0..N-1; QP q of a
   connection uses EV q only (``send_to``: the peer's ECMP address with QP
   q's own ``src_port``; ``recv_from``: the peer's QP q's EV towards us). A
-  message is striped over the N QPs (agents.mrcchannel).
+  message is striped over the N QPs (agents.channels.qp).
 * tcp ignores EVs: it connects to ``send_to[i].ecmp_addr`` and accepts one
   connection per ``recv_from`` peer.
 
@@ -66,7 +66,7 @@ QP, whose SACK then echoes it (mrc: the EV goes to SKIP); the congestion
 controller is built with ``ecn_capable`` true unless ``cc_params`` sets it
 (NSCC then decreases on ECN echo with delay above target, not on delay alone).
 Off by default: the packets are then byte for byte those of a job without
-the key (traffic class 0). See :mod:`agents.io`.
+the key (traffic class 0). See :mod:`agents.net.udp`.
 
 Control: a Unix stream socket at ``control_socket``, newline-delimited JSON; the
 messages (``ready``, ``start``, ``iteration``, ``sample``, ``event``, ``done``,

@@ -1,7 +1,7 @@
 """The agent: one rank of one collective job, driven by the runner over the control socket.
 
-Phases: connect control -> build the channel (mrc/rc: :class:`QPChannel`,
-tcp: :class:`TCPChannel`) -> wait until the channel is connected -> send
+Phases: connect control -> build the channel (:func:`agents.channels.open_channel`;
+mrc/rc: :class:`QPChannel`, tcp: :class:`TCPChannel`) -> wait until the channel is connected -> send
 ``ready`` -> wait for ``start`` -> run the :class:`agents.collectives.Workload`
 (``collective``, ``targets`` from the job spec) -> when every iteration is
 done and every write acknowledged, send ``done`` -> linger (keep
@@ -11,7 +11,7 @@ on the control socket, or ``linger_s``. The messages are in
 runner's id for this agent, distinct over every job of a run), not the rank
 within the job.
 
-One single-threaded loop (:class:`agents.io.EventLoop`) serves the data
+One single-threaded loop (:class:`agents.net.loop.EventLoop`) serves the data
 path, the control socket and the sample timer; control output is queued
 and written without blocking, at most one sample per ``sample_interval_s``.
 With ``samples_path`` in the job spec the samples go to that file instead
@@ -29,10 +29,11 @@ import logging
 import os
 import time
 
+from .channels import Channel, open_channel
 from .collectives import IterationResult, Workload
-from .control import ControlClient, ControlError
-from .io import EventLoop
 from .jobspec import JobSpec
+from .net.control import ControlClient, ControlError
+from .net.loop import EventLoop
 from .protocol import (Done, Event, Failed, Iteration, LoopStats, Message, Ready, Sample, Start, Stop,
                        sample_record)
 
@@ -68,7 +69,7 @@ class Agent:
         self.loop = loop if loop is not None else EventLoop()
         self.wall_offset_s = time.time() - self.loop.time()
         self.control: ControlClient | None = None
-        self.channel = None
+        self.channel: Channel | None = None
         self.workload: Workload | None = None
         self.started = False
         self.stop_requested = False
@@ -129,17 +130,10 @@ class Agent:
             f.flush()
             self._next_flush = now + SAMPLE_FLUSH_S
 
-    def _make_channel(self):
-        spec = self.spec
-        region = self.workload.recv_region
-        if spec.transport == "tcp":
-            from .tcp import TCPChannel
-            return TCPChannel(self.loop, spec, region, on_arrival=self._on_arrival,
-                              on_send_complete=self._on_send_complete)
-        from .mrcchannel import QPChannel
-        return QPChannel(self.loop, spec, region, on_arrival=self._on_arrival,
-                         on_send_complete=self._on_send_complete,
-                         on_ev_event=self._on_ev_event)
+    def _make_channel(self) -> Channel:
+        return open_channel(self.loop, self.spec, self.workload.recv_region,
+                            on_arrival=self._on_arrival, on_send_complete=self._on_send_complete,
+                            on_ev_event=self._on_ev_event)
 
     def _on_arrival(self, src_rank: int, imm: int) -> None:
         self.workload.on_arrival(src_rank, imm, time.time())
@@ -281,7 +275,7 @@ class Agent:
 
     def _report_failure(self, exc: Exception, reason: str) -> None:
         try:
-            from .mrcchannel import QPChannelError
+            from .channels.qp import QPChannelError
             if isinstance(exc, QPChannelError):
                 self.send(Event(self.spec.agent, time.time(), "qp_error", reason=str(exc)))
             self.send(Failed(self.spec.agent, reason))

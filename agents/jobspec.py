@@ -9,7 +9,7 @@ Cross-checks: the ranks of ``send_to``/``recv_from`` are exactly
 order; every peer's ``host`` is ``world[peer.rank]``; ``qps > 1`` only for
 ``rc``, whose peers then carry exactly ``qps`` EVs with ids ``0..qps-1``
 (QP q of a connection uses EV q); the derived QPNs fit 24 bits
-(:func:`agents.mrcchannel.qpn`).
+(:func:`agents.channels.qp.qpn`).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.collectives import COLLECTIVES, COMPLETION_GATED, peers
-from agents.mrcchannel import QPN_MAX, max_qpn
+from agents.channels.qp import QPN_MAX, max_qpn
 from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT
 
 
@@ -35,7 +35,7 @@ QP_CONFIG_KEYS = {"time_scale": float, "min_rto_s": float, "initial_rto_s": floa
 QP_CHANNEL_KEYS = {"ev_min_active": int, "ecn": bool}
 """Job-spec ``qp`` keys the channel applies itself: ``ev_min_active`` (INIT's EV floor) and
 ``ecn`` (default false: ECT(0) on MRC packets, CE read per datagram and passed to the QP,
-NSCC built ``ecn_capable``; see :mod:`agents.io` and :mod:`agents.mrcchannel`)."""
+NSCC built ``ecn_capable``; see :mod:`agents.net.udp` and :mod:`agents.channels.qp`)."""
 
 
 class JobSpecError(ValueError):
@@ -303,7 +303,7 @@ def _cross_checks(c: _Checker, v: dict) -> None:
     _check_peers(c, v, world, rank)
     if v["qps"] is not None and max_qpn(n, v["qps"]) > QPN_MAX:
         c.problems.append(f"qps: {v['qps']} QPs per connection over {n} ranks do not fit "
-                          f"24-bit QPNs (agents.mrcchannel.qpn)")
+                          f"24-bit QPNs (agents.channels.qp.qpn)")
     least = 1 if v["collective"] in COMPLETION_GATED else n
     for size in v["sizes"] or []:
         if size // 4 < least:

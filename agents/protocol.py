@@ -1,6 +1,6 @@
 """The control channel between the runner and its agents: one typed definition, one framer.
 
-Imported by both ends (:mod:`agents.control`, the agent's; :mod:`testbed.run.control`,
+Imported by both ends (:mod:`agents.net.control`, the agent's; :mod:`testbed.run.control`,
 the runner's). Sans-I/O: no socket, no clock here.
 
 Wire format: newline-delimited JSON objects over a Unix stream socket, each with a

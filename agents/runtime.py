@@ -1,7 +1,7 @@
 """A host runtime: one process serving the agents of many emulated hosts on one event loop.
 
 ``python -m agents --job A.json --netns /proc/P/ns/net --job B.json --netns ...`` runs one
-:class:`agents.agent.Agent` per job on one shared :class:`agents.io.EventLoop` (one process
+:class:`agents.agent.Agent` per job on one shared :class:`agents.net.loop.EventLoop` (one process
 per core instead of one per host: 2 processes instead of 16 on fat-tree-k4 with 2 cores).
 
 Every agent opens its sockets inside its own host's network namespace: while an agent is
@@ -32,7 +32,7 @@ import logging
 import os
 
 from .agent import EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, IDLE_WAIT_S, Agent
-from .io import EventLoop
+from .net.loop import EventLoop
 from .jobspec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def worst(statuses: list[int]) -> int:
 
 
 class LoopView:
-    """One agent's view of the runtime's shared :class:`agents.io.EventLoop`: the same readers,
+    """One agent's view of the runtime's shared :class:`agents.net.loop.EventLoop`: the same readers,
     timers and clock, with every callback first adding the agent (``index``) to ``ready``,
     so the runtime gives a turn only to the agents something happened to (a datagram, a
     timer, a control message) instead of to every agent on every wake-up."""

@@ -4,7 +4,7 @@ Fabric: fat-tree k=4 and k=8 built by :class:`testbed.fabric.Fabric`, next to
 the same graph built the plain Mininet way in the same run (routers as
 ``Node``, one ``Link`` per edge via ``Mininet.addLink``, ``net.stop()``),
 with the ratio. Targets (issue 2): k=8 up within 3 s and down within 2 s.
-Transport: ``agents.mrc.bench.run()`` if present (MRC data path vs a plain
+Transport: ``agents.net.bench.run()`` if present (MRC data path vs a plain
 Python UDP loop, packets per CPU-second).
 Metrics: seconds per transport to analyse a synthetic fat-tree k=4 run of 60 s
 (:mod:`testbed.metrics.synthetic`: 16 ranks sampled every 10 ms, 48 links x 2
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     transport = None
     if not args.no_transport:
         try:
-            transport = importlib.import_module("agents.mrc.bench").run()
+            transport = importlib.import_module("agents.net.bench").run()
         except ModuleNotFoundError:
             transport = None
     metrics_row = None if args.no_metrics else bench_metrics(args.repeat)

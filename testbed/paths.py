@@ -7,7 +7,7 @@ A flow of a run is one connection ``r -> s`` of one transport (s one of rank r's
   entropy port (job spec ``send_to[i].evs[q].src_port``), to s's ECMP address, port
   4791 (``data``); its SACKs come back from s with the same source port (``ack``).
 * ``tcp``: rank r's connection to s's port 5201 from its seeded source port (job spec
-  ``send_to[i].src_port``; :mod:`agents.tcp` binds it); ACKs come back with the ports swapped.
+  ``send_to[i].src_port``; :mod:`agents.channels.tcp` binds it); ACKs come back with the ports swapped.
 * ``mrc``: one flow per EV: the SRv6 uSID path is the EV's destination address, so its
   links are those of the job spec (``send_to[i].evs[k].links``, from
   :meth:`testbed.topology.Topology.evs`); nothing hashes it. (tests/netns proves that a

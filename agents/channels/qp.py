@@ -1,4 +1,4 @@
-"""Collective channel over MRC (or the RC baseline): QPs to every peer on one :class:`agents.io.Endpoint`.
+"""Collective channel over MRC (or the RC baseline): QPs to every peer on one :class:`agents.net.udp.Endpoint`.
 
 Per rank ``r``: one *tx* connection per ``send_to`` peer and one *rx*
 connection per ``recv_from`` peer, each of ``qps`` QPs (1 for mrc; rc takes
@@ -26,7 +26,7 @@ to the k-th message: the channel reports the arrival once all N parts have
 landed, and the send completion once all N parts are acknowledged.
 
 ECN (job spec ``qp.ecn``, default off): the endpoint sends ECT(0) and hands
-CE marks to the QPs (:mod:`agents.io`), and every QP's congestion controller
+CE marks to the QPs (:mod:`agents.net.udp`), and every QP's congestion controller
 is built with ``ecn_capable=True`` (:func:`qp_config_kwargs`).
 """
 from __future__ import annotations
@@ -38,10 +38,10 @@ from typing import Callable
 
 import numpy as np
 
-from .collectives import Send
-from .io import Endpoint, Route
-from .mrc import (EVEvent, QP, QPAttr, QPConfig, QPError, QPState, Transport, WCOpcode,
-                  WCStatus, WorkCompletion, payload_bytes_for_mtu)
+from ..collectives import Send
+from ..mrc import (EVEvent, QP, QPAttr, QPConfig, QPError, Transport, WCOpcode, WCStatus,
+                   WorkCompletion, bring_up, payload_bytes_for_mtu)
+from ..net.udp import Endpoint, Route
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def _routes(peer, default_port: int, transport: str, q: int) -> dict[int, Route]
 class QPChannel:
     """MRC/RC channel for one rank (see module docstring).
 
-    ``loop``: :class:`agents.io.EventLoop`. ``spec``: the
+    ``loop``: :class:`agents.net.loop.EventLoop`. ``spec``: the
     :class:`agents.jobspec.JobSpec`. ``recv_region``: uint8 array registered
     as every rx QP's memory. Callbacks: ``on_arrival(src_rank, imm)`` per
     message from a peer (all its parts landed; in order per peer),
@@ -145,16 +145,8 @@ class QPChannel:
             qp = QP(mine, rng=random.Random(f"{spec.seed}:{r}:{side}:{peer.rank}:{q}"),
                     memory=recv_region if side == "rx" else None, config=self.config)
             routes = _routes(peer, spec.port, spec.transport, q)
-            init = {"evs": list(routes)}
-            if ev_min is not None:
-                init["ev_min_active"] = ev_min
-            qp.modify_qp(QPState.INIT, now, **init)
-            qp.modify_qp(QPState.RTR, now, dest_qpn=qpn(src, dst, q, n, responder=side == "tx"),
-                         mpr_dest=attr.mpr_dest, max_wimm_dest=attr.max_wimm_dest)
-            qp.modify_qp(QPState.RTS, now, mpr=min(attr.mpr, attr.mpr_dest),
-                         max_wimm=attr.max_wimm, timeout=attr.timeout,
-                         retry_linear_cnt=attr.retry_linear_cnt,
-                         retry_exp_cnt=attr.retry_exp_cnt)
+            bring_up(qp, now, evs=list(routes), attr=attr, ev_min_active=ev_min,
+                     dest_qpn=qpn(src, dst, q, n, responder=side == "tx"))
             self.endpoint.attach(qp, routes)
             qps.append(qp)
         return _Conn(peer, side, qps)

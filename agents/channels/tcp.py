@@ -35,7 +35,7 @@ from typing import Callable
 
 import numpy as np
 
-from .collectives import Send
+from ..collectives import Send
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ class _RxConn:
 class TCPChannel:
     """Collective channel over kernel TCP for one rank (see module docstring).
 
-    ``loop``: an :class:`agents.io.EventLoop`. ``spec``: the
+    ``loop``: an :class:`agents.net.loop.EventLoop`. ``spec``: the
     :class:`agents.jobspec.JobSpec`. ``recv_region``: uint8 array every
     ``recv_from`` peer writes into. Callbacks: ``on_arrival(src_rank, imm)``
     per landed write, ``on_send_complete(peer_rank, imm)`` per write the peer's

@@ -25,7 +25,7 @@ Post writes and read completions::
 Requester completions have ``opcode=WCOpcode.RDMA_WRITE`` and the ``wr_id``;
 the responder gets ``WCOpcode.RECV_RDMA_WITH_IMM`` with ``imm``, in send order.
 
-Drive it (``agents.io.Endpoint`` does this over UDP; ``agents.mrc.sim`` on a
+Drive it (``agents.net.udp.Endpoint`` does this over UDP; ``agents.mrc.sim`` on a
 fake clock): ``receive_datagram(data, now)`` (or ``receive_datagrams(batch, now)``:
 the same result, in-order data placed on a fast path), ``handle_timer(now)`` when
 ``now >= get_timer()``, and send every ``(bytes, ev)`` of
@@ -48,12 +48,12 @@ from .cc import NSCC, CongestionControl, FixedWindow, available as cc_available,
     create as cc_create, register as cc_register
 from .ev import EVCause, EVEvent, EVState, EVStateError
 from .packet import DEFAULT_PAYLOAD_BYTES, ProtocolError, payload_bytes_for_mtu, peek_dest_qpn
-from .qp import QP, connect_pair
+from .qp import QP, bring_up, connect_pair
 from .types import (QPAttr, QPConfig, QPError, QPState, QPStateError, Transport, WCOpcode,
                     WCStatus, WorkCompletion)
 
 __all__ = [
-    "QP", "connect_pair", "QPAttr", "QPConfig", "QPState", "QPStateError", "QPError",
+    "QP", "bring_up", "connect_pair", "QPAttr", "QPConfig", "QPState", "QPStateError", "QPError",
     "Transport", "WCOpcode", "WCStatus", "WorkCompletion", "EVEvent", "EVState", "EVCause",
     "EVStateError", "ProtocolError", "DEFAULT_PAYLOAD_BYTES", "payload_bytes_for_mtu",
     "peek_dest_qpn", "CongestionControl", "NSCC", "FixedWindow", "cc_create", "cc_register",

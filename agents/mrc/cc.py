@@ -14,7 +14,7 @@ Signals
 NSCC is driven by ECN marks and packet trimming as well as delay. ECN
 reaches the controller when the job enables it (job spec ``qp.ecn``: the
 agents send ECT(0), read CE per datagram and build NSCC with
-``ecn_capable=True``, see :mod:`agents.io` and :mod:`agents.mrcchannel`)
+``ecn_capable=True``, see :mod:`agents.net.udp` and :mod:`agents.channels.qp`)
 and the fabric marks (issue 11's switch program); trimming when the fabric
 trims. Both inputs: ``ecn=True`` on ``on_packets_acked`` (the SACK's
 ECN-echo flag, set when the responder saw a CE mark) and ``trimmed=True`` on

@@ -307,23 +307,35 @@ class QP(RequesterMixin, ResponderMixin):
         }
 
 
+def bring_up(qp: QP, now: float, *, evs: Iterable[int], dest_qpn: int,
+             attr: QPAttr | None = None, ev_min_active: int | None = None) -> None:
+    """Take a fresh ``qp`` through RESET -> INIT -> RTR -> RTS (``mrc_modify_qp``'s sequence).
+
+    ``evs``: the EV ids it sprays over (INIT); ``dest_qpn``: the peer's QPN (RTR);
+    ``attr``: the mrc.h attributes (default QPAttr()), the requester's ``mpr`` capped at
+    the peer's ``mpr_dest``; ``ev_min_active``: the floor of usable EVs (default: the
+    QP's). Raises ValueError for attributes :meth:`QP.modify_qp` rejects.
+    """
+    attr = attr or QPAttr()
+    init = {"evs": list(evs)}
+    if ev_min_active is not None:
+        init["ev_min_active"] = ev_min_active
+    qp.modify_qp(QPState.INIT, now, **init)
+    qp.modify_qp(QPState.RTR, now, dest_qpn=dest_qpn, mpr_dest=attr.mpr_dest,
+                 max_wimm_dest=attr.max_wimm_dest)
+    qp.modify_qp(QPState.RTS, now, mpr=min(attr.mpr, attr.mpr_dest), max_wimm=attr.max_wimm,
+                 timeout=attr.timeout, retry_linear_cnt=attr.retry_linear_cnt,
+                 retry_exp_cnt=attr.retry_exp_cnt)
+
+
 def connect_pair(a: QP, b: QP, evs: Iterable[int], *, attr: QPAttr | None = None,
                  ev_min_active: int | None = None, now: float = 0.0) -> None:
-    """Bring two fresh QPs to RTS connected to each other, both using EV ids ``evs``.
+    """Bring two fresh QPs to RTS connected to each other, both using EV ids ``evs``
+    (:func:`bring_up` on each, with the other's QPN).
 
     ``attr``: the mrc.h attributes for both sides (default QPAttr()); each
     requester's ``mpr`` is capped at the peer's ``mpr_dest``.
     """
-    attr = attr or QPAttr()
     evs = list(evs)
     for qp, peer in ((a, b), (b, a)):
-        init = {"evs": evs}
-        if ev_min_active is not None:
-            init["ev_min_active"] = ev_min_active
-        qp.modify_qp(QPState.INIT, now, **init)
-        qp.modify_qp(QPState.RTR, now, dest_qpn=peer.qpn, mpr_dest=attr.mpr_dest,
-                     max_wimm_dest=attr.max_wimm_dest)
-    for qp in (a, b):
-        qp.modify_qp(QPState.RTS, now, mpr=min(attr.mpr, attr.mpr_dest),
-                     max_wimm=attr.max_wimm, timeout=attr.timeout,
-                     retry_linear_cnt=attr.retry_linear_cnt, retry_exp_cnt=attr.retry_exp_cnt)
+        bring_up(qp, now, evs=evs, dest_qpn=peer.qpn, attr=attr, ev_min_active=ev_min_active)

@@ -7,7 +7,7 @@ IPv6 loopback (``::1``), divided by the CPU seconds that process used
 * plain: a non-blocking socket sends a burst of 1500-byte-MTU-sized
   datagrams to another and reads them back (``sendto`` / ``recv``), nothing
   else.
-* MRC: two QPs joined through :mod:`agents.io` (4 EVs, all mapped to ::1) move
+* MRC: two QPs joined through :mod:`agents.net.udp` (4 EVs, all mapped to ::1) move
   one large RDMA WRITE; the figure counts data packets the responder placed
   (SACKs, headers, CRC, spraying and completions are the overhead measured).
   The destination region's pages are faulted in before the clock starts, as
@@ -22,7 +22,7 @@ single runs scatter by up to 30%, and a slow spell hitting one path more than th
 other moved a ratio of medians from 0.51 to 0.43. ``ratio`` is best MRC / best
 plain; every run's figure is kept in ``runs``.
 
-``python -m agents.mrc.bench [--mib N] [--repeat R]`` prints a table and JSON.
+``python -m agents.net.bench [--mib N] [--repeat R]`` prints a table and JSON.
 """
 from __future__ import annotations
 
@@ -33,9 +33,10 @@ import random
 import socket
 import time
 
-from ..io import Endpoint, EventLoop, Route
-from . import DEFAULT_PAYLOAD_BYTES, QP, QPAttr, QPConfig, WCStatus, WorkCompletion, connect_pair
-from .packet import DATA_OVERHEAD_BYTES
+from .loop import EventLoop
+from .udp import Endpoint, Route
+from ..mrc import DEFAULT_PAYLOAD_BYTES, QP, QPAttr, QPConfig, WCStatus, WorkCompletion, connect_pair
+from ..mrc.packet import DATA_OVERHEAD_BYTES
 
 DATAGRAM_BYTES = DEFAULT_PAYLOAD_BYTES + DATA_OVERHEAD_BYTES - 4  # a data packet without imm
 
@@ -72,7 +73,7 @@ def plain_udp(packets: int = 200_000, burst: int = 64) -> dict:
 
 
 def mrc(size_bytes: int = 64 << 20, seed: int = 1, sack_every: int = 8) -> dict:
-    """MRC data path: one RDMA WRITE of ``size_bytes`` between two QPs over ::1 via agents.io."""
+    """MRC data path: one RDMA WRITE of ``size_bytes`` between two QPs over ::1 via agents.net.udp."""
     cfg = QPConfig(min_rto_s=0.05, cc="fixed", cc_params={"window_bytes": 512 * 1024},
                    probe_interval_s=0.05, probe_timeout_s=0.05, sack_every=sack_every)
     loop = EventLoop()

@@ -21,7 +21,7 @@ import struct
 import time
 from collections import deque
 
-from .protocol import RUNNER_MESSAGES, LineFramer, Message, ProtocolError
+from ..protocol import RUNNER_MESSAGES, LineFramer, Message, ProtocolError
 
 log = logging.getLogger(__name__)
 

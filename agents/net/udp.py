@@ -1,12 +1,5 @@
-"""The I/O adapter: the only code with sockets. UDP over IPv6 for sans-I/O MRC QPs.
+"""UDP over IPv6 for sans-I/O MRC QPs, driven by an :class:`agents.net.loop.EventLoop`.
 
-* :class:`EventLoop` — a plain ``selectors`` loop with file-descriptor
-  readers and timers (``add_reader``, ``call_at``/``call_later``). Chosen by
-  measurement: on this machine a plain non-blocking socket loop moves about
-  200k datagrams/s per core, asyncio's datagram receive path about 40k
-  (``python -m agents.mrc.bench`` reports the plain figure in the same run).
-  Callers register their own descriptors too (e.g. the agent's Unix socket
-  to its orchestrator) and their own timers.
 * :class:`Endpoint` — one UDP/IPv6 socket (RoCEv2's port 4791 by default)
   shared by any number of QPs: incoming datagrams are demultiplexed by the
   destination QPN (bytes 4..8 of every MRC packet) and handed over in
@@ -56,16 +49,14 @@ Route modes (``enum mrc_ctl_ev_fmt_mode``):
 from __future__ import annotations
 
 import errno
-import heapq
 import logging
-import selectors
 import socket
 import sys
-import time
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Mapping
 
-from .protocol import UDP_PORT as ROCEV2_PORT
+from ..protocol import UDP_PORT as ROCEV2_PORT
+from .loop import EventLoop, TimerHandle
 
 log = logging.getLogger(__name__)
 
@@ -85,134 +76,6 @@ CE = 0b11
 """Congestion Experienced: set by a marking switch on an ECT packet (RFC 3168 §5)."""
 _TCLASS_CMSG_BYTES = socket.CMSG_SPACE(4)   # one IPV6_TCLASS control message: an int
 _TCLASS_LOW_BYTE = 0 if sys.byteorder == "little" else 3   # the byte holding the ECN bits
-
-
-class TimerHandle:
-    """A scheduled callback; ``cancel()`` stops it from running."""
-
-    __slots__ = ("when", "callback", "cancelled")
-
-    def __init__(self, when: float, callback: Callable[[], None]):
-        self.when = when
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class EventLoop:
-    """A single-threaded ``selectors`` loop: fd readers plus timers on ``clock`` (seconds).
-
-    Timer lateness (how starved the emulation is): when a timer's callback runs, its
-    lateness is ``clock() - deadline`` (>= 0). ``timers_fired`` and ``timer_late_sum_s``
-    count every timer since the loop was made; :meth:`take_timer_late_max_s` gives the
-    largest lateness since its previous call.
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
-        self.time = clock
-        self._sel = selectors.DefaultSelector()
-        self._timers: list[tuple[float, int, TimerHandle]] = []
-        self._seq = 0
-        self._stopped = False
-        self.timers_fired = 0
-        self.timer_late_sum_s = 0.0
-        self._timer_late_max_s = 0.0
-
-    def take_timer_late_max_s(self) -> float:
-        """The largest timer lateness (s) since the previous call (or the start); resets it."""
-        late, self._timer_late_max_s = self._timer_late_max_s, 0.0
-        return late
-
-    def add_reader(self, fileobj, callback: Callable[[], None]) -> None:
-        """Call ``callback()`` whenever ``fileobj`` (socket or fd) is readable."""
-        self._sel.register(fileobj, selectors.EVENT_READ, callback)
-
-    def remove_reader(self, fileobj) -> None:
-        self._sel.unregister(fileobj)
-
-    def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
-        """Run ``callback()`` once at absolute time ``when`` (the loop's clock)."""
-        handle = TimerHandle(when, callback)
-        self._seq += 1
-        heapq.heappush(self._timers, (when, self._seq, handle))
-        return handle
-
-    def call_later(self, delay_s: float, callback: Callable[[], None]) -> TimerHandle:
-        return self.call_at(self.time() + delay_s, callback)
-
-    def stop(self) -> None:
-        self._stopped = True
-
-    def run_once(self, max_wait_s: float | None = None) -> None:
-        """Wait for I/O or the next timer (at most ``max_wait_s``), then run what is due."""
-        timers = self._timers
-        while timers and timers[0][2].cancelled:
-            heapq.heappop(timers)
-        wait = max_wait_s
-        if timers:
-            until_timer = max(timers[0][0] - self.time(), 0.0)
-            wait = until_timer if wait is None else min(wait, until_timer)
-        for key, _ in self._sel.select(wait):
-            key.data()
-            if timers and timers[0][0] <= self.time():   # a timer came due: it goes before
-                self.run_due()                           # the next socket's batch
-        self.run_due()
-
-    def run_due(self) -> None:
-        """Run the timers that are due now (what :meth:`run_once` does after the I/O); a
-        host runtime also calls it between its agents' turns, so that one agent's long turn
-        does not make every other agent's timers late."""
-        timers = self._timers
-        clock = self.time
-        now = clock()
-        if not timers or timers[0][0] > now:
-            return
-        # Lateness bookkeeping in locals (this is the hot loop); the clock is read again only
-        # when an earlier callback of this batch ran (its time delays the next one).
-        fired, late_sum, late_max = 0, 0.0, self._timer_late_max_s
-        try:
-            while timers and timers[0][0] <= now:
-                when, _, handle = heapq.heappop(timers)
-                if not handle.cancelled:
-                    if fired:
-                        now_cb = clock()
-                    else:
-                        now_cb = now
-                    late = now_cb - when
-                    fired += 1
-                    late_sum += late
-                    if late > late_max:
-                        late_max = late
-                    handle.callback()
-        finally:
-            self.timers_fired += fired
-            self.timer_late_sum_s += late_sum
-            self._timer_late_max_s = late_max
-
-    def run(self, *, until: Callable[[], bool] | None = None,
-            timeout_s: float | None = None) -> bool:
-        """Run until ``stop()``, ``until()`` is true, or ``timeout_s`` passes.
-
-        Returns True if stopped by ``until``/``stop``, False on timeout.
-        """
-        self._stopped = False
-        deadline = None if timeout_s is None else self.time() + timeout_s
-        while not self._stopped:
-            if until is not None and until():
-                return True
-            if deadline is not None:
-                left = deadline - self.time()
-                if left <= 0:
-                    return False
-                self.run_once(min(left, 0.05))
-            else:
-                self.run_once(0.05)
-        return True
-
-    def close(self) -> None:
-        self._sel.close()
 
 
 @dataclass(frozen=True)

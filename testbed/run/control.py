@@ -1,4 +1,4 @@
-"""The runner's end of the agents' control channel (the agent's end is :mod:`agents.control`).
+"""The runner's end of the agents' control channel (the agent's end is :mod:`agents.net.control`).
 
 A Unix stream listener in the run directory (a filesystem path works across network
 namespaces); the messages and their framing are :mod:`agents.protocol`'s, one

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from agents.io import Endpoint, EventLoop, Route
+from agents.net import Endpoint, EventLoop, Route
 from agents.mrc import QP, QPAttr, QPConfig, WCOpcode, WorkCompletion, connect_pair
 from agents.mrc.ev import EVEvent
 from tests.netns.conftest import small_fat_tree

@@ -427,7 +427,7 @@ def test_job_spec_qps_is_rc_only_with_one_ev_per_qp(tmp_path):
     for peer in big["send_to"] + big["recv_from"]:
         peer["evs"] = [{"ev_id": q, "address": "::1"} for q in range(512)]
     assert _problems(big) == ["qps: 512 QPs per connection over 128 ranks do not fit "
-                              "24-bit QPNs (agents.mrcchannel.qpn)"]
+                              "24-bit QPNs (agents.channels.qp.qpn)"]
 
 
 def test_unreachable_tcp_peer_fails_with_reason(tmp_path, runner_for):

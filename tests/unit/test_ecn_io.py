@@ -1,4 +1,4 @@
-"""ECN through agents.io over real loopback UDP/IPv6 (::1), no root.
+"""ECN through agents.net.udp over real loopback UDP/IPv6 (::1), no root.
 
 A sender whose sockets carry traffic class 3 (CE, ``Endpoint(send_tclass=3)``) stands in for
 a marking switch: the receiving endpoint must read CE per datagram and hand it to the QP, whose
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.io import CE, ECT0, UDP_NO_CHECK6_RX, Endpoint, EventLoop, Route
+from agents.net.udp import CE, ECT0, UDP_NO_CHECK6_RX, Endpoint, EventLoop, Route
 from agents.mrc import (EVCause, EVEvent, EVState, QP, QPAttr, QPConfig, WCStatus, WorkCompletion,
                         connect_pair)
 from agents.mrc import packet as pk

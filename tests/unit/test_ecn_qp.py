@@ -9,7 +9,7 @@ from agents.jobspec import JobSpecError, parse_job
 from agents.mrc import (EVCause, EVEvent, EVState, QP, QPAttr, QPConfig, Transport, cc,
                         connect_pair)
 from agents.mrc import packet as pk
-from agents.mrcchannel import qp_config_kwargs
+from agents.channels.qp import qp_config_kwargs
 
 EVS = [0, 1, 2, 3]
 

@@ -1,9 +1,9 @@
-"""agents.io.EventLoop timer lateness (the agent's measure of emulation starvation), on a fake clock."""
+"""agents.net.loop.EventLoop timer lateness (the agent's measure of emulation starvation), on a fake clock."""
 from __future__ import annotations
 
 import pytest
 
-from agents.io import EventLoop
+from agents.net import EventLoop
 
 
 class FakeClock:

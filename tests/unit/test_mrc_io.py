@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from agents.io import UDP_NO_CHECK6_RX, UDP_NO_CHECK6_TX, Endpoint, EventLoop, Route
+from agents.net.udp import UDP_NO_CHECK6_RX, UDP_NO_CHECK6_TX, Endpoint, EventLoop, Route
 from agents.mrc import QP, QPAttr, QPConfig, WCStatus, WorkCompletion, connect_pair
 
 SIZE = 4 << 20

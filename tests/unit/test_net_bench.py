@@ -1,5 +1,5 @@
 """The bench runs end to end on loopback and reports comparable figures."""
-from agents.mrc import bench
+from agents.net import bench
 
 
 def test_bench_reports_both_paths_and_their_ratio():

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from agents.io import EventLoop, Route
+from agents.net import EventLoop, Route
 from agents.jobspec import EVSpec, JobSpec, PeerSpec
-from agents.mrcchannel import QPN_BASE, QPN_MAX, QPChannel, max_qpn, qpn
-from agents.tcp import TCPChannel
+from agents.channels.qp import QPN_BASE, QPN_MAX, QPChannel, max_qpn, qpn
+from agents.channels.tcp import TCPChannel
 
 
 @dataclass(frozen=True)
