@@ -18,34 +18,56 @@ permutation sends to ``targets[r]`` (a seeded derangement). Per transport:
 * ``tcp``: kernel TCP between the ECMP addresses, connecting from the same seeded port
   as rc's QP 0 (``send_to[i].src_port``), so one seed gives one set of ECMP paths.
 
-QP parameters (:data:`QP_DEFAULTS`) map the mrc.h attributes to emulation time:
-the fabric RTT at 20 Mbit/s is milliseconds, so ``timeout`` 16 (1.024 us * 2**16 =
-67 ms) and the retry ladder of 7 linear + 7 exponential retries give an RC QP about
-17 s before ERR (agents/mrc/types.py documents the mapping). Until a QP has its first RTT
-sample its RTO is RFC 6298's initial 1 s (``initial_rto_s``): a start-up burst queues for
-longer than the 67 ms floor (measured: 7 EV retirements in the first 0.25 s of
-incast-trim with no packet dropped anywhere), and a timer that fires on queued packets
-is taken for a dead path.
+QP parameters (:data:`QP_DEFAULTS`) map the mrc.h attributes to emulation time. The
+fabric RTT here is milliseconds, so the ``timeout`` exponent (1.024 us * 2**timeout, the
+RTO's least margin above SRTT: :mod:`agents.mrc.rto`) follows the fabric's base RTT
+(:func:`qp_timeout`): 16 (67 ms) on fat-tree-k4 at 5 Mbit/s, where issue 11 calibrated
+it, 15 (33.5 ms) at 10 Mbit/s. With the retry ladder of 7 linear + 7 exponential retries
+an RC QP has about 17 s (timeout 16) or 8.6 s (15) before ERR (agents/mrc/types.py
+documents the mapping). Until a QP has its first RTT sample its RTO is RFC 6298's
+initial 1 s (``initial_rto_s``): a start-up burst queues for longer than the floor
+(measured: 7 EV retirements in the first 0.25 s of incast-trim with no packet dropped
+anywhere), and a timer that fires on queued packets is taken for a dead path.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from pathlib import Path
 
+from agents.mrc.rto import mrc_timeout_s
 from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT  # noqa: F401 (re-exported)
 
 from .spec import Scenario
 from .topology import EV, Topology
 
-QP_DEFAULTS = {"timeout": 16, "retry_linear": 7, "retry_exp": 7, "cc": "uet-1.0-nscc", "initial_rto_s": 1.0}
-"""QP attributes every job gets (mrc.h names; see the module docstring)."""
+QP_DEFAULTS = {"retry_linear": 7, "retry_exp": 7, "cc": "uet-1.0-nscc", "initial_rto_s": 1.0}
+"""QP attributes every job gets (mrc.h names; see the module docstring); ``timeout`` comes
+from the fabric (:func:`qp_timeout`)."""
+RTO_MARGIN_BASE_RTTS = 1.5
+"""The RTO's least margin above SRTT, in base RTTs: 67 ms over fat-tree-k4's 43.5 ms base RTT
+at 5 Mbit/s, the value issue 11 calibrated (0 false retirements, every EV through a failed
+link retired within 3 base RTTs over 5 seeds)."""
+MIN_QP_TIMEOUT = 15
+"""The least ``timeout`` exponent (33.5 ms): the emulator's own timing noise must stay far
+below the margin (the worst agents' timer lateness p99 measured in any run, valid or not, is
+4.6 ms: rc at 20 Mbit/s on k4)."""
 
 SOFTWARE_RTT_S = 0.002
 """Agent and kernel time in an unloaded round trip on this emulator, s (event-loop wake-ups
 on both ends; measured RTT minus serialisation on an idle k4 path was ~1-2 ms)."""
 SACK_BYTES = 120     # a SACK frame on the wire (Ethernet + IPv6 + UDP + SACK header), bytes
+
+
+def qp_timeout(base_rtt: float) -> int:
+    """The mrc.h ``timeout`` exponent for a fabric of base RTT ``base_rtt`` (s): the one whose
+    1.024 us * 2**timeout is geometrically nearest :data:`RTO_MARGIN_BASE_RTTS` base RTTs, at
+    least :data:`MIN_QP_TIMEOUT`, at most 24 (mrc.h's range). fat-tree-k4: 16 at 5 Mbit/s
+    (43.5 ms base RTT), 15 at 10 Mbit/s (22.7 ms)."""
+    exact = math.log2(RTO_MARGIN_BASE_RTTS * base_rtt / mrc_timeout_s(0))
+    return max(MIN_QP_TIMEOUT, min(24, round(exact)))
 
 
 def base_rtt_s(topo: Topology, links: list[str] | tuple[str, ...], mtu: int) -> float:
@@ -189,7 +211,8 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
     mtu = job_mtu(scenario)
     longest = max((ev.links for a, b in sends for ev in qp_evs(topo, hosts[a], hosts[b], wl.evs, wl.evs_per_qp)),
                   key=len)
-    qp = {**QP_DEFAULTS, "cc_params": {"rate_bps": rate, "base_rtt_s": round(base_rtt_s(topo, longest, mtu), 6)},
+    base_rtt = round(base_rtt_s(topo, longest, mtu), 6)
+    qp = {**QP_DEFAULTS, "timeout": qp_timeout(base_rtt), "cc_params": {"rate_bps": rate, "base_rtt_s": base_rtt},
           **(qp_overrides or {})}
     if base in ("mrc", "rc") and any(link.params.ecn_threshold_pkts for link in topo.links):
         qp.setdefault("ecn", True)   # switches mark CE: send ECT(0), read CE, NSCC takes ECN

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from agents.jobspec import parse_job
-from testbed.jobs import QP_DEFAULTS, build_jobs, mirrored_evs
+from testbed.jobs import QP_DEFAULTS, build_jobs, mirrored_evs, qp_timeout
 from testbed.kernel import KernelFeatures
 from testbed.spec import load_scenario
 
 DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,8 @@ def test_every_job_parses_and_forms_a_ring(scenario, transport):
         assert [p.host for p in spec.send_to] == [hosts[(r + 1) % len(hosts)]]
         assert [p.host for p in spec.recv_from] == [hosts[(r - 1) % len(hosts)]]
         assert spec.sizes == scenario.workload.sizes_bytes
-        assert job["qp"]["timeout"] == QP_DEFAULTS["timeout"]
+        assert job["qp"]["timeout"] == qp_timeout(job["qp"]["cc_params"]["base_rtt_s"])
+        assert {k: job["qp"][k] for k in QP_DEFAULTS} == QP_DEFAULTS
 
 
 def test_mrc_evs_reach_the_next_rank_and_sacks_mirror_the_previous_ranks_paths(scenario):
@@ -179,3 +181,18 @@ def test_several_jobs_get_distinct_agents_ports_and_entropy(scenario):
     from testbed.paths import job_flows
     labels = [f.label for f in job_flows(jobs, sc.topology)]
     assert "ring: rc 0->1" in labels and any(lab.startswith("perm: rc ") for lab in labels)
+
+
+def test_the_qp_timeout_follows_the_fabrics_base_rtt():
+    """16 (67 ms, issue 11's calibration) on fat-tree-k4 at 5 Mbit/s, 15 (33.5 ms) at 10; never
+    below MIN_QP_TIMEOUT however fast the fabric; a scenario's qp override wins."""
+    from testbed.jobs import MIN_QP_TIMEOUT
+    from testbed.topology import LinkParams, fat_tree
+
+    for rate, want in ((5_000_000, 16), (10_000_000, 15), (1_000_000_000, MIN_QP_TIMEOUT), (1_000_000, 18)):
+        lp = LinkParams(rate, 32, mtu=9000)
+        sc = replace(load_scenario(REPO / "scenarios/baseline.yaml"), topology=fat_tree(4, host_link=lp, fabric_link=lp))
+        jobs = build_jobs(sc, "mrc", run_id="r", control_socket="/tmp/c.sock")
+        assert {j["qp"]["timeout"] for j in jobs} == {want}, rate
+    jobs = build_jobs(sc, "rc", run_id="r", control_socket="/tmp/c.sock", qp_overrides={"timeout": 12})
+    assert {j["qp"]["timeout"] for j in jobs} == {12}
