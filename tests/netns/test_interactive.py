@@ -164,7 +164,7 @@ def test_sigterm_at_the_prompt_reverts_and_tears_down(cli):
     (which testbed up turns into one) must end it."""
     screen, ledger_dir, ledger = cli
     spaces = namespaces_of(ledger)
-    screen.command("rate e0_0-a0_0 10Mbit")
+    screen.command("rate e0_0-a0_0 20Mbit")   # not the link's own rate (10 Mbit/s): a fault to revert
     os.kill(ledger["owner_pid"], signal.SIGTERM)
     text = screen.wait_for(exit_status, 30, "the exit status")
     assert "*** reverted 1 fault(s): e0_0-a0_0" in text and "torn down in" in text, text[-2000:]

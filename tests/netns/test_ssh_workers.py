@@ -72,7 +72,7 @@ def test_k4_built_over_ssh_on_two_standin_servers(standins):
         faults.set_loss(cut, 100)
         assert fabric.probe(ecmp=False).lost_evs() == held.lost_evs()
         faults.revert_all()
-        assert {r["rate_bps"] for r in fabric.counters() if r["link"] == cut} == {5_000_000}
+        assert {r["rate_bps"] for r in fabric.counters() if r["link"] == cut} == {10_000_000}
         assert fabric.probe(ecmp=False).lost == set()
         with pytest.raises(RemoteError, match="unknown op"):
             fabric.shards["s1"].call("flood", link=cut)

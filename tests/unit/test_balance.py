@@ -268,7 +268,7 @@ def test_load_run_topology_checks_the_file(tmp_path):
     tp, why = balance.load_run_topology(tmp_path / "runs" / "x", manifest)
     assert why is None and len(tp.links) == 48
     dirs = balance.directions(tp)
-    assert sum(d.fabric for d in dirs.values()) == 64 and dirs["a0_0-c0_0", "a"].rate_bps == 5e6
+    assert sum(d.fabric for d in dirs.values()) == 64 and dirs["a0_0-c0_0", "a"].rate_bps == 10e6
     topo_file.write_text(topo_file.read_text() + "\n# edited\n")
     assert balance.load_run_topology(tmp_path, manifest) == (None, f"{topo_file}: changed since the run (sha256 differs)")
     assert balance.load_run_topology(tmp_path, {"scenario": "old"})[0] is None

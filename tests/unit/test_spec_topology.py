@@ -54,7 +54,7 @@ def test_fat_tree_k4_counts_and_rates():
     topo = load_topology(ROOT / "topologies/fat-tree-k4.yaml", features=NO_NETEM)
     assert roles(topo) == {Role.CORE: 4, Role.AGGREGATION: 8, Role.EDGE: 8, Role.HOST: 16}
     assert len(topo.links) == 48
-    assert {(l.params.rate_bps, l.params.queue_pkts, l.params.mtu) for l in topo.links} == {(5_000_000, 32, 9000)}
+    assert {(l.params.rate_bps, l.params.queue_pkts, l.params.mtu) for l in topo.links} == {(10_000_000, 32, 9000)}
     assert topo.name == "fat-tree-k4" and topo.kind == "fat-tree"
 
 
