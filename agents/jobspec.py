@@ -28,7 +28,7 @@ QP_ATTR_KEYS = {"mpr": "mpr", "mpr_dest": "mpr_dest", "max_wimm": "max_wimm",
                 "retry_linear": "retry_linear_cnt", "retry_exp": "retry_exp_cnt"}
 """Job-spec ``qp`` keys -> :class:`agents.mrc.QPAttr` fields (OCP MRC 1.0, mrc.h)."""
 QP_CONFIG_KEYS = {"time_scale": float, "min_rto_s": float, "initial_rto_s": float, "sack_every": int,
-                  "ack_delay_s": float, "reorder_threshold": int, "probe_interval_s": float,
+                  "ack_delay_s": float, "ack_coalesce_s": float, "reorder_threshold": int, "probe_interval_s": float,
                   "probe_timeout_s": float, "probe_successes": int, "skip_timeout_s": float,
                   "cc": str, "cc_params": dict, "max_burst": int}
 """Job-spec ``qp`` keys -> :class:`agents.mrc.QPConfig` fields (emulation parameters)."""

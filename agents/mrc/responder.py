@@ -4,7 +4,13 @@ Mixed into :class:`agents.mrc.qp.QP`. The PSN bitmap is kept as 64-PSN
 chunks (Python ints) above the cumulative PSN, the same granularity as the
 SACK's 64-bit bitmap. A SACK is sent every ``sack_every`` new data packets,
 at once for a retransmission, a duplicate or an ACK request, and otherwise
-after at most ``ack_delay_s``. One SACK is sent per 64-PSN chunk touched
+after a hold: ``ack_delay_s``, or ``ack_coalesce_s`` when the data packet that starts
+the hold came at most ``ack_coalesce_s`` after the previous one. That is adaptive
+coalescing, as a NIC's dynamic interrupt moderation (Linux net_dim) widens its window
+only while packets come fast: a flow at full rate shares each SACK between the packets
+that arrive within the hold, and a slow flow (an incast sender at 1/7 of a link) is
+acknowledged after ``ack_delay_s`` as before, instead of waiting out a hold that no
+second packet will share. One SACK is sent per 64-PSN chunk touched
 since the last one, so no received PSN goes unreported.
 
 Reverse EV: a SACK or NACK leaves on the EV of the packet that triggered it
@@ -50,6 +56,7 @@ class ResponderMixin:
         self._dirty: dict[int, tuple[int, int]] = {}   # chunk -> (ev, ts_ns) of latest arrival
         self._sack_pending = 0
         self._ack_deadline: float | None = None
+        self._last_data_at = float("-inf")           # arrival time of the latest new data packet
         self._imm_heap: list[tuple[int, int]] = []    # (psn, imm) awaiting in-order delivery
         self._seq_err_sent = False
         self._ecn_seen = False
@@ -91,6 +98,7 @@ class ResponderMixin:
                 mem[off:off + length] = mv[_HDR_BYTES:end]
                 self.rx_packets += 1
                 self.rx_bytes += length
+                gap, self._last_data_at = now - self._last_data_at, now
                 if ecn:
                     self._ecn_seen = True
                 self._dirty[psn >> 6] = (ev, ts)
@@ -98,7 +106,7 @@ class ResponderMixin:
                 if flags & _ACK_NOW or self._sack_pending >= self.config.sack_every:
                     self._flush_sacks()
                 elif self._ack_deadline is None:
-                    self._ack_deadline = now + self.config.ack_delay_s
+                    self._ack_deadline = now + self._hold_s(gap)
                 return
         (opcode, flags, qpn, psn, ev, off, length, ts, imm, start,
          end) = pk.unpack_data(data)
@@ -136,7 +144,8 @@ class ResponderMixin:
             return
         memlen, qpn, sack_every = len(mem), self.qpn, self.config.sack_every
         rev, dirty, slow = self.reverse_evs, self._dirty, self.receive_datagram
-        cum, pending = self._rcv_cum, self._sack_pending
+        cum, pending, last = self._rcv_cum, self._sack_pending, self._last_data_at
+        hold_gap = None      # the gap of the packet that starts a hold, until the hold is set
         packets = nbytes = 0
         clear = not self._chunks and not self._imm_heap
         for i, data in enumerate(datagrams):
@@ -154,6 +163,7 @@ class ResponderMixin:
                         mem[off:off + length] = mv[_HDR_BYTES:end]
                         packets += 1
                         nbytes += length
+                        gap, last = now - last, now
                         dirty[psn >> 6] = (ev, ts)
                         pending += 1
                         if flags & _ACK_NOW or pending >= sack_every:
@@ -163,10 +173,14 @@ class ResponderMixin:
                             packets = nbytes = 0
                             self._seq_err_sent = False
                             self._flush_sacks()
-                            pending = 0
+                            pending, hold_gap = 0, None
+                        elif hold_gap is None and self._ack_deadline is None:
+                            hold_gap = gap
                         continue
             # anything else: the one-by-one path on the written-back state
-            self._rcv_cum, self._sack_pending = cum, pending
+            self._rcv_cum, self._sack_pending, self._last_data_at = cum, pending, last
+            if hold_gap is not None:          # the hold the one-by-one path would have started
+                self._ack_deadline, hold_gap = now + self._hold_s(hold_gap), None
             self.rx_packets += packets
             self.rx_bytes += nbytes
             if packets:
@@ -177,15 +191,15 @@ class ResponderMixin:
                 for rest in datagrams[i + 1:]:
                     slow(rest, now)
                 return
-            cum, pending = self._rcv_cum, self._sack_pending
+            cum, pending, last = self._rcv_cum, self._sack_pending, self._last_data_at
             clear = not self._chunks and not self._imm_heap
-        self._rcv_cum, self._sack_pending = cum, pending
+        self._rcv_cum, self._sack_pending, self._last_data_at = cum, pending, last
         if packets:
             self.rx_packets += packets
             self.rx_bytes += nbytes
             self._seq_err_sent = False
-        if pending and self._ack_deadline is None:
-            self._ack_deadline = now + self.config.ack_delay_s
+        if hold_gap is not None:
+            self._ack_deadline = now + self._hold_s(hold_gap)
 
     def _in_window(self, psn: int, ev: int, ts: int, now: float) -> bool:
         """Duplicate, beyond-the-bitmap and RC out-of-order handling; True if ``psn`` is new."""
@@ -226,6 +240,7 @@ class ResponderMixin:
         self._mem[off:off + length] = mv[_HDR_BYTES:_HDR_BYTES + length]
         self.rx_packets += 1
         self.rx_bytes += length
+        gap, self._last_data_at = now - self._last_data_at, now
         if ecn:
             self._ecn_seen = True
         if imm is not None:
@@ -237,7 +252,15 @@ class ResponderMixin:
         if flags & _ACK_NOW or self._sack_pending >= self.config.sack_every:
             self._flush_sacks()
         elif self._ack_deadline is None:
-            self._ack_deadline = now + self.config.ack_delay_s
+            self._ack_deadline = now + self._hold_s(gap)
+
+    def _hold_s(self, gap: float) -> float:
+        """How long to hold a SACK whose first packet came ``gap`` s after the previous new data
+        packet: ``ack_coalesce_s`` while packets come at most that far apart (when it is the
+        longer of the two), else ``ack_delay_s`` (module docstring)."""
+        cfg = self.config
+        coalesce = cfg.ack_coalesce_s
+        return coalesce if gap <= coalesce and coalesce > cfg.ack_delay_s else cfg.ack_delay_s
 
     def _advance_cum(self) -> None:
         c = self._rcv_cum

@@ -133,6 +133,9 @@ class QPConfig:
     ``ack_delay_s`` (max SACK delay; at most :data:`MAX_ACK_DELAY_RTO_FRACTION`
     of the RTO floor, checked by :meth:`validate` against ``min_rto_s`` and
     by :meth:`check_ack_delay` against the floor of the QP ``timeout``),
+    ``ack_coalesce_s`` (the longer SACK hold used while data packets arrive at most
+    that far apart, adaptive coalescing: see :mod:`agents.mrc.responder`; 0: off;
+    bounded as ``ack_delay_s`` is),
     ``reorder_threshold`` (a packet is lost when this many later packets on
     the same EV were acked), loss inference across EVs (``ooo_threshold``
     packets sent later on any EV acknowledged, and ``ooo_time_frac``, the
@@ -160,6 +163,7 @@ class QPConfig:
     initial_rto_s: float = 0.0
     sack_every: int = 8
     ack_delay_s: float = 0.0005
+    ack_coalesce_s: float = 0.0
     reorder_threshold: int = 3
     ooo_threshold: int = 5
     ooo_time_frac: float = 0.25
@@ -176,8 +180,10 @@ class QPConfig:
     def validate(self) -> None:
         if self.payload_bytes <= 0 or self.sack_every < 1 or self.reorder_threshold < 1:
             raise ValueError("payload_bytes, sack_every and reorder_threshold must be >= 1")
-        if self.time_scale <= 0 or self.min_rto_s < 0 or self.ack_delay_s < 0 or self.initial_rto_s < 0:
-            raise ValueError("time_scale must be > 0; min_rto_s, initial_rto_s and ack_delay_s >= 0")
+        if self.time_scale <= 0 or self.min_rto_s < 0 or self.ack_delay_s < 0 or self.initial_rto_s < 0 \
+                or self.ack_coalesce_s < 0:
+            raise ValueError("time_scale must be > 0; min_rto_s, initial_rto_s, ack_delay_s and ack_coalesce_s "
+                             ">= 0")
         if self.probe_successes < 1 or self.probe_interval_s <= 0 or self.max_burst < 1:
             raise ValueError("probe_successes, probe_interval_s and max_burst must be positive")
         if self.ooo_threshold < 1 or self.ev_loss_run < 1 or self.ooo_time_frac < 0:
@@ -186,15 +192,17 @@ class QPConfig:
             self.check_ack_delay(self.min_rto_s, "min_rto_s")
 
     def check_ack_delay(self, rto_floor_s: float, what: str = "the RTO floor") -> None:
-        """Raise ValueError unless ``ack_delay_s`` <= MAX_ACK_DELAY_RTO_FRACTION * ``rto_floor_s``.
+        """Raise ValueError unless ``ack_delay_s`` and ``ack_coalesce_s`` are both at most
+        MAX_ACK_DELAY_RTO_FRACTION * ``rto_floor_s``.
 
         ``rto_floor_s``: seconds, the floor the retransmission timer never goes
         below (``min_rto_s``, or the mrc.h mapping of the QP ``timeout``).
         """
         bound = MAX_ACK_DELAY_RTO_FRACTION * rto_floor_s
-        if self.ack_delay_s > bound:
-            raise ValueError(
-                f"ack_delay_s={self.ack_delay_s * 1e6:.0f} us exceeds "
-                f"{MAX_ACK_DELAY_RTO_FRACTION:g} x {what} ({rto_floor_s * 1e6:.0f} us): a held "
-                f"SACK would look like a lost packet and retire healthy EVs; lower ack_delay_s "
-                f"to <= {bound * 1e6:.0f} us or raise the timeout")
+        for name, hold in (("ack_delay_s", self.ack_delay_s), ("ack_coalesce_s", self.ack_coalesce_s)):
+            if hold > bound:
+                raise ValueError(
+                    f"{name}={hold * 1e6:.0f} us exceeds "
+                    f"{MAX_ACK_DELAY_RTO_FRACTION:g} x {what} ({rto_floor_s * 1e6:.0f} us): a held "
+                    f"SACK would look like a lost packet and retire healthy EVs; lower {name} "
+                    f"to <= {bound * 1e6:.0f} us or raise the timeout")

@@ -130,6 +130,35 @@ def test_delayed_sack_timer_flushes_a_partial_batch():
     assert sack.cum_psn == 3
 
 
+def test_adaptive_sack_hold_coalesces_only_packets_that_come_fast():
+    """ack_coalesce_s: a packet that comes within it of the previous one starts the long hold,
+    so the next full-rate packet shares its SACK; a packet after a longer gap (a slow flow)
+    is acknowledged after ack_delay_s, as without coalescing."""
+    t, frame = QPAttr(mpr=1, mpr_dest=1, timeout=13), 0.001    # 8.4 ms floor: a 2.1 ms bound
+    a, b = pair(sack_every=8, ack_delay_s=0.0002, ack_coalesce_s=1.5 * frame, attr=t)
+    a.post_write(wr_id=1, local=bytes(9 * a.config.payload_bytes), remote_offset=0)
+    out = [d for d, _ in a.datagrams_to_send(0.0)][:8]           # the 9th (ACK_REQ) held back
+    sacks, now = [], 0.0
+    for i, data in enumerate(out[:6]):                          # full rate: one per frame time
+        now = i * frame
+        while (due := b.get_timer()) is not None and due <= now:
+            b.handle_timer(due)
+            sacks += [(due, pk.parse(d).cum_psn) for d, _ in b.datagrams_to_send(due)]
+        b.receive_datagram(data, now)
+    # packet 0 has no predecessor: short hold, SACK at 0.2 ms; then 1 starts a 1.5 ms hold
+    # that packet 2 shares (SACK at 2.5 ms), 3 and 4 likewise, 5 is left pending
+    assert sacks == [(pytest.approx(0.0002), 1), (pytest.approx(0.0025), 3), (pytest.approx(0.0045), 5)]
+    assert b.get_timer() == pytest.approx(5 * frame + 1.5 * frame)
+    b.handle_timer(b.get_timer())
+    b.datagrams_to_send(0.0)
+    slow = 5 * frame + 10 * frame                              # a slow flow: 10 frame times later
+    b.receive_datagram(out[6], slow)
+    assert b.get_timer() == pytest.approx(slow + 0.0002)        # ack_delay_s, not the long hold
+    b.handle_timer(b.get_timer())
+    (sack,) = [pk.parse(d) for d, _ in b.datagrams_to_send(b.get_timer() or slow)]
+    assert sack.cum_psn == 7
+
+
 def test_out_of_order_placement_and_duplicates_ignored():
     a, b = pair()
     src = random.Random(3).randbytes(6 * a.config.payload_bytes)
@@ -292,12 +321,15 @@ def _responder_view(qp, now):
 @given(st.integers(1, 40_000), st.booleans(), st.integers(0, 2**32 - 1),
        st.lists(st.sampled_from(["keep", "keep", "keep", "swap", "dup", "drop", "corrupt", "rtx"]),
                 min_size=1, max_size=60),
-       st.lists(st.integers(1, 12), min_size=1, max_size=20), st.sampled_from(list(Transport)))
-def test_batch_receive_matches_one_by_one(size, imm, seed, ops, cuts, transport):
+       st.lists(st.integers(1, 12), min_size=1, max_size=20), st.sampled_from(list(Transport)),
+       st.lists(st.sampled_from([0.0, 0.00003, 0.00006, 0.0001, 0.001]), min_size=1, max_size=20),
+       st.sampled_from([0.0, 0.00006]))
+def test_batch_receive_matches_one_by_one(size, imm, seed, ops, cuts, transport, gaps, coalesce):
     """receive_datagrams (the I/O adapter's batch path) leaves the responder exactly as
-    receive_datagram on each datagram would: memory, PSN state, counters, SACKs, completions."""
+    receive_datagram on each datagram would: memory, PSN state, counters, SACKs (and the
+    adaptive hold: batches ``gaps`` apart, with and without ``ack_coalesce_s``), completions."""
     rnd = random.Random(seed)
-    kw = dict(size=1 << 16, payload_bytes=1024, sack_every=4, transport=transport)
+    kw = dict(size=1 << 16, payload_bytes=1024, sack_every=4, transport=transport, ack_coalesce_s=coalesce)
     a, _ = pair(**kw)
     a.post_write(wr_id=1, local=rnd.randbytes(size), remote_offset=7,
                  imm=rnd.getrandbits(32) if imm else None)
@@ -324,18 +356,19 @@ def test_batch_receive_matches_one_by_one(size, imm, seed, ops, cuts, transport)
     wire += sent[len(ops):]
     _, one = pair(**kw)
     _, batch = pair(**kw)
-    i = 0
-    for c in cuts * (len(wire) // len(cuts) + 1):
+    i, now = 0, 1.0
+    for k, c in enumerate(cuts * (len(wire) // len(cuts) + 1)):
         if i >= len(wire):
             break
+        now += gaps[k % len(gaps)]
         for d in wire[i:i + c]:
-            one.receive_datagram(d, 1.0)
-        batch.receive_datagrams(wire[i:i + c], 1.0)
+            one.receive_datagram(d, now)
+        batch.receive_datagrams(wire[i:i + c], now)
         i += c
-        light = [(q._rcv_cum, q._sack_pending, q._ack_deadline, dict(q._dirty), list(q._ctrl_out),
-                  q.rx_packets, q.rx_bytes, q._seq_err_sent) for q in (batch, one)]
+        light = [(q._rcv_cum, q._sack_pending, q._ack_deadline, q._last_data_at, dict(q._dirty),
+                  list(q._ctrl_out), q.rx_packets, q.rx_bytes, q._seq_err_sent) for q in (batch, one)]
         assert light[0] == light[1]
-    assert _responder_view(batch, 1.0) == _responder_view(one, 1.0)
+    assert _responder_view(batch, now) == _responder_view(one, now)
 
 
 def _trimmed(data: bytes) -> bytes:
