@@ -196,3 +196,34 @@ def test_the_qp_timeout_follows_the_fabrics_base_rtt():
         assert {j["qp"]["timeout"] for j in jobs} == {want}, rate
     jobs = build_jobs(sc, "rc", run_id="r", control_socket="/tmp/c.sock", qp_overrides={"timeout": 12})
     assert {j["qp"]["timeout"] for j in jobs} == {12}
+
+
+def test_the_sack_hold_coalesces_two_frames_within_a_quarter_of_the_rto_floor():
+    """ack_coalesce_s: 1.5 data-frame times of the flow's rate (a full-rate flow's next packet
+    shares the SACK), at most a quarter of the RTO floor; min_rto_s 0 leaves the floor to the
+    mrc.h timeout; a QP brought up with every job's parameters accepts them, and one with a
+    hold above the bound is refused."""
+    import random
+
+    from agents.mrc import QP, QPAttr, QPConfig, bring_up
+    from agents.mrc.rto import mrc_timeout_s
+    from testbed.jobs import ack_coalesce_s, job_mtu
+    from testbed.topology import LinkParams, fat_tree
+
+    assert ack_coalesce_s(4212, 10e6, mrc_timeout_s(15)) == pytest.approx(1.5 * 4212 * 8 / 10e6, abs=1e-6)
+    assert ack_coalesce_s(9014, 1e6, mrc_timeout_s(16)) == pytest.approx(0.25 * mrc_timeout_s(16), abs=1e-6)
+    for rate in (5_000_000, 10_000_000, 20_000_000):
+        lp = LinkParams(rate, 32, mtu=9000)
+        sc = replace(load_scenario(REPO / "scenarios/baseline.yaml"), topology=fat_tree(4, host_link=lp, fabric_link=lp))
+        frame = job_mtu(sc) + 14
+        for transport in ("mrc", "rc"):
+            for r, job in enumerate(build_jobs(sc, transport, run_id="r", control_socket="/tmp/c.sock")):
+                assert job["qp"]["min_rto_s"] == 0.0 and "ack_delay_s" not in job["qp"]
+                assert job["qp"]["ack_coalesce_s"] == pytest.approx(1.5 * frame * 8 / rate, abs=1e-6)
+            spec = parse_job(job, f"rank {r}")
+            qp = QP(1, rng=random.Random(1), config=QPConfig(**spec.qp_config_kwargs()))
+            bring_up(qp, 0.0, evs=[0], dest_qpn=2, attr=QPAttr(**spec.qp_attr_kwargs()))
+    spec = parse_job({**job, "qp": {**job["qp"], "ack_coalesce_s": 0.3 * mrc_timeout_s(job["qp"]["timeout"])}})
+    with pytest.raises(ValueError, match="ack_coalesce_s=.* exceeds 0.25"):
+        bring_up(QP(1, rng=random.Random(1), config=QPConfig(**spec.qp_config_kwargs())), 0.0, evs=[0],
+                 dest_qpn=2, attr=QPAttr(**spec.qp_attr_kwargs()))
