@@ -223,16 +223,16 @@ class QPChannel:
                     "lost": i.packets_lost}
                    for qp in qps if qp.evs is not None for ev, i in qp.evs.info.items()]
             out.append({"peer": c.peer.host, "peer_rank": c.peer.rank, "dir": "tx",
-                        "bytes": sum(qp.acked_bytes for qp in qps),
-                        "retransmits": sum(qp.rtx_packets for qp in qps),
-                        "retransmitted_bytes": sum(qp.rtx_bytes for qp in qps),
+                        "bytes": sum(qp.requester.acked_bytes for qp in qps),
+                        "retransmits": sum(qp.requester.rtx_packets for qp in qps),
+                        "retransmitted_bytes": sum(qp.requester.rtx_bytes for qp in qps),
                         "rtt_s": sum(rtts) / len(rtts) if rtts else None,
                         "cwnd_bytes": sum(qp.cc.cwnd_bytes for qp in qps), "evs": evs})
         for c in self.rx:
             out.append({"peer": c.peer.host, "peer_rank": c.peer.rank, "dir": "rx",
-                        "bytes": sum(qp.rx_bytes for qp in c.qps), "retransmits": 0,
+                        "bytes": sum(qp.responder.rx_bytes for qp in c.qps), "retransmits": 0,
                         "rtt_s": None, "cwnd_bytes": None, "evs": [],
-                        "duplicates": sum(qp.rx_duplicates for qp in c.qps)})
+                        "duplicates": sum(qp.responder.rx_duplicates for qp in c.qps)})
         return out
 
     def summary(self) -> dict:

@@ -31,6 +31,13 @@ the same result, in-order data placed on a fast path), ``handle_timer(now)`` whe
 ``now >= get_timer()``, and send every ``(bytes, ev)`` of
 ``datagrams_to_send(now)``.
 
+Structure: a :class:`QP` owns a :class:`agents.mrc.requester.Requester` (``qp.requester``:
+packetising, spraying, loss detection, retransmission, probes) and a
+:class:`agents.mrc.responder.Responder` (``qp.responder``: placement, PSN tracking, SACKs),
+each with explicit inputs and outputs; the QP keeps the state machine and what both
+share. Live counters are the halves' (``qp.requester.acked_bytes``,
+``qp.responder.rx_bytes``, ...).
+
 Metrics: ``qp.stats()`` returns a JSON-ready dict: ``state``, ``tx_packets``,
 ``tx_bytes``, ``retransmissions``, ``retransmitted_bytes``, ``timeouts``, ``lost_packets``,
 ``acked_bytes``, ``inflight_bytes``, ``cwnd_bytes``, ``srtt_s``, responder

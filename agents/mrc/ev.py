@@ -12,7 +12,7 @@ Behaviour (MRC.md, after the MRC paper and spec):
   that would leave fewer than ``ev_min_active`` usable EVs (the floor holds:
   the EV stays usable and ``floor_held`` is counted). Which losses count as
   an EV's failure (persistent loss, not congestion) is the requester's
-  decision: ``agents.mrc.requester.RequesterMixin._charge_ev``;
+  decision: ``agents.mrc.requester.Requester._charge_ev``;
 * ASSUMED_BAD (and UNKNOWN) -> GOOD after ``probe_successes`` consecutive
   successful background EV probes;
 * a congestion signal (ECN echo, trim NACK) -> SKIP; SKIP -> GOOD once its

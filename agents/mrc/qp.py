@@ -1,8 +1,11 @@
 """The MRC queue pair, sans-I/O (aioquic style): no sockets, no clock, no global RNG.
 
-A QP holds both halves, like a verbs RC QP: the requester (posted writes go
-out, see :mod:`agents.mrc.requester`) and the responder (the peer's writes
-land in the registered memory region, see :mod:`agents.mrc.responder`).
+A QP owns both halves, like a verbs RC QP: its :class:`Requester` (posted writes go
+out, see :mod:`agents.mrc.requester`) and its :class:`Responder` (the peer's writes
+land in the registered memory region, see :mod:`agents.mrc.responder`), as aioquic's
+connection owns its loss recovery. The QP keeps the state machine and what both halves
+share (the event queue, the congestion controller, the RTT estimator, the EV set), hands
+each datagram to the half it is for, and sets the halves' inputs at each transition.
 
 Driving it::
 
@@ -34,8 +37,8 @@ from typing import Iterable
 from . import cc as cc_mod
 from . import packet as pk
 from .ev import EVSet, EVState
-from .requester import RequesterMixin
-from .responder import ResponderMixin
+from .requester import Requester
+from .responder import Responder
 from .rto import RttEstimator, mrc_timeout_s
 from .types import (QPAttr, QPConfig, QPError, QPState, QPStateError, Transport)
 
@@ -56,7 +59,7 @@ REQUIRED = {(S.RST, S.INIT): {"evs"}, (S.INIT, S.RTR): {"dest_qpn"}}
 _ATTR_FIELDS = {f.name for f in dataclasses.fields(QPAttr)}
 
 
-class QP(RequesterMixin, ResponderMixin):
+class QP:
     """One MRC (or RC baseline) queue pair.
 
     ``qpn``: this QP's number (u32). ``rng``: a seeded ``random.Random``
@@ -79,17 +82,22 @@ class QP(RequesterMixin, ResponderMixin):
         self.transport = Transport(self.config.transport)
         self.state = QPState.RST
         self.attr = QPAttr()
-        self._rtt = RttEstimator(self._rto_floor_s(), self.config.initial_rto_s)
         self.dest_qpn = 0
         self.evs: EVSet | None = None
         self._events: deque = deque()
-        self.bad_packets = 0
+        self._bad_packets = 0
         self.cc = cc_mod.create(self.config.cc, mss_bytes=self.config.payload_bytes,
                                 **self.config.cc_params)
-        self._cc_sent = None if type(self.cc).on_packet_sent is \
-            cc_mod.CongestionControl.on_packet_sent else self.cc.on_packet_sent
-        self._init_requester()
-        self._init_responder(memory)
+        self._build(memory)
+
+    def _build(self, memory) -> None:
+        """Fresh halves and RTT estimator (construction and RST; the controller stays)."""
+        cfg = self.config
+        self._rtt = RttEstimator(self._rto_floor_s(), cfg.initial_rto_s)
+        self.requester = Requester(qpn=self.qpn, config=cfg, transport=self.transport, cc=self.cc,
+                                   rtt=self._rtt, events=self._events, on_error=self._enter_error)
+        self.responder = Responder(qpn=self.qpn, config=cfg, transport=self.transport,
+                                   events=self._events, memory=memory)
 
     # ---- state machine ---------------------------------------------------
     @property
@@ -148,32 +156,34 @@ class QP(RequesterMixin, ResponderMixin):
             if self.transport is Transport.RC:
                 evs = evs[:1]
             floor = attrs.get("ev_min_active", self.config.ev_min_active)
-            self.evs = EVSet(evs, qpn=self.qpn, rng=self.rng,
-                             ev_min_active=min(floor, len(evs)),
-                             skip_timeout_s=self.config.skip_timeout_s, sink=self._events)
+            self.evs = self.requester.evs = EVSet(evs, qpn=self.qpn, rng=self.rng,
+                                                  ev_min_active=min(floor, len(evs)),
+                                                  skip_timeout_s=self.config.skip_timeout_s,
+                                                  sink=self._events)
         elif state is QPState.RTR:
-            self.dest_qpn = int(attrs["dest_qpn"])
-            if not 0 <= self.dest_qpn <= 0xFFFFFFFF:
+            dest_qpn = int(attrs["dest_qpn"])
+            if not 0 <= dest_qpn <= 0xFFFFFFFF:
                 raise ValueError("dest_qpn is not a u32")
+            self.dest_qpn = self.requester.dest_qpn = self.responder.dest_qpn = dest_qpn
         new_attr = dataclasses.replace(self.attr, **{k: v for k, v in attrs.items()
                                                      if k in _ATTR_FIELDS})
         new_attr.validate()
         if state is QPState.RTS:
             floor = mrc_timeout_s(new_attr.timeout, self.config.time_scale, self.config.min_rto_s)
             self.config.check_ack_delay(floor, f"the RTO floor of timeout {new_attr.timeout}")
-        self.attr = new_attr
+        self.attr = self.requester.attr = new_attr
+        self.responder.mpr_dest = new_attr.mpr_dest
         self._update_rto()
         self.state = state
 
     def _reset(self) -> None:
-        memory = self._mem
+        memory = self.responder.memory
         self.state = QPState.RST
         self.attr = QPAttr()
-        self._rtt = RttEstimator(self._rto_floor_s(), self.config.initial_rto_s)
+        self.dest_qpn = 0
         self.evs = None
         self._events.clear()
-        self._init_requester()
-        self._init_responder(memory)
+        self._build(memory)
 
     def _enter_error(self, now: float, reason: str) -> None:
         if self.state is QPState.ERR:
@@ -181,9 +191,8 @@ class QP(RequesterMixin, ResponderMixin):
         log.warning("qpn %d -> ERR: %s", self.qpn, reason)
         self.state = QPState.ERR
         self._events.append(QPError(now, self.qpn, reason))
-        self._flush_writes(now)
-        self._ctrl_out.clear()
-        self._ack_deadline = None
+        self.requester.flush_writes(now)
+        self.responder.stop()
 
     # ---- API ---------------------------------------------------------------
     def post_write(self, *, wr_id: int, local, remote_offset: int, imm: int | None = None) -> None:
@@ -201,7 +210,7 @@ class QP(RequesterMixin, ResponderMixin):
             raise ValueError("imm must be a u32")
         data = memoryview(local).cast("B") if not isinstance(local, memoryview) or \
             local.format != "B" or local.ndim != 1 else local
-        self._post(wr_id, data, remote_offset, imm)
+        self.requester.post(wr_id, data, remote_offset, imm)
 
     def receive_datagram(self, data: bytes, now: float, *, ecn: bool = False) -> None:
         """Process one datagram addressed to this QP.
@@ -216,45 +225,62 @@ class QP(RequesterMixin, ResponderMixin):
         try:
             ptype = data[1] if len(data) > 1 else 0
             if ptype == 1:                       # DATA
-                self._on_data(data, now, ecn)
+                self.responder.on_data(data, now, ecn)
             elif ptype == 2:                     # SACK
                 if state is _RTS:
-                    self._on_sack(pk.unpack_sack(data), now)
+                    self.requester.on_sack(pk.unpack_sack(data), now)
             else:
                 pkt = pk.parse(data)
                 if pkt.dest_qpn != self.qpn:
-                    self.bad_packets += 1
+                    self._bad_packets += 1
                 elif isinstance(pkt, pk.ProbePacket):
                     if pkt.response:
-                        self._on_probe_rsp(pkt, now)
+                        self.requester.on_probe_rsp(pkt, now)
                     else:
-                        self._on_probe_req(pkt)
+                        self.responder.on_probe_req(pkt)
                 elif isinstance(pkt, pk.NackPacket) and state is _RTS:
-                    self._on_nack(pkt, now)
+                    self.requester.on_nack(pkt, now)
         except pk.ProtocolError as exc:
-            self.bad_packets += 1
+            self._bad_packets += 1
             log.debug("qpn %d: dropped bad datagram: %s", self.qpn, exc)
+
+    def receive_datagrams(self, datagrams, now: float) -> None:
+        """Process ``datagrams`` (bytes, in arrival order) as :meth:`receive_datagram` would one by
+        one: the I/O adapter's entry point for a batch read from one socket (the responder's
+        fast path for in-order data, :meth:`Responder.receive_batch`)."""
+        state = self.state
+        if self.responder.memory is None or (state is not _RTS and state is not _RTR):
+            for data in datagrams:
+                self.receive_datagram(data, now)
+            return
+        self.responder.receive_batch(datagrams, now, self._receive_in_batch)
+
+    def _receive_in_batch(self, data: bytes, now: float) -> bool:
+        """:meth:`receive_datagram`; False once the QP has left the state it was in."""
+        state = self.state
+        self.receive_datagram(data, now)
+        return self.state is state
 
     def handle_timer(self, now: float) -> None:
         """Run every timer due at ``now``: retransmission, delayed SACK, probes, SKIP expiry."""
         if self.state in (QPState.RST, QPState.INIT, QPState.ERR):
             return
-        self._responder_timers(now)
+        self.responder.on_timer(now)
         if self.state is QPState.RTS:
-            self._requester_timers(now)
+            self.requester.on_timer(now)
             if self.state is QPState.RTS:
-                self._probe_timers(now)
+                self.requester.on_probe_timer(now)
                 self.evs.expire_skips(now)
 
     def get_timer(self) -> float | None:
         """Earliest absolute deadline (seconds) at which handle_timer must run, or None."""
         if self.state in (QPState.RST, QPState.INIT, QPState.ERR):
             return None
-        t = self._ack_deadline
+        t = self.responder.deadline
         if self.state is QPState.RTS:
-            times = [self._requester_deadline()]
+            times = [self.requester.deadline()]
             if not self.evs.all_good:
-                times.append(self._probe_deadline())
+                times.append(self.requester.probe_deadline())
                 times.extend(i.skip_until for i in self.evs.info.values()
                              if i.state is EVState.SKIP)
             for d in times:
@@ -264,11 +290,10 @@ class QP(RequesterMixin, ResponderMixin):
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, int]]:
         """Datagrams to put on the wire now, as (bytes, EV id) pairs."""
-        out = self._ctrl_out
-        self._ctrl_out = []
+        out = self.responder.take_output()
         if self.state is QPState.RTS:
-            self._send_probes(now, out)
-            self._send_data(now, out)
+            self.requester.send_probes(now, out)
+            self.requester.send_data(now, out)
         return out
 
     def next_event(self):
@@ -284,23 +309,35 @@ class QP(RequesterMixin, ResponderMixin):
     @property
     def idle(self) -> bool:
         """True when no write is pending and nothing is in flight."""
-        return not self._wrs
+        return not self.requester._wrs
+
+    # ---- counters (the halves own them) ---------------------------------------
+    @property
+    def bad_packets(self) -> int:
+        """Malformed or misaddressed datagrams dropped (by the QP or either half)."""
+        return self._bad_packets + self.requester.bad_packets + self.responder.bad_packets
+
+    @property
+    def probe_timeout_s(self) -> float:
+        """Seconds a probe may take (:attr:`Requester.probe_timeout_s`)."""
+        return self.requester.probe_timeout_s
 
     def stats(self) -> dict:
         """A JSON-ready snapshot of counters (see agents.mrc module docstring)."""
+        req, rsp = self.requester, self.responder
         return {
             "qpn": self.qpn, "state": self.state.name, "transport": self.transport.value,
             "rto_s": self.rto_s, "rttvar_s": self._rtt.rttvar_s,
-            "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
-            "retransmissions": self.rtx_packets, "retransmitted_bytes": self.rtx_bytes,
-            "timeouts": self.timeouts, "ev_losses_stalled": self.ev_losses_stalled,
-            "lost_packets": self.lost_packets, "acked_bytes": self.acked_bytes,
-            "inflight_bytes": self._inflight_bytes, "cwnd_bytes": self.cc.cwnd_bytes,
-            "srtt_s": self.srtt_s, "snd_una": self._snd_una, "next_psn": self._next_psn,
-            "rx_packets": self.rx_packets, "rx_bytes": self.rx_bytes,
-            "rx_duplicates": self.rx_duplicates, "rx_ooo": self.rx_ooo,
-            "rx_cum_psn": self._rcv_cum, "rx_out_of_window": self.rx_out_of_window,
-            "rx_access_errors": self.rx_access_errors, "bad_packets": self.bad_packets,
+            "tx_packets": req.tx_packets, "tx_bytes": req.tx_bytes,
+            "retransmissions": req.rtx_packets, "retransmitted_bytes": req.rtx_bytes,
+            "timeouts": req.timeouts, "ev_losses_stalled": req.ev_losses_stalled,
+            "lost_packets": req.lost_packets, "acked_bytes": req.acked_bytes,
+            "inflight_bytes": req._inflight_bytes, "cwnd_bytes": self.cc.cwnd_bytes,
+            "srtt_s": self.srtt_s, "snd_una": req._snd_una, "next_psn": req._next_psn,
+            "rx_packets": rsp.rx_packets, "rx_bytes": rsp.rx_bytes,
+            "rx_duplicates": rsp.rx_duplicates, "rx_ooo": rsp.rx_ooo,
+            "rx_cum_psn": rsp.rx_cum_psn, "rx_out_of_window": rsp.rx_out_of_window,
+            "rx_access_errors": rsp.rx_access_errors, "bad_packets": self.bad_packets,
             "ev_floor_held": self.evs.floor_held if self.evs else 0,
             "evs": self.evs.stats() if self.evs else {},
             "cc": {"name": self.cc.name, **(self.cc.counters() if hasattr(self.cc, "counters") else {})},

@@ -1,11 +1,17 @@
 """Requester half of a QP: packetise writes, spray over EVs, detect loss, retransmit.
 
-Mixed into :class:`agents.mrc.qp.QP`; it shares the QP's attributes. Loss
+A :class:`Requester` is owned by its :class:`agents.mrc.qp.QP`. Inputs: posted writes
+(``post``), the SACKs, NACKs and probe responses the QP hands it, its clock, and what the
+QP's state machine sets (``evs`` at INIT, ``dest_qpn`` at RTR, ``attr`` at RTS); it shares
+the QP's congestion controller and RTT estimator. Outputs: datagrams appended to the
+list given to ``send_probes``/``send_data``, WorkCompletions and EV events into the QP's
+event queue, ``deadline()``/``probe_deadline()``, and ``on_error(now, reason)`` when
+retries are exhausted (the QP enters ERR). Loss
 detection (MRC.md): a transmission is lost when ``reorder_threshold`` later
 transmissions on the same EV were acknowledged (per-EV packet threshold,
 only never-retransmitted PSNs count: their ACK is unambiguous), or when its
 timer fires: the RFC 6298 RTO (:mod:`agents.mrc.rto`, floored by the QP
-``timeout``), restarted per EV by ACKs (``_requester_timers``), then the
+``timeout``), restarted per EV by ACKs (``on_timer``), then the
 linear and exponential retry ladder. Lost PSNs are retransmitted oldest first, on a different EV. In RC
 mode a loss (timeout or SEQ_ERR NACK) rewinds to the lost PSN: go-back-N.
 """
@@ -16,8 +22,9 @@ import logging
 from collections import defaultdict, deque
 
 from . import packet as pk
-from .ev import EVCause, EVState
-from .types import RETRY_EXP_INFINITE, Transport, WCOpcode, WCStatus, WorkCompletion
+from .cc import CongestionControl
+from .ev import EVCause, EVSet, EVState
+from .types import RETRY_EXP_INFINITE, QPAttr, Transport, WCOpcode, WCStatus, WorkCompletion
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +73,23 @@ class _Tx:
         self.gseq = gseq      # QP-wide transmission counter (send order over all EVs)
 
 
-class RequesterMixin:
-    """Requester state and logic (see module docstring)."""
+class Requester:
+    """Requester state and logic (see module docstring).
 
-    def _init_requester(self) -> None:
+    ``qpn``, ``config`` (:class:`QPConfig`), ``transport``: the QP's; ``cc``: its congestion
+    controller; ``rtt``: its :class:`agents.mrc.rto.RttEstimator`; ``events``: its event
+    queue; ``on_error(now, reason)``: called when a write's retries are exhausted.
+    """
+
+    def __init__(self, *, qpn: int, config, transport: Transport, cc, rtt, events, on_error):
+        self.qpn, self.config, self.transport = qpn, config, transport
+        self.cc, self._rtt, self._events, self.on_error = cc, rtt, events, on_error
+        self._cc_sent = None if type(cc).on_packet_sent is CongestionControl.on_packet_sent \
+            else cc.on_packet_sent
+        self.dest_qpn = 0
+        self.evs: EVSet | None = None
+        self.attr = QPAttr()
+        self.bad_packets = 0
         self._wrs: deque[_WR] = deque()         # posted, not yet completed (in order)
         self._unsent: deque[_WR] = deque()      # WRs with packets not yet sent once
         self._psn_assign = 0                    # next PSN handed to a posted WR
@@ -77,7 +97,7 @@ class RequesterMixin:
         self._snd_una = 0                       # lowest PSN not acknowledged
         self._outstanding: dict[int, _Tx] = {}
         self._rtx: list[int] = []               # heap of lost PSNs awaiting retransmit
-        # Timers (see _requester_timers). First transmissions: per EV, in send order
+        # Timers (see on_timer). First transmissions: per EV, in send order
         # (ev -> deque of _Tx); retransmissions: a heap of (deadline, psn, ts_ns).
         self._ev_fresh: defaultdict[int, deque] = defaultdict(deque)
         self._timers: list[tuple[float, int, int]] = []
@@ -105,7 +125,7 @@ class RequesterMixin:
         self.acked_bytes = 0
 
     # ---- posting ---------------------------------------------------------
-    def _post(self, wr_id, data: memoryview, remote_offset: int, imm: int | None) -> None:
+    def post(self, wr_id, data: memoryview, remote_offset: int, imm: int | None) -> None:
         npkts = max(1, -(-len(data) // self.config.payload_bytes))
         first = self._psn_assign
         if first + npkts > pk.MAX_PSN:
@@ -163,7 +183,7 @@ class RequesterMixin:
         if self._cc_sent is not None:
             self._cc_sent(now=now, size_bytes=length)
 
-    def _send_data(self, now: float, out: list) -> None:
+    def send_data(self, now: float, out: list) -> None:
         budget = self.config.max_burst
         rtx_heap = self._rtx
         if rtx_heap:
@@ -347,7 +367,7 @@ class RequesterMixin:
         self.timeouts += 1
         exp = self.attr.retry_exp_cnt
         if exp != RETRY_EXP_INFINITE and tx.timeouts > self.attr.retry_linear_cnt + exp:
-            self._enter_error(now, f"retry exhausted: PSN {tx.psn} timed out "
+            self.on_error(now, f"retry exhausted: PSN {tx.psn} timed out "
                                    f"{tx.timeouts} times (EV {tx.ev})")
             return False
         info = self.evs.info.get(tx.ev)
@@ -375,7 +395,7 @@ class RequesterMixin:
     def _ev_deadline(self, ev: int, tx: _Tx) -> float:
         return max(tx.sent_at, self.evs.info[ev].last_ack_s) + self._rtt.rto_s
 
-    def _requester_timers(self, now: float) -> None:
+    def on_timer(self, now: float) -> None:
         """Fire due timers: first transmissions per EV, then backed-off retransmissions.
 
         A first transmission on EV e times out at max(its send time, e's
@@ -403,7 +423,7 @@ class RequesterMixin:
             if not self._timeout(tx, now):
                 return
 
-    def _requester_deadline(self) -> float | None:
+    def deadline(self) -> float | None:
         timers = self._timers
         outstanding = self._outstanding
         while timers:
@@ -423,7 +443,7 @@ class RequesterMixin:
         return t
 
     # ---- acknowledgements ---------------------------------------------
-    def _on_sack(self, f: tuple, now: float) -> None:
+    def on_sack(self, f: tuple, now: float) -> None:
         mode, flags, _, cum, base, bitmap, ev, ts, _, _ = f
         una = self._snd_una
         if cum > self._next_psn:
@@ -602,7 +622,7 @@ class RequesterMixin:
             una += 1
         self._snd_una = una
 
-    def _on_nack(self, pkt: pk.NackPacket, now: float) -> None:
+    def on_nack(self, pkt: pk.NackPacket, now: float) -> None:
         tx = self._outstanding.get(pkt.psn)
         if pkt.reason == pk.NackReason.SEQ_ERR:
             # RoCE NAK semantics: everything below the PSN arrived in order.
@@ -651,7 +671,7 @@ class RequesterMixin:
             self._events.append(WorkCompletion(now, self.qpn, WCOpcode.RDMA_WRITE,
                                                WCStatus.SUCCESS, wr.wr_id, wr.size))
 
-    def _flush_writes(self, now: float) -> None:
+    def flush_writes(self, now: float) -> None:
         status = WCStatus.RETRY_EXC_ERR
         for wr in self._wrs:
             self._events.append(WorkCompletion(now, self.qpn, WCOpcode.RDMA_WRITE, status,
@@ -668,7 +688,7 @@ class RequesterMixin:
         self._inflight_bytes = 0
 
     # ---- probes ----------------------------------------------------------
-    def _send_probes(self, now: float, out: list) -> None:
+    def send_probes(self, now: float, out: list) -> None:
         cfg = self.config
         for info in self.evs.probe_targets():
             if info.probe_outstanding is None and info.probe_due <= now:
@@ -693,13 +713,13 @@ class RequesterMixin:
         """
         return max(self.config.probe_timeout_s, self._rtt.rto_s)
 
-    def _probe_timers(self, now: float) -> None:
+    def on_probe_timer(self, now: float) -> None:
         for info in self.evs.probe_targets():
             po = info.probe_outstanding
             if po is not None and po[1] <= now:
                 self.evs.probe_result(info.ev, False, now, self.config.probe_successes)
 
-    def _probe_deadline(self) -> float | None:
+    def probe_deadline(self) -> float | None:
         best = None
         for info in self.evs.probe_targets():
             po = info.probe_outstanding
@@ -708,7 +728,7 @@ class RequesterMixin:
                 best = t
         return best
 
-    def _on_probe_rsp(self, pkt: pk.ProbePacket, now: float) -> None:
+    def on_probe_rsp(self, pkt: pk.ProbePacket, now: float) -> None:
         info = self.evs.info.get(pkt.req_ev)
         if info is None or info.probe_outstanding is None or \
                 info.probe_outstanding[0] != pkt.probe_id:

@@ -1,6 +1,10 @@
 """Responder half of a QP: place payloads by offset, track PSNs, coalesce SACKs.
 
-Mixed into :class:`agents.mrc.qp.QP`. The PSN bitmap is kept as 64-PSN
+A :class:`Responder` is owned by its :class:`agents.mrc.qp.QP`. Inputs: the datagrams the QP
+hands it (``on_data``, ``receive_batch``, ``on_probe_req``), its clock, and what the QP's
+state machine sets (``dest_qpn`` and ``mpr_dest`` at RTR); outputs: control packets in
+``take_output()`` (SACKs, NACKs, probe responses, as (bytes, EV)), completions of
+WRITE_WITH_IMM into the QP's event queue, and its ``deadline``. The PSN bitmap is kept as 64-PSN
 chunks (Python ints) above the cumulative PSN, the same granularity as the
 SACK's 64-bit bitmap. A SACK is sent every ``sack_every`` new data packets,
 at once for a retransmission, a duplicate or an ACK request, and otherwise
@@ -27,7 +31,7 @@ import heapq
 import logging
 
 from . import packet as pk
-from .types import QPState, Transport, WCOpcode, WCStatus, WorkCompletion
+from .types import QPAttr, Transport, WCOpcode, WCStatus, WorkCompletion
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +45,21 @@ _PLAIN_OPCODES = frozenset({pk.Opcode.WRITE_FIRST, pk.Opcode.WRITE_MIDDLE, pk.Op
 _FAST_FLAGS_MASK = 0xFF & ~(pk.FLAG_RTX | pk.FLAG_ACK_REQ)
 _ACK_NOW = pk.FLAG_RTX | pk.FLAG_ACK_REQ
 _MAX_PSN = pk.MAX_PSN
-_RTS, _RTR = QPState.RTS, QPState.RTR
 
 
-class ResponderMixin:
-    """Responder state and logic (see module docstring)."""
+class Responder:
+    """Responder state and logic (see module docstring).
 
-    def _init_responder(self, memory) -> None:
+    ``qpn``: the QP's number; ``config``: its :class:`QPConfig`; ``transport``: MRC or RC;
+    ``events``: the QP's event queue (WorkCompletions are appended); ``memory``: the
+    registered region (writable buffer) or None. ValueError for a read-only region.
+    """
+
+    def __init__(self, *, qpn: int, config, transport: Transport, events, memory):
+        self.qpn, self.config, self.transport, self._events = qpn, config, transport, events
+        self.dest_qpn = 0
+        self.mpr_dest = QPAttr().mpr_dest
+        self.bad_packets = 0
         self._mem = memoryview(memory).cast("B") if memory is not None else None
         if self._mem is not None and self._mem.readonly:
             raise ValueError("the registered memory region must be writable")
@@ -74,7 +86,8 @@ class ResponderMixin:
         """Every PSN below this one has been received (responder view)."""
         return self._rcv_cum
 
-    def _on_data(self, data: bytes, now: float, ecn: bool) -> None:
+    def on_data(self, data: bytes, now: float, ecn: bool) -> None:
+        """One DATA datagram (``ecn``: its IP header carried CE)."""
         n = len(data)
         if n >= _PLAIN_BYTES:
             # Fast path: an in-window, non-trimmed packet without an immediate, fully
@@ -127,23 +140,40 @@ class ResponderMixin:
         mv = memoryview(data)[start - _HDR_BYTES:]   # payload at _HDR_BYTES, like the fast path
         self._place(mv, psn, ev, off, length, ts, flags, imm, now, ecn)
 
-    def receive_datagrams(self, datagrams, now: float) -> None:
-        """Process ``datagrams`` (bytes, in arrival order) as :meth:`receive_datagram` would one by one.
+    @property
+    def memory(self) -> memoryview | None:
+        """The registered region, as bytes (None for a send-only QP)."""
+        return self._mem
 
-        The I/O adapter's entry point for a batch read from one socket. In-order data
-        packets (the common case: the next PSN, nothing pending above it, no immediate)
-        are placed with the responder state held in locals; anything else goes through
-        :meth:`receive_datagram` with the state written back first, so the result is
-        identical to the one-by-one path (``tests/unit/test_mrc_qp_unit.py``).
+    @property
+    def deadline(self) -> float | None:
+        """When a held SACK is due (the delayed-SACK timer), or None."""
+        return self._ack_deadline
+
+    def take_output(self) -> list[tuple[bytes, int]]:
+        """The control packets queued since the last call, as (bytes, EV id)."""
+        out, self._ctrl_out = self._ctrl_out, []
+        return out
+
+    def stop(self) -> None:
+        """The QP entered ERR: drop queued output and the held SACK."""
+        self._ctrl_out.clear()
+        self._ack_deadline = None
+
+    def receive_batch(self, datagrams, now: float, slow) -> None:
+        """Process ``datagrams`` (bytes, in arrival order, the QP receiving in RTR or RTS, with a
+        memory region) as the QP would one by one.
+
+        The I/O adapter's batch path. In-order data packets (the common case: the next PSN,
+        nothing pending above it, no immediate) are placed with the responder state held in
+        locals; anything else goes to ``slow(data, now)`` (the QP's one-by-one dispatch,
+        which returns False once the QP left the state it was in, e.g. ERR after a SACK)
+        with the state written back first, so the result is identical to the one-by-one
+        path (``tests/unit/test_mrc_qp_unit.py``).
         """
         mem = self._mem
-        state = self.state
-        if mem is None or (state is not _RTS and state is not _RTR):
-            for data in datagrams:
-                self.receive_datagram(data, now)
-            return
         memlen, qpn, sack_every = len(mem), self.qpn, self.config.sack_every
-        rev, dirty, slow = self.reverse_evs, self._dirty, self.receive_datagram
+        rev, dirty = self.reverse_evs, self._dirty
         cum, pending, last = self._rcv_cum, self._sack_pending, self._last_data_at
         hold_gap = None      # the gap of the packet that starts a hold, until the hold is set
         packets = nbytes = 0
@@ -186,8 +216,7 @@ class ResponderMixin:
             if packets:
                 self._seq_err_sent = False
             packets = nbytes = 0
-            slow(data, now)
-            if self.state is not state:        # e.g. a SACK ended the QP in ERR: no fast path now
+            if not slow(data, now):            # e.g. a SACK ended the QP in ERR: no fast path now
                 for rest in datagrams[i + 1:]:
                     slow(rest, now)
                 return
@@ -211,7 +240,7 @@ class ResponderMixin:
             self._dirty[max(ch, cum >> 6)] = (ev, ts)
             self._flush_sacks()
             return False
-        if psn >= cum + self.attr.mpr_dest * 128:
+        if psn >= cum + self.mpr_dest * 128:
             self.rx_out_of_window += 1
             self._nack(psn, ev, ts, pk.NackReason.PSN_OOR_WINDOW)
             return False
@@ -315,11 +344,12 @@ class ResponderMixin:
         self._ack_deadline = None
         self._ecn_seen = False
 
-    def _on_probe_req(self, pkt: pk.ProbePacket) -> None:
+    def on_probe_req(self, pkt: pk.ProbePacket) -> None:
         rsp = pk.ProbePacket(self.dest_qpn, pkt.probe_id, pkt.req_ev, pkt.rsp_ev,
                              pkt.timestamp_ns, response=True)
         self._ctrl_out.append((pk.encode(rsp), pkt.rsp_ev))
 
-    def _responder_timers(self, now: float) -> None:
+    def on_timer(self, now: float) -> None:
+        """Send the held SACKs if their hold is over."""
         if self._ack_deadline is not None and self._ack_deadline <= now:
             self._flush_sacks()

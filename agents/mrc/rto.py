@@ -37,7 +37,7 @@ Sources:
 Samples arrive once per SACK (several per RTT): RFC 6298 requires at least
 one per RTT and allows more; the constants are used unscaled. Timer restart
 (rule 5.3) is the requester's, per EV: see
-``agents.mrc.requester.RequesterMixin._requester_timers``.
+``agents.mrc.requester.Requester.on_timer``.
 """
 from __future__ import annotations
 

@@ -101,10 +101,10 @@ def mrc(size_bytes: int = 64 << 20, seed: int = 1, sack_every: int = 8) -> dict:
         ea.kick(a)
         loop.run(until=finished, timeout_s=120)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-        ok = bool(done) and done[0].status is WCStatus.SUCCESS and b._mem.tobytes() == src
+        ok = bool(done) and done[0].status is WCStatus.SUCCESS and b.responder.memory.tobytes() == src
         st = a.stats()
-        return {"packets": b.rx_packets, "cpu_s": cpu, "wall_s": wall,
-                "pps_per_core": b.rx_packets / cpu, "goodput_bps": size_bytes * 8 / wall,
+        return {"packets": b.responder.rx_packets, "cpu_s": cpu, "wall_s": wall,
+                "pps_per_core": b.responder.rx_packets / cpu, "goodput_bps": size_bytes * 8 / wall,
                 "bit_exact": ok, "retransmissions": st["retransmissions"],
                 "timeouts": st["timeouts"], "tx_errors": ea.tx_errors + eb.tx_errors}
     finally:

@@ -58,13 +58,13 @@ def qp_pair(cc_params: dict):
 def record_sacks(qp: QP) -> list[tuple]:
     """The SACKs ``qp`` processes, as ``packet.unpack_sack`` tuples (mode, flags, ...)."""
     sacks: list[tuple] = []
-    on_sack = qp._on_sack
+    on_sack = qp.requester.on_sack
 
     def record(f, now):
         sacks.append(f)
         on_sack(f, now)
 
-    qp._on_sack = record
+    qp.requester.on_sack = record
     return sacks
 
 
@@ -92,7 +92,7 @@ def transfer(*, ecn_a: bool, ecn_b: bool, tclass_a: int | None, cc_params: dict)
 
         assert loop.run(until=finished, timeout_s=30)
         wc = [e for e in events if isinstance(e, WorkCompletion)]
-        assert wc[0].status is WCStatus.SUCCESS and b._mem.tobytes() == src
+        assert wc[0].status is WCStatus.SUCCESS and b.responder.memory.tobytes() == src
         return SimpleNamespace(a=a, b=b, ea=ea, eb=eb, sacks=sacks, tclasses=tclasses,
                                ev_events=[e for e in events if isinstance(e, EVEvent)])
     finally:
@@ -107,11 +107,11 @@ ECN_CC = {"ecn_capable": True, "base_rtt_s": 1e-6, "min_target_s": 0.0}
 def test_ce_on_the_wire_reaches_the_qp_and_comes_back_as_ecn_echo_skip_and_decrease():
     r = transfer(ecn_a=True, ecn_b=True, tclass_a=CE, cc_params=ECN_CC)
     assert r.tclasses == {"a": [CE] * len(r.tclasses["a"]), "b": [ECT0] * len(r.tclasses["b"])}
-    assert r.eb.rx_ce >= r.b.rx_packets > 0          # every data packet arrived CE-marked
+    assert r.eb.rx_ce >= r.b.responder.rx_packets > 0          # every data packet arrived CE-marked
     assert r.ea.rx_ce == 0                           # the SACKs were ECT(0), not CE
     echoed = [s for s in r.sacks if s[1] & pk.FLAG_ECN_ECHO]
     assert echoed and all(s[0] == pk.SackMode.SKIP_ONCE for s in echoed)
-    assert len(echoed) == len(r.sacks) or r.a.rtx_packets   # a duplicate's SACK may not echo
+    assert len(echoed) == len(r.sacks) or r.a.requester.rtx_packets   # a duplicate's SACK may not echo
     skips = [e for e in r.ev_events if e.new is EVState.SKIP]
     assert skips and all(e.cause is EVCause.CONGESTION for e in skips)
     assert {e.ev for e in skips} <= set(EVS)

@@ -50,7 +50,7 @@ def run_transfer(routes_a, routes_b, loop, ea, eb, a, b):
     assert loop.run(until=finished, timeout_s=30)
     wc = [e for e in done if isinstance(e, WorkCompletion)]
     assert wc[0].status is WCStatus.SUCCESS and wc[0].wr_id == 1
-    assert b._mem.tobytes() == src
+    assert b.responder.memory.tobytes() == src
     return wc
 
 

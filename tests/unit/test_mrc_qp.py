@@ -60,9 +60,9 @@ def transfer(paths, transport=Transport.MRC, evs=(0, 1, 2, 3), seed=1, until=5.0
     progress = {"last_t": 0.0, "cum": 0, "gap": 0.0}
 
     def observe(now):
-        if b.rx_cum_psn != progress["cum"]:
+        if b.responder.rx_cum_psn != progress["cum"]:
             progress["gap"] = max(progress["gap"], now - progress["last_t"])
-            progress["last_t"], progress["cum"] = now, b.rx_cum_psn
+            progress["last_t"], progress["cum"] = now, b.responder.rx_cum_psn
 
     def done():
         return bool(col.of(a, WorkCompletion) or col.of(a, QPError))
@@ -74,14 +74,14 @@ def transfer(paths, transport=Transport.MRC, evs=(0, 1, 2, 3), seed=1, until=5.0
 def assert_complete(a, b, col, src):
     wcs = col.of(a, WorkCompletion)
     assert [(w.wr_id, w.status, w.byte_len) for w in wcs] == [(42, WCStatus.SUCCESS, SIZE)]
-    assert b._mem.tobytes() == src
+    assert b.responder.memory.tobytes() == src
     assert a.stats()["inflight_bytes"] == 0
 
 
 def test_8mib_write_clean_network():
     a, b, net, col, src, _ = transfer([PathSpec(1e9, DELAY_S)] * 4)
     assert_complete(a, b, col, src)
-    assert a.rtx_packets == 0 and b.rx_duplicates == 0
+    assert a.requester.rtx_packets == 0 and b.responder.rx_duplicates == 0
     sent = [v["packets_sent"] for v in a.stats()["evs"].values()]
     assert min(sent) > 0.2 * sum(sent)          # sprayed over all four EVs
     # line rate: 8 MiB over 4 x 1 Gb/s is ~17 ms plus the window ramp.
@@ -91,10 +91,10 @@ def test_8mib_write_clean_network():
 def test_8mib_write_one_percent_loss():
     a, b, net, col, src, _ = transfer([PathSpec(1e9, DELAY_S, loss=0.01)] * 4)
     assert_complete(a, b, col, src)
-    assert a.rtx_packets > 0
+    assert a.requester.rtx_packets > 0
     # full-size packets except a write's last one, so the bytes are the packets times the payload
     payload = a.config.payload_bytes
-    assert (a.rtx_packets - 1) * payload <= a.stats()["retransmitted_bytes"] <= a.rtx_packets * payload
+    assert (a.requester.rtx_packets - 1) * payload <= a.stats()["retransmitted_bytes"] <= a.requester.rtx_packets * payload
     assert sum(c["dropped_loss"] for c in net.counters().values()) > 0
 
 
@@ -104,7 +104,7 @@ def test_8mib_write_reordering_and_duplicates():
                       duplicate=0.05) for i in range(4)]
     a, b, net, col, src, _ = transfer(paths)
     assert_complete(a, b, col, src)
-    assert b.rx_duplicates > 0 and b.rx_ooo > 0
+    assert b.responder.rx_duplicates > 0 and b.responder.rx_ooo > 0
 
 
 def test_dead_path_mrc_fails_over_and_recovers_the_ev():
@@ -164,8 +164,8 @@ def test_rc_go_back_n_under_loss():
     a, b, net, col, src, _ = transfer([PathSpec(1e9, DELAY_S, loss=0.002)] * 4, Transport.RC,
                                       evs=[0], n_paths=1)
     assert_complete(a, b, col, src)
-    assert a.rtx_packets > 0
-    assert b.rx_ooo == 0                        # RC never accepts out of order
+    assert a.requester.rtx_packets > 0
+    assert b.responder.rx_ooo == 0                        # RC never accepts out of order
 
 
 def test_rc_pinned_to_dead_path_stalls_then_errs():
@@ -180,7 +180,7 @@ def test_rc_pinned_to_dead_path_stalls_then_errs():
     # the retry ladder: 3 linear RTOs, then 2 exponential ones (2x, 4x), then give up.
     ladder = a.rto_s * (1 + 3 + 2 + 4)
     assert errors[0].time >= t_down + ladder
-    assert b._mem.tobytes() != src
+    assert b.responder.memory.tobytes() != src
     with pytest.raises(QPStateError):
         a.post_write(wr_id=1, local=b"x", remote_offset=0)
 
@@ -206,7 +206,7 @@ def test_write_with_imm_completions_in_send_order():
     assert all(w.opcode is WCOpcode.RECV_RDMA_WITH_IMM for w in recv)
     net.run(stop=lambda: len(col.of(a, WorkCompletion)) == 64, until=5.0)
     assert [w.wr_id for w in col.of(a, WorkCompletion)] == list(range(64))
-    mem = b._mem.tobytes()
+    mem = b.responder.memory.tobytes()
     assert all(mem[i * 16384:i * 16384 + len(c)] == c for i, c in enumerate(chunks))
 
 

@@ -104,7 +104,7 @@ def test_responder_nacks_beyond_its_bitmap_edge():
     (nack_bytes, ev), = b.datagrams_to_send(0.0)
     nack = pk.parse(nack_bytes)
     assert nack.reason is pk.NackReason.PSN_OOR_WINDOW and nack.psn == 128 and ev == 3
-    assert bytes(b._mem[:4]) == bytes(4)
+    assert bytes(b.responder.memory[:4]) == bytes(4)
 
 
 def test_sack_coalescing_every_n_and_at_once_on_ack_request():
@@ -167,8 +167,8 @@ def test_out_of_order_placement_and_duplicates_ignored():
     for data, _ in reversed(out):
         b.receive_datagram(data, 0.0)
     b.receive_datagram(out[2][0], 0.0)
-    assert b._mem[:len(src)].tobytes() == src
-    assert b.rx_duplicates == 1 and b.rx_cum_psn == 6 and b.rx_ooo == 5
+    assert b.responder.memory[:len(src)].tobytes() == src
+    assert b.responder.rx_duplicates == 1 and b.responder.rx_cum_psn == 6 and b.responder.rx_ooo == 5
 
 
 def test_sack_bitmap_acknowledges_out_of_order_psns():
@@ -178,7 +178,7 @@ def test_sack_bitmap_acknowledges_out_of_order_psns():
     b.receive_datagram(out[2][0], 0.0)                # only PSN 2 arrives
     for data, _ in b.datagrams_to_send(0.0):
         a.receive_datagram(data, 0.001)
-    assert 2 not in a._outstanding and {0, 1, 3} <= set(a._outstanding)
+    assert 2 not in a.requester._outstanding and {0, 1, 3} <= set(a.requester._outstanding)
 
 
 def test_a_loss_on_a_delivering_ev_is_retransmitted_elsewhere_without_penalty():
@@ -193,7 +193,7 @@ def test_a_loss_on_a_delivering_ev_is_retransmitted_elsewhere_without_penalty():
         a.receive_datagram(data, 0.001)
     # later packets on lost_ev arrived: a congestion drop, not a failure
     assert a.evs.info[lost_ev].state is EVState.GOOD
-    assert a.ev_losses_excused == 1 and a.stats()["evs"][lost_ev]["losses_excused"] == 1
+    assert a.requester.ev_losses_excused == 1 and a.stats()["evs"][lost_ev]["losses_excused"] == 1
     rtx = [pk.parse(d) for d, ev in a.datagrams_to_send(0.001) if d[1] == pk.PacketType.DATA]
     assert [p.psn for p in rtx] == [first.psn]
     assert rtx[0].ev != lost_ev and rtx[0].flags & pk.FLAG_RTX
@@ -213,7 +213,7 @@ def test_an_ev_that_delivers_nothing_is_retired_by_later_acks_on_other_evs():
         a.receive_datagram(data, 0.003)
     # PSNs sent >= 5 transmissions and > guard (RTT / 4) later were acked on the other EVs:
     # both first-batch packets on the dead EV are lost, a run of 2 -> ASSUMED_BAD
-    assert a.ooo_losses == 2 and a.timeouts == 0
+    assert a.requester.ooo_losses == 2 and a.requester.timeouts == 0
     assert a.evs.info[dead].state is EVState.ASSUMED_BAD
     rtx = [pk.parse(d) for d, ev in a.datagrams_to_send(0.003) if d[1] == pk.PacketType.DATA]
     assert len(rtx) == 2 and all(p.ev != dead and p.flags & pk.FLAG_RTX for p in rtx)
@@ -228,9 +228,9 @@ def test_timeouts_with_nothing_later_delivered_do_not_retire_evs():
     t = a.get_timer()
     a.handle_timer(t)                                   # nothing acknowledged: all time out
     a.handle_timer(a.get_timer())
-    assert a.timeouts >= 8 and a.ev_losses_stalled == a.timeouts
+    assert a.requester.timeouts >= 8 and a.requester.ev_losses_stalled == a.requester.timeouts
     assert all(i.state is EVState.GOOD for i in a.evs.info.values())
-    assert a.stats()["ev_losses_stalled"] == a.ev_losses_stalled
+    assert a.stats()["ev_losses_stalled"] == a.requester.ev_losses_stalled
 
 
 def test_timeouts_on_an_ev_whose_later_packets_elsewhere_arrived_retire_it():
@@ -238,7 +238,7 @@ def test_timeouts_on_an_ev_whose_later_packets_elsewhere_arrived_retire_it():
     a.post_write(wr_id=1, local=bytes(8 * a.config.payload_bytes), remote_offset=0)
     dead = deliver_all_but_the_first_ev(a, b)
     a.handle_timer(a.get_timer())
-    assert a.timeouts == 2 and a.ev_losses_stalled == 0
+    assert a.requester.timeouts == 2 and a.requester.ev_losses_stalled == 0
     assert a.evs.info[dead].state is EVState.ASSUMED_BAD
 
 
@@ -300,21 +300,21 @@ def test_responder_fast_path_accepts_exactly_what_the_parser_accepts(opcode, fla
         pkt = None
     b.receive_datagram(raw, 0.0)
     if pkt is None:
-        assert b.bad_packets == 1 and b.rx_packets == 0
+        assert b.bad_packets == 1 and b.responder.rx_packets == 0
     elif not pkt.flags & pk.FLAG_TRIMMED and pkt.length <= 4096:
-        assert b.bad_packets == 0 and b.rx_packets == 1
-        assert b._mem.tobytes()[:pkt.length] == pkt.payload
+        assert b.bad_packets == 0 and b.responder.rx_packets == 1
+        assert b.responder.memory.tobytes()[:pkt.length] == pkt.payload
 
 
 def _responder_view(qp, now):
-    pending = (qp._ack_deadline, qp._sack_pending, dict(qp._dirty))
-    qp._flush_sacks()   # the SACKs still pending must match too: flush both the same way
+    pending = (qp.responder._ack_deadline, qp.responder._sack_pending, dict(qp.responder._dirty))
+    qp.responder._flush_sacks()   # the SACKs still pending must match too: flush both the same way
     events = []
     while (e := qp.next_event()) is not None:
         events.append(e)
-    return (qp._mem.tobytes(), qp._rcv_cum, dict(qp._chunks), qp.rx_packets, qp.rx_bytes,
-            qp.rx_duplicates, qp.rx_ooo, qp.bad_packets, qp.state, pending,
-            dict(qp.reverse_evs), qp.datagrams_to_send(now), events)
+    return (qp.responder.memory.tobytes(), qp.responder._rcv_cum, dict(qp.responder._chunks), qp.responder.rx_packets, qp.responder.rx_bytes,
+            qp.responder.rx_duplicates, qp.responder.rx_ooo, qp.bad_packets, qp.state, pending,
+            dict(qp.responder.reverse_evs), qp.datagrams_to_send(now), events)
 
 
 @settings(max_examples=300, deadline=None)
@@ -365,8 +365,8 @@ def test_batch_receive_matches_one_by_one(size, imm, seed, ops, cuts, transport,
             one.receive_datagram(d, now)
         batch.receive_datagrams(wire[i:i + c], now)
         i += c
-        light = [(q._rcv_cum, q._sack_pending, q._ack_deadline, q._last_data_at, dict(q._dirty),
-                  list(q._ctrl_out), q.rx_packets, q.rx_bytes, q._seq_err_sent) for q in (batch, one)]
+        light = [(q.responder._rcv_cum, q.responder._sack_pending, q.responder._ack_deadline, q.responder._last_data_at, dict(q.responder._dirty),
+                  list(q.responder._ctrl_out), q.responder.rx_packets, q.responder.rx_bytes, q.responder._seq_err_sent) for q in (batch, one)]
         assert light[0] == light[1]
     assert _responder_view(batch, now) == _responder_view(one, now)
 
@@ -424,9 +424,9 @@ def test_a_trim_nack_does_not_restore_an_ev_retired_for_losses_sent_after_it():
     info = a.evs.info[0]
     a.evs.apply(0, EVCause.LOSS, 0.0)
     info.loss_run_ts_ns = 2_000_000                      # the charged losses were sent at 2 ms
-    a._delivered(0, 1_000_000, 0.003)               # a header sent at 1 ms came back
+    a.requester._delivered(0, 1_000_000, 0.003)               # a header sent at 1 ms came back
     assert info.state is EVState.ASSUMED_BAD
-    a._delivered(0, 2_500_000, 0.004)               # one sent after them: the path delivers
+    a.requester._delivered(0, 2_500_000, 0.004)               # one sent after them: the path delivers
     assert info.state is EVState.GOOD
 
 
@@ -435,11 +435,11 @@ def test_reordering_guard_counts_from_the_configured_base_rtt_not_a_burst_sample
     bucket), NSCC's base RTT configured at 40 ms: the guard is the spread above the base
     plus base / 4, not the whole queueing above the 2 ms sample."""
     a, _ = pair(cc="uet-1.0-nscc", cc_params={"rate_bps": 5e6, "base_rtt_s": 0.040})
-    a._rtt_min_s = 0.002
+    a.requester._rtt_min_s = 0.002
     for ev, srtt in zip(sorted(a.evs.info), (0.045, 0.050, 0.055, 0.048)):
         a.evs.info[ev].rtt_srtt_s = srtt
-    assert a._ooo_guard_s() == pytest.approx(0.055 - 0.040 + 0.25 * 0.040)
+    assert a.requester._ooo_guard_s() == pytest.approx(0.055 - 0.040 + 0.25 * 0.040)
     learnt, _ = pair(cc="uet-1.0-nscc")          # no configured base: the lowest sample, as before
-    learnt._rtt_min_s = 0.002
+    learnt.requester._rtt_min_s = 0.002
     learnt.evs.info[0].rtt_srtt_s = 0.055
-    assert learnt._ooo_guard_s() == pytest.approx(0.055 - 0.002 + 0.25 * 0.002)
+    assert learnt.requester._ooo_guard_s() == pytest.approx(0.055 - 0.002 + 0.25 * 0.002)

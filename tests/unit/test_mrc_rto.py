@@ -99,9 +99,9 @@ def test_building_queue_causes_no_spurious_timeouts_with_a_low_timeout():
     assert [type(e) for e in events if isinstance(e, (WorkCompletion, QPError))] == \
         [WorkCompletion]
     assert max_rtt[0] > 5 * floor               # a static RTO at the floor would have fired
-    assert a.timeouts == 0 and a.rtx_packets == 0
+    assert a.requester.timeouts == 0 and a.requester.rtx_packets == 0
     assert a.rto_s > max_rtt[0] * 0.9
-    assert b._mem.tobytes() == src
+    assert b.responder.memory.tobytes() == src
 
 
 def test_initial_rto_holds_until_the_first_sample_then_the_estimator_takes_over():

@@ -145,7 +145,7 @@ def test_rc_stripe_arrives_once_all_parts_landed(net):
     held = tx.tx[0].qps[0]
     tx.endpoint.detach(held)                       # QP 0 sends nothing for now
     tx.post(_Send(1, bytes(range(256)) * 64, 0, imm=7))
-    nt.run(lambda: sum(qp.rx_bytes for qp in rx.rx[0].qps) == 3 * 4096, timeout_s=5)
+    nt.run(lambda: sum(qp.responder.rx_bytes for qp in rx.rx[0].qps) == 3 * 4096, timeout_s=5)
     assert nt.arrivals[1] == [] and nt.completions[0] == []
     tx.endpoint.attach(held, {0: Route("::1", specs[1].port)})
     nt.run(lambda: nt.arrivals[1] and nt.completions[0], timeout_s=10)
