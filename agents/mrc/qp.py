@@ -309,7 +309,7 @@ class QP:
     @property
     def idle(self) -> bool:
         """True when no write is pending and nothing is in flight."""
-        return not self.requester._wrs
+        return self.requester.idle
 
     # ---- counters (the halves own them) ---------------------------------------
     @property
@@ -324,20 +324,11 @@ class QP:
 
     def stats(self) -> dict:
         """A JSON-ready snapshot of counters (see agents.mrc module docstring)."""
-        req, rsp = self.requester, self.responder
         return {
             "qpn": self.qpn, "state": self.state.name, "transport": self.transport.value,
-            "rto_s": self.rto_s, "rttvar_s": self._rtt.rttvar_s,
-            "tx_packets": req.tx_packets, "tx_bytes": req.tx_bytes,
-            "retransmissions": req.rtx_packets, "retransmitted_bytes": req.rtx_bytes,
-            "timeouts": req.timeouts, "ev_losses_stalled": req.ev_losses_stalled,
-            "lost_packets": req.lost_packets, "acked_bytes": req.acked_bytes,
-            "inflight_bytes": req._inflight_bytes, "cwnd_bytes": self.cc.cwnd_bytes,
-            "srtt_s": self.srtt_s, "snd_una": req._snd_una, "next_psn": req._next_psn,
-            "rx_packets": rsp.rx_packets, "rx_bytes": rsp.rx_bytes,
-            "rx_duplicates": rsp.rx_duplicates, "rx_ooo": rsp.rx_ooo,
-            "rx_cum_psn": rsp.rx_cum_psn, "rx_out_of_window": rsp.rx_out_of_window,
-            "rx_access_errors": rsp.rx_access_errors, "bad_packets": self.bad_packets,
+            "rto_s": self.rto_s, "rttvar_s": self._rtt.rttvar_s, **self.requester.counters(),
+            "cwnd_bytes": self.cc.cwnd_bytes, "srtt_s": self.srtt_s, **self.responder.counters(),
+            "bad_packets": self.bad_packets,
             "ev_floor_held": self.evs.floor_held if self.evs else 0,
             "evs": self.evs.stats() if self.evs else {},
             "cc": {"name": self.cc.name, **(self.cc.counters() if hasattr(self.cc, "counters") else {})},

@@ -124,6 +124,20 @@ class Requester:
         self.ev_losses_stalled = 0   # timeouts not charged: nothing sent later had arrived
         self.acked_bytes = 0
 
+    def counters(self) -> dict:
+        """The requester's items of :meth:`agents.mrc.qp.QP.stats`."""
+        return {"tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
+                "retransmissions": self.rtx_packets, "retransmitted_bytes": self.rtx_bytes,
+                "timeouts": self.timeouts, "ev_losses_stalled": self.ev_losses_stalled,
+                "lost_packets": self.lost_packets, "acked_bytes": self.acked_bytes,
+                "inflight_bytes": self._inflight_bytes, "snd_una": self._snd_una,
+                "next_psn": self._next_psn}
+
+    @property
+    def idle(self) -> bool:
+        """No posted write is waiting for its completion."""
+        return not self._wrs
+
     # ---- posting ---------------------------------------------------------
     def post(self, wr_id, data: memoryview, remote_offset: int, imm: int | None) -> None:
         npkts = max(1, -(-len(data) // self.config.payload_bytes))

@@ -140,6 +140,13 @@ class Responder:
         mv = memoryview(data)[start - _HDR_BYTES:]   # payload at _HDR_BYTES, like the fast path
         self._place(mv, psn, ev, off, length, ts, flags, imm, now, ecn)
 
+    def counters(self) -> dict:
+        """The responder's items of :meth:`agents.mrc.qp.QP.stats`."""
+        return {"rx_packets": self.rx_packets, "rx_bytes": self.rx_bytes,
+                "rx_duplicates": self.rx_duplicates, "rx_ooo": self.rx_ooo,
+                "rx_cum_psn": self._rcv_cum, "rx_out_of_window": self.rx_out_of_window,
+                "rx_access_errors": self.rx_access_errors}
+
     @property
     def memory(self) -> memoryview | None:
         """The registered region, as bytes (None for a send-only QP)."""
