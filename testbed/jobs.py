@@ -56,9 +56,10 @@ ACK_COALESCE_FRAMES = 1.5
 rate: at full rate the next packet arrives one frame time later and shares the SACK, so a
 steady flow is acknowledged every 2 packets instead of every packet; a slower flow keeps
 the 0.5 ms ``ack_delay_s`` (adaptive, :mod:`agents.mrc.responder`). Measured on fat-tree-k4
-at 20 Mbit/s, mrc: one SACK per data packet with the fixed 0.5 ms hold, CPU mean
-0.65-0.70 and timer lateness p99 3.3-3.6 ms (invalid), against 0.52-0.53 and 2.2-2.4 ms
-(valid) with SACKs held up to 4.5 ms."""
+with 2 host runtimes: at 20 Mbit/s the baseline all-reduce of `make bench`'s ceiling went
+from invalid (timer lateness p99 3.5-3.6 ms against 3.1; one SACK per data packet) to valid
+(mrc and rc busbw 96.0%, CPU p95 0.67-0.68); the default run's CPU p95 fell from 55% to
+42-45% (mrc); median SRTT rose 1.2 ms (27.3 to 28.5 ms at 10 Mbit/s)."""
 MIN_QP_TIMEOUT = 15
 """The least ``timeout`` exponent (33.5 ms): the emulator's own timing noise must stay far
 below the margin (the worst agents' timer lateness p99 measured in any run, valid or not, is
