@@ -58,7 +58,7 @@ lint: setup
 	$(PY) -m ruff check testbed agents tests
 
 bench: setup
-	$(PY) -m testbed.bench
+	$(PY) -m testbed.tools.bench
 
 clean: setup
 	$(PY) -m testbed clean

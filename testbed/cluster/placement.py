@@ -1,6 +1,6 @@
 """Which server builds which node (pure).
 
-A placer maps every node of a :class:`~testbed.topology.Topology` to a server name.
+A placer maps every node of a :class:`~testbed.model.topology.Topology` to a server name.
 Links whose two ends land on different servers are *cut*: each becomes a VXLAN tunnel
 (:mod:`testbed.cluster.vxlan`), which costs CPU per packet on both servers and carries the
 underlay's latency, so placers keep the cut small and the hosts (the agents' CPU) even.
@@ -24,41 +24,16 @@ server}``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
-from ..topology import Link, Role, Topology
+from testbed.model.topology import Role, Topology
+from testbed.model.cluster import Placement, PlacementError
 
 TOP_TIER = (Role.CORE, Role.SPINE)
 
 
-class PlacementError(ValueError):
-    """A placement that cannot be used (unknown placer, a server left without nodes)."""
 
 
-@dataclass(frozen=True)
-class Placement:
-    """``node -> server`` for every node; ``cut``: the links between servers (topology order)."""
-
-    servers: tuple[str, ...]
-    where: Mapping[str, str]
-    cut: tuple[Link, ...]
-
-    def nodes_on(self, server: str) -> list[str]:
-        return [n for n, s in self.where.items() if s == server]
-
-    def summary(self, topo: Topology) -> dict:
-        """``{"cut_links", "links", "per_server": {server: {"nodes", "hosts", "tunnels"}}, "cut":
-        [names of the links between servers]}``."""
-        per = {s: {"nodes": 0, "hosts": 0, "tunnels": 0} for s in self.servers}
-        for name, server in self.where.items():
-            per[server]["nodes"] += 1
-            per[server]["hosts"] += topo.nodes[name].role is Role.HOST
-        for link in self.cut:
-            per[self.where[link.a.node]]["tunnels"] += 1
-            per[self.where[link.b.node]]["tunnels"] += 1
-        return {"cut_links": len(self.cut), "links": len(topo.links), "per_server": per,
-                "cut": sorted(link.name for link in self.cut)}
 
 
 def _groups(topo: Topology) -> tuple[list[list[str]], list[str]]:

@@ -38,12 +38,12 @@ MAX_LOG_BYTES = 1 << 20     # of each agent's log returned by collect (the tail)
 
 
 class AgentRelay:
-    """The agents of ``jobs`` (job spec dicts, :func:`testbed.jobs.build_all_jobs`; each
+    """The agents of ``jobs`` (job spec dicts, :func:`testbed.spec.jobs.build_all_jobs`; each
     ``host`` on ``fabric``) in ``workdir``; ``emit(obj)`` writes one pushed line to the runner
     (thread-safe)."""
 
     def __init__(self, fabric, workdir: Path, emit: Callable[[dict], None], *, python: str = sys.executable):
-        from ..run.control import ControlServer
+        from testbed.run.control import ControlServer
         self.fabric, self.workdir, self.emit, self.python = fabric, Path(workdir), emit, python
         self.procs: dict[int, subprocess.Popen] = {}
         self.logs: list = []
@@ -64,7 +64,7 @@ class AgentRelay:
         (``processes`` None), else that many host runtimes (:mod:`agents.runtime`; 0: one per
         core of this server); returns {agent id: pid}. Raises KeyError if a job's host is not
         on this server (nothing spawned then)."""
-        from ..run.lifecycle import agent_command, agent_env, runtime_groups
+        from testbed.run.lifecycle import agent_command, agent_env, runtime_groups
         for job in jobs:
             if not self.fabric.is_local(job["host"]):
                 raise KeyError(f"{job['host']} (agent {job['agent']}) is not on this server")
@@ -99,7 +99,7 @@ class AgentRelay:
     # -- the relay thread ------------------------------------------------------------
     def _run(self) -> None:
         from agents.protocol import RUNNER_MESSAGES, LineFramer, Start, encode
-        from ..run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
+        from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
         framer = LineFramer(RUNNER_MESSAGES)
         cpu, sched = CpuSampler(), SchedSampler(self.procs)
         with open(self.workdir / "cpu.jsonl", "w", buffering=1) as cpu_f, \

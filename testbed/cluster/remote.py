@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..topology import Topology
-from .placement import Placement
-from .servers import Cluster, Server
+from testbed.model.topology import Topology
+from testbed.model.cluster import Placement
+from testbed.model.cluster import Cluster, Server
 
 REPO = Path(__file__).resolve().parents[2]
 log = logging.getLogger(__name__)
@@ -246,10 +246,10 @@ class SshShardedFabric:
 
     def probe(self, pairs: list[tuple[str, str]] | None = None, *, srv6: bool = True, ecmp: bool = True,
               quiet_s: float = 0.15, timeout_s: float = 2.0):
-        """:func:`testbed.verify.probe` across servers: each round's datagrams leave from the
+        """:func:`testbed.fabric.verify.probe` across servers: each round's datagrams leave from the
         workers of their source hosts, and every worker reports what reached its hosts.
-        Returns a :class:`testbed.verify.Reachability` (``evs`` from the topology)."""
-        from ..verify import Reachability, _rounds
+        Returns a :class:`testbed.fabric.verify.Reachability` (``evs`` from the topology)."""
+        from testbed.fabric.verify import Reachability, _rounds
         hosts = [h.name for h in self.topo.hosts]
         pairs = list(pairs) if pairs is not None else [(a, b) for a in hosts for b in hosts if a != b]
         result = Reachability()
@@ -284,7 +284,7 @@ class SshShardedFabric:
         return RemoteAgents(self, jobs, {name: c["offset_s"] for name, c in self.clocks.items()}, processes)
 
     def link_counters(self):
-        """An object whose ``read()`` is :meth:`counters` (what :class:`testbed.paths.Tracer`
+        """An object whose ``read()`` is :meth:`counters` (what :class:`testbed.fabric.paths.Tracer`
         and the runner read)."""
         fabric = self
 
@@ -294,13 +294,13 @@ class SshShardedFabric:
         return _Counters()
 
     def send_trace_probes(self, host: str, t, probes: int) -> None:
-        """:class:`testbed.paths.Tracer`'s probe packets from ``host``, by its server's worker."""
+        """:class:`testbed.fabric.paths.Tracer`'s probe packets from ``host``, by its server's worker."""
         from dataclasses import asdict
         self.shards[self.placement.where[host]].call("trace_send", host=host, tuple=asdict(t), probes=probes)
 
     def counters(self) -> list[dict]:
-        """Every link end's counters (:meth:`testbed.counters.LinkCounters.read` records)."""
-        from ..faults import current_rate_bps
+        """Every link end's counters (:meth:`testbed.fabric.counters.LinkCounters.read` records)."""
+        from testbed.faults import current_rate_bps
         out = []
         for shard in self.shards.values():
             out += shard.call("counters")["links"]
@@ -431,7 +431,7 @@ class RemoteAgents:
         ``samples/rank<a>.jsonl`` and ``logs/rank<a>.log`` per agent (times moved onto this
         clock). Returns ``{server: {"cpu": [records], "sched": [records]}}`` (moved too; each CPU
         record tagged with its ``server``). A server that cannot answer is logged and skipped."""
-        from ..run import records
+        from testbed.rundir import records
         out = {}
         for name in sorted(set(self.where.values())):
             try:
@@ -490,9 +490,9 @@ def ssh_fabric_factory(topo: Topology, topology_path: str, servers_path: str, pl
     (:class:`SshShardedFabric`, placed by ``placer``). ``problems`` (a servers file that does
     not validate, a placement its tunnels cannot carry; :class:`testbed.spec.Problem`) come
     before anything is built; with problems the factory is None."""
-    from ..spec import SpecError
-    from .servers import load_servers
-    from .vxlan import checked_placement
+    from testbed.spec import SpecError
+    from testbed.cluster.servers import load_servers
+    from testbed.cluster.vxlan import checked_placement
     try:
         cluster = load_servers(servers_path)
     except SpecError as exc:

@@ -26,66 +26,21 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from yaml.nodes import Node
 
-from ..spec.common import _not_a_mapping, _sorted
-from ..yamlread import Reader, SpecError, join
+from testbed.spec.common import _not_a_mapping, _sorted
+from testbed.spec.yamlread import Reader, SpecError, join
+from testbed.model.cluster import VNI_MAX, VXLAN_PORT, Cluster, Server
 
-VXLAN_PORT = 4789
-"""IANA's VXLAN UDP port (RFC 7348 §5)."""
-VNI_MAX = 2**24 - 1
-"""A VNI is 24 bits (RFC 7348 §5)."""
 MAX_SERVERS = 64
 USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 """A portable POSIX user name (useradd's default NAME_REGEX)."""
 
 
-@dataclass(frozen=True)
-class Server:
-    """One server: SSH target ``user@address:port`` (``key``: private key file or None for
-    the SSH agent/defaults) and its ``underlay`` address (VXLAN's local/remote)."""
-
-    name: str
-    address: str
-    underlay: ipaddress.IPv4Address | ipaddress.IPv6Address
-    user: str = "root"
-    port: int = 22
-    key: str | None = None
-    repo: str | None = None
-    """Absolute path of the mrc-testbed checkout on the server (None: the runner's own)."""
-    python: str | None = None
-    """Absolute path of the Python that runs ``testbed worker`` there (None: the runner's)."""
 
 
-@dataclass(frozen=True)
-class Cluster:
-    """The servers, in file order, and the underlay's MTU (bytes), VXLAN port and VNI base."""
-
-    servers: tuple[Server, ...]
-    underlay_mtu: int = 1500
-    vxlan_port: int = VXLAN_PORT
-    vni_base: int = 1000
-    source: str = ""
-    """The file it was read from ("" if built in code)."""
-    lines: dict = field(default_factory=dict, compare=False, repr=False)
-    """Key path -> line in ``source`` (``underlay.mtu``, ``servers[1].underlay``, ...)."""
-
-    def line_for(self, key_path: str) -> int:
-        """Line of ``key_path`` (or of ``underlay``, else 0: the whole file)."""
-        return self.lines.get(key_path) or self.lines.get(key_path.split(".")[0]) or 0
-
-    @property
-    def names(self) -> list[str]:
-        return [s.name for s in self.servers]
-
-    def server(self, name: str) -> Server:
-        for s in self.servers:
-            if s.name == name:
-                return s
-        raise KeyError(name)
 
 
 def load_servers(path: str | os.PathLike, *, check_keys: bool = True) -> Cluster:

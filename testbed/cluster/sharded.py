@@ -1,4 +1,4 @@
-"""A fabric built as shards in this process: one :class:`~testbed.fabric.Fabric` per server
+"""A fabric built as shards in this process: one :class:`~testbed.fabric.local.Fabric` per server
 of a placement, each creating its VXLAN ends from that server's underlay namespace.
 
 This is how a fabric spread over servers looks from the runner's side, with every
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ..fabric import Fabric, Shard
-from ..ledger import LEDGER_DIR, Ledger
-from ..netlink import netns
-from ..topology import Topology
-from .placement import Placement
-from .servers import Cluster
+from testbed.fabric.local import Fabric, Shard
+from testbed.fabric.ledger import LEDGER_DIR, Ledger
+from testbed.fabric.netlink import netns
+from testbed.model.topology import Topology
+from testbed.model.cluster import Placement
+from testbed.model.cluster import Cluster
 
 
 @dataclass

@@ -22,108 +22,30 @@ A tunnel has no carrier: a link fault must take both ends down, on both servers.
 
 from __future__ import annotations
 
-import ipaddress
-from dataclasses import dataclass
 
-from .. import routing
-from ..netlink import Batch
-from ..topology import Topology
-from .placement import Placement
-from .servers import VNI_MAX, Cluster
-
-ENCAP_BYTES = {4: 20 + 8 + 8 + 14, 6: 40 + 8 + 8 + 14}
-"""VXLAN overhead on the underlay's MTU by its IP version, bytes: outer IP, UDP, VXLAN
-header and the inner Ethernet header (RFC 7348 §5)."""
+from testbed.model.topology import Topology
+from testbed.model.cluster import Cluster
+from testbed.fabric.vxlan import mtu_problems
 
 
-def inner_mtu(underlay_mtu: int, version: int) -> int:
-    """Largest inner IP MTU a VXLAN device over an underlay of ``underlay_mtu`` bytes (IP
-    ``version`` 4 or 6) carries without fragmenting; ValueError for another version."""
-    if version not in ENCAP_BYTES:
-        raise ValueError(f"IP version {version} is not 4 or 6")
-    return underlay_mtu - ENCAP_BYTES[version]
 
 
-@dataclass(frozen=True)
-class TunnelEnd:
-    """One server's end of a cut link: the device ``ifname`` (ifindex, MAC, MTU: the link
-    end's) in node ``node``, VNI ``vni``, from underlay ``local`` to ``remote`` on UDP ``port``."""
-
-    link: str
-    node: str
-    ifname: str
-    ifindex: int
-    mac: str
-    mtu: int
-    vni: int
-    local: ipaddress.IPv4Address | ipaddress.IPv6Address
-    remote: ipaddress.IPv4Address | ipaddress.IPv6Address
-    port: int
-
-    def info_data(self) -> list:
-        """IFLA_INFO_DATA of the VXLAN device (``ip link add type vxlan id V local L remote R
-        dstport P nolearning``)."""
-        v6 = self.local.version == 6
-        return [("IFLA_VXLAN_ID", self.vni),
-                ("IFLA_VXLAN_LOCAL6" if v6 else "IFLA_VXLAN_LOCAL", str(self.local)),
-                ("IFLA_VXLAN_GROUP6" if v6 else "IFLA_VXLAN_GROUP", str(self.remote)),
-                ("IFLA_VXLAN_PORT", self.port),
-                ("IFLA_VXLAN_LEARNING", 0),
-                ("IFLA_VXLAN_TTL", 64)]
 
 
-def mtu_problems(topo: Topology, placement: Placement, cluster: Cluster) -> list[str]:
-    """One message per link class whose MTU the tunnels of its cut links cannot carry, and per
-    link whose VNI passes 24 bits."""
-    out = []
-    version = cluster.servers[0].underlay.version
-    limit = inner_mtu(cluster.underlay_mtu, version)
-    too_big: dict[str, list] = {}
-    for link in placement.cut:
-        if link.params.mtu > limit:
-            too_big.setdefault(link.cls, []).append(link)
-        if cluster.vni_base + link.index > VNI_MAX:
-            out.append(f"link {link.name}: VNI {cluster.vni_base + link.index} exceeds 24 bits; lower underlay.vni_base")
-    for cls, links in too_big.items():
-        mtu = max(l.params.mtu for l in links)
-        out.insert(0, f"class {cls}: mtu {mtu} exceeds the VXLAN inner MTU {limit} (underlay mtu "
-                      f"{cluster.underlay_mtu} - {ENCAP_BYTES[version]} bytes on IPv{version}) on {len(links)} "
-                      f"link(s) between servers, e.g. {links[0].name} ({placement.where[links[0].a.node]} - "
-                      f"{placement.where[links[0].b.node]}); lower the class's mtu or raise underlay.mtu to "
-                      f"{mtu + ENCAP_BYTES[version]}")
-    return out
 
 
-def tunnel_ends(topo: Topology, placement: Placement, cluster: Cluster, server: str) -> list[TunnelEnd]:
-    """The ends of cut links that ``server`` builds, in link order."""
-    out = []
-    for link in placement.cut:
-        for port, peer in ((link.a, link.b), (link.b, link.a)):
-            if placement.where[port.node] != server:
-                continue
-            out.append(TunnelEnd(
-                link=link.name, node=port.node, ifname=port.ifname,
-                ifindex=routing.port_ifindex(topo, port.node, link), mac=routing.mac_of(link, port.node),
-                mtu=link.params.mtu, vni=cluster.vni_base + link.index,
-                local=cluster.server(server).underlay, remote=cluster.server(placement.where[peer.node]).underlay,
-                port=cluster.vxlan_port))
-    return out
 
 
-def add_tunnel(batch: Batch, end: TunnelEnd, node_nsfd: int) -> None:
-    """Append the request creating ``end`` in the node namespace ``node_nsfd``; send the batch
-    from the server's underlay namespace (the device's socket is opened there)."""
-    batch.link_add(ifname=end.ifname, index=end.ifindex, kind="vxlan", nsfd=node_nsfd, mac=end.mac,
-                   mtu=end.mtu, gso_max_segs=1, info_data=end.info_data(),
-                   desc=f"vxlan {end.link} ({end.node}:{end.ifname}, VNI {end.vni}, {end.local} -> {end.remote})")
+
 
 
 def checked_placement(topo: Topology, cluster: Cluster, placer: str, what: str):
     """Place ``topo`` (from file ``what``) on ``cluster`` and check that its tunnels carry
     every cut link: ``(placement or None, problems)``, each problem a
     :class:`testbed.spec.Problem` naming the servers file (and its ``underlay.mtu`` line)."""
-    from ..spec import Problem
-    from .placement import PlacementError, place
+    from testbed.spec import Problem
+    from testbed.model.cluster import PlacementError
+    from testbed.cluster.placement import place
     try:
         placement = place(topo, cluster.names, placer)
     except PlacementError as exc:

@@ -6,24 +6,24 @@ Protocol: JSON lines. Each request ``{"op": ..., ...}`` gets exactly one reply
 * ``build`` ``{"topology": file, "servers": file, "server": name, "placer": "pods"}`` (a file
   as shipped by the runner: ``{"name": its file name, "text": its YAML}``; the servers file's
   key files are not looked for here): load and validate both, place, and build this server's
-  shard (:class:`testbed.fabric.Fabric` with a :class:`~testbed.fabric.Shard`; VXLAN ends
+  shard (:class:`testbed.fabric.local.Fabric` with a :class:`~testbed.fabric.local.Shard`; VXLAN ends
   from this process's namespace, which holds the server's underlay address). Reply
   ``{"timings", "nodes", "pid", "ledger"}``. Must come first.
 * ``set_link`` ``{"link", "up"}``: this shard's end(s) of the link (both ends of a cut link
   are taken down, one by each server's worker: a tunnel has no carrier).
 * ``reconverge`` ``{"failed": [link, ...]}``: recompute ECMP routes around them.
-* ``counters``: ``{"links": [...]}``, :meth:`testbed.counters.LinkCounters.read` of this
+* ``counters``: ``{"links": [...]}``, :meth:`testbed.fabric.counters.LinkCounters.read` of this
   shard's link ends.
 * ``link_flags`` ``{"link"}``: ``{"flags": {node: [IFF names]}}`` of this shard's ends.
 * ``clock``: ``{"wall": time.time()}`` (the runner measures each server's offset).
 * ``trace_send`` ``{"host", "tuple": {src, dst, proto, sport, dport}, "probes"}``: the
-  path tracer's probe packets (:mod:`testbed.paths`) from a host of this shard.
+  path tracer's probe packets (:mod:`testbed.fabric.paths`) from a host of this shard.
 * ``nft`` ``{"node", "cmds"}``: libnftables JSON commands in a node's namespace, ``{"rc", "out",
   "err"}``; ``htb`` ``{"link", "node", "rate_bps"}``: the HTB rate of a node's end of a link.
   The runner's :class:`testbed.faults.FaultInjector` drives faults through these two (it
   owns the fault state); the link counters then report the rate in force.
 * ``probe_send`` ``{"pairs": [[src, dst], ...], "srv6", "ecmp"}``: one datagram per EV and
-  per NIC pair from each pair's source host on this shard (:mod:`testbed.verify`'s wire
+  per NIC pair from each pair's source host on this shard (:mod:`testbed.fabric.verify`'s wire
   format; ``probe_open`` first opens this shard's hosts' sockets, on every server before
   any sends);
   ``{"sent": [[src, dst, ev_id], ...]}``.
@@ -79,11 +79,11 @@ class Worker:
 
     # -- ops -------------------------------------------------------------------
     def op_build(self, topology: dict, servers: dict, server: str, placer: str = "pods") -> dict:
-        from ..fabric import Fabric, Shard
-        from ..kernel import features
-        from ..spec import load_topology
-        from .placement import place
-        from .servers import load_servers
+        from testbed.fabric.local import Fabric, Shard
+        from testbed.fabric.kernel import features
+        from testbed.spec import load_topology
+        from testbed.cluster.placement import place
+        from testbed.cluster.servers import load_servers
         if self.fabric is not None:
             raise RuntimeError("already built")
         feats = features()
@@ -117,13 +117,13 @@ class Worker:
         return {}
 
     def op_counters(self) -> dict:
-        from ..counters import LinkCounters
+        from testbed.fabric.counters import LinkCounters
         self.counters = self.counters or LinkCounters(self.fabric)
         return {"links": self.counters.read()}
 
     def op_link_flags(self, link: str) -> dict:
-        from .. import routing
-        from ..netlink import netns
+        from testbed.fabric import routing
+        from testbed.fabric.netlink import netns
         topo = self.fabric.topo
         lk = topo.link_by_name[link]
         out = {}
@@ -138,7 +138,7 @@ class Worker:
 
     def op_nft(self, node: str, cmds: list) -> dict:
         """nftables commands (libnftables JSON) in ``node``'s namespace: ``{"rc", "out", "err"}``."""
-        from ..faults import nft
+        from testbed.faults import nft
         if not self.fabric.is_local(node):
             raise KeyError(f"{node} is not on this server")
         rc, out, err = nft.runner()(self.fabric.nsfd(node), cmds)
@@ -146,7 +146,7 @@ class Worker:
 
     def op_htb(self, link: str, node: str, rate_bps: int) -> dict:
         """HTB rate of ``node``'s end of ``link``, bit/s (:func:`testbed.faults.injector.set_htb`)."""
-        from ..faults.injector import set_htb
+        from testbed.faults.injector import set_htb
         if not self.fabric.is_local(node):
             raise KeyError(f"{node} is not on this server")
         lk = self.fabric.topo.link_by_name[link]
@@ -154,7 +154,7 @@ class Worker:
         return {}
 
     def op_trace_send(self, host: str, tuple: dict, probes: int) -> dict:
-        from ..paths import FiveTuple, send_probes
+        from testbed.fabric.paths import FiveTuple, send_probes
         if not self.fabric.is_local(host):
             raise KeyError(f"{host} is not on this server")
         send_probes(self.fabric, host, FiveTuple(**tuple), probes)
@@ -165,7 +165,7 @@ class Worker:
         return {"wall": time.time()}
 
     def _probe_sockets(self) -> None:
-        from ..verify import PROBE_PORT, _udp_socket
+        from testbed.fabric.verify import PROBE_PORT, _udp_socket
         if self._probe_rx:
             return
         for host in self.fabric.topo.hosts:
@@ -179,7 +179,7 @@ class Worker:
         return {}
 
     def op_probe_send(self, pairs: list, srv6: bool = True, ecmp: bool = True) -> dict:
-        from ..verify import _send
+        from testbed.fabric.verify import _send
         self._probe_sockets()
         topo, sent = self.fabric.topo, []
         for src, dst in pairs:
@@ -197,7 +197,7 @@ class Worker:
         return {"sent": sent}
 
     def op_probe_collect(self, quiet_s: float = 0.15, timeout_s: float = 2.0, expect: int | None = None) -> dict:
-        from ..verify import collect
+        from testbed.fabric.verify import collect
         self._probe_sockets()
         got = collect(self._probe_rx, expect=expect, timeout_s=timeout_s, quiet_s=quiet_s)
         return {"received": [list(key) for key in sorted(got)]}
@@ -217,7 +217,7 @@ class Worker:
             self._wfile.flush()
 
     def op_agents_start(self, jobs: list, processes: int | None = None) -> dict:
-        from .relay import AgentRelay
+        from testbed.cluster.relay import AgentRelay
         if self.agents is not None:
             raise RuntimeError("agents already started (agents_stop first)")
         if self.workdir is None:

@@ -11,7 +11,7 @@ import argparse
 
 from rich.console import Console
 
-from ..ledger import LEDGER_DIR, clean, ledgers
+from testbed.fabric.ledger import LEDGER_DIR, clean, ledgers
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

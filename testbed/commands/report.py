@@ -23,9 +23,9 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-from ..metrics import MetricsError
-from ..metrics.loading import collecting
-from ..report import load_summary, print_damage, render
+from testbed.metrics import MetricsError
+from testbed.rundir.loading import collecting
+from testbed.report import load_summary, print_damage, render
 
 EXIT_DAMAGED = 3
 """``testbed report`` rendered a run directory with damaged records."""

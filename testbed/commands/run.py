@@ -27,13 +27,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ..cluster.placement import PLACERS
-from ..kernel import features
-from ..metrics import MetricsError
-from ..metrics.loading import collecting
-from ..report import print_damage, render
-from ..run import run_scenario
-from ..spec import TRANSPORTS, SpecError, load_scenario, transport_variant
+from testbed.cluster.placement import PLACERS
+from testbed.fabric.kernel import features
+from testbed.metrics import MetricsError
+from testbed.rundir.loading import collecting
+from testbed.report import print_damage, render
+from testbed.run import run_scenario
+from testbed.spec import TRANSPORTS, SpecError, load_scenario, transport_variant
 
 
 def _transport(text: str) -> str:
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.fabric_factory = None
     if args.servers:
-        from ..cluster.remote import ssh_fabric_factory
+        from testbed.cluster.remote import ssh_fabric_factory
         args.fabric_factory, problems = ssh_fabric_factory(scenario.topology, scenario.topology_path,
                                                            args.servers, args.placer)
         if problems:
@@ -140,13 +140,14 @@ def interrupted_status(signum: int | None) -> int:
 def _run_trials(args, scenario, transports: list[str], trials: int, console: Console, err: Console) -> int:
     """``trials`` runs of the scenario with seeds seed .. seed+trials-1, each transport on a fresh
     fabric, under ``runs/<scenario>-trials-<stamp>/seed-<s>/``; then ``trials.json`` (medians,
-    ranges, n: :func:`testbed.trials.aggregate`) and its table. Exit status as for one run,
+    ranges, n: :func:`testbed.metrics.trials.aggregate`) and its table. Exit status as for one run,
     the worst over the trials."""
     import json
     import time
 
-    from ..report import load_summary
-    from ..trials import aggregate, trials_table
+    from testbed.report import load_summary
+    from testbed.metrics.trials import aggregate
+    from testbed.report.trials import trials_table
 
     parent = args.runs_dir / f"{scenario.name}-trials-{time.strftime('%Y%m%d-%H%M%S')}"
     parent.mkdir(parents=True, exist_ok=False)

@@ -7,7 +7,7 @@ commands for this fabric (:mod:`testbed.interactive`: ``pingall`` over IPv6, ``n
 when it exits). ``--no-cli`` waits for Ctrl-C instead of opening the CLI; ``--once``
 tears down right after the verification (exit 1 if anything was unreachable). ``--path
 SRC:DST[:udp|tcp[:SPORT[:DPORT]]]`` (repeatable) prints the links an ECMP flow with
-that 5-tuple crosses, traced on the fabric (:mod:`testbed.paths`), before the CLI opens.
+that 5-tuple crosses, traced on the fabric (:mod:`testbed.fabric.paths`), before the CLI opens.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..fabric import Fabric
-from ..kernel import features
-from ..spec import SpecError, load_topology
-from ..topology import Topology
-from ..verify import Reachability, probe
+from testbed.fabric.local import Fabric
+from testbed.fabric.kernel import features
+from testbed.spec import SpecError, load_topology
+from testbed.model.topology import Topology
+from testbed.fabric.verify import Reachability, probe
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -43,9 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_path(text: str, topo: Topology):
-    """``SRC:DST[:PROTO[:SPORT[:DPORT]]]`` -> a :class:`testbed.paths.Flow`; ValueError naming
+    """``SRC:DST[:PROTO[:SPORT[:DPORT]]]`` -> a :class:`testbed.fabric.paths.Flow`; ValueError naming
     what is wrong."""
-    from ..interactive import host_flow
+    from testbed.interactive import host_flow
     parts = text.split(":")
     if not 2 <= len(parts) <= 5:
         raise ValueError(f"--path {text!r}: expected SRC:DST[:PROTO[:SPORT[:DPORT]]]")
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"  lost: {src} -> {dst} " + (f"EV {ev_id}" if ev_id >= 0 else "ECMP"))
             status = 1 if result.lost else 0
         if flows:
-            from ..paths import trace_flows
+            from testbed.fabric.paths import trace_flows
             for tf in trace_flows(fabric, flows):
                 hops = " ".join([tf.flow.src_host] + [h.next for h in tf.hops])
                 console.print(f"path {escape(tf.flow.label)}: {escape(hops)} ({tf.outcome})", highlight=False)
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
             console.print("fabric is up; Ctrl-C tears it down")
             signal.pause()
         else:
-            from ..interactive import open_cli
+            from testbed.interactive import open_cli
             open_cli(fabric)
     except KeyboardInterrupt:
         console.print("interrupted")

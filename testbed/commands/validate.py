@@ -21,10 +21,10 @@ from typing import TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from ..kernel import features
-from ..spec import Scenario, SpecError, load_file
-from ..yamlread import Problem
-from ..topology import Topology
+from testbed.fabric.kernel import features
+from testbed.spec import Scenario, SpecError, load_file
+from testbed.spec.yamlread import Problem
+from testbed.model.topology import Topology
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--servers", metavar="SERVERS_YAML",
                    help="also place each fabric on these servers (testbed/cluster): the cut, per-server "
                         "load, and links the VXLAN underlay cannot carry")
-    from ..cluster.placement import PLACERS
+    from testbed.cluster.placement import PLACERS
     p.add_argument("--placer", default="pods", choices=sorted(PLACERS),
                    help="placement algorithm with --servers (default: pods)")
     p.set_defaults(func=run)
@@ -81,7 +81,7 @@ def check(path: str, feats, cluster=None, placer: str = "pods") -> dict:
     summary = summarize(obj)
     problems: list[Problem] = []
     if cluster is not None:
-        from ..cluster.vxlan import checked_placement
+        from testbed.cluster.vxlan import checked_placement
         topo = obj.topology if isinstance(obj, Scenario) else obj
         placement, problems = checked_placement(topo, cluster, placer, path)
         if placement is not None:
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     feats = features()
     cluster, results = None, []
     if args.servers:
-        from ..cluster.servers import load_servers
+        from testbed.cluster.servers import load_servers
         try:
             cluster = load_servers(args.servers)
         except SpecError as exc:

@@ -16,5 +16,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cluster.worker import main
+    from testbed.cluster.worker import main
     return main()

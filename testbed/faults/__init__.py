@@ -7,24 +7,15 @@
 * :mod:`.injector` -- :class:`FaultInjector`: applies every primitive and step, keeps the
   state in force (links down, nftables faults, HTB rates), journals, reverts all.
 
-Link down/up goes through :meth:`testbed.fabric.Fabric.set_link` (the fabric re-plans its
+Link down/up goes through :meth:`testbed.fabric.local.Fabric.set_link` (the fabric re-plans its
 routes); rate changes replace the HTB class rate (and burst) on both ends. The rate now in
-force is the injector's: :func:`current_rate_bps`, where :class:`testbed.counters.LinkCounters`
+force is the injector's: :func:`current_rate_bps`, where :class:`testbed.fabric.counters.LinkCounters`
 reads it.
 """
 
-from .injector import FaultError, FaultInjector, current_rate_bps
-from .nft import (
-    BLACKHOLE_COUNTER,
-    LOSS_COUNTER,
-    LOSS_MOD,
-    FaultState,
-    have_nft_binding,
-    loss_threshold,
-    table_name,
-    transition,
-)
-from .steps import FAULTS, Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
+from testbed.faults.injector import FaultError, FaultInjector, current_rate_bps
+from testbed.faults.nft import BLACKHOLE_COUNTER, LOSS_COUNTER, LOSS_MOD, FaultState, have_nft_binding, loss_threshold, table_name, transition
+from testbed.faults.steps import FAULTS, Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
 
 __all__ = ["BLACKHOLE_COUNTER", "FAULTS", "LOSS_COUNTER", "LOSS_MOD", "Blackhole", "Change", "FaultError",
            "FaultInjector", "FaultState", "LinkState", "Loss", "Rate", "Reconverge", "Step",

@@ -1,8 +1,8 @@
 """The one owner of a fabric's fault state: :class:`FaultInjector`.
 
-It applies every fault primitive (link down/up through :meth:`testbed.fabric.Fabric.set_link`,
+It applies every fault primitive (link down/up through :meth:`testbed.fabric.local.Fabric.set_link`,
 loss and blackhole through nftables (:mod:`testbed.faults.nft`), rate through the HTB
-classes (:func:`testbed.shaping.compile_into` with ``replace=True``)) and the typed timeline
+classes (:func:`testbed.fabric.shaping.compile_into` with ``replace=True``)) and the typed timeline
 steps (:mod:`testbed.faults.steps`), keeps what is in force, journals every change, and
 :meth:`FaultInjector.revert_all` undoes everything it did.
 """
@@ -15,13 +15,13 @@ import time
 import weakref
 from typing import Any, Callable
 
-from testbed import routing, shaping
-from testbed.netlink import Batch, NetlinkBatchError
-from testbed.topology import Link
+from testbed.fabric import routing, shaping
+from testbed.fabric.netlink import Batch, NetlinkBatchError
+from testbed.model.topology import Link
 
-from . import nft
-from .nft import BLACKHOLE_COUNTER, LOSS_COUNTER, FaultState, table_name
-from .steps import Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
+from testbed.faults import nft
+from testbed.faults.nft import BLACKHOLE_COUNTER, LOSS_COUNTER, FaultState, table_name
+from testbed.faults.steps import Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def current_rate_bps(fabric, link: Link) -> int:
 
 def set_htb(fabric, lk: Link, node: str, rate_bps: int, nsfd: int) -> None:
     """Set the HTB rate of ``node``'s end of ``lk`` to ``rate_bps`` (ceil and burst follow,
-    :func:`testbed.shaping.plan`) in the namespace ``nsfd``, and the virtual queues of its
+    :func:`testbed.fabric.shaping.plan`) in the namespace ``nsfd``, and the virtual queues of its
     switch program (if any) to drain at that rate. Raises FaultError if the kernel refuses,
     OSError if the namespace is gone."""
     tc = shaping.plan(dataclasses.replace(lk.params, rate_bps=rate_bps), have_netem=fabric.have_netem,
@@ -65,7 +65,7 @@ def set_htb(fabric, lk: Link, node: str, rate_bps: int, nsfd: int) -> None:
 
 
 class FaultInjector:
-    """Runtime faults on the links of ``fabric`` (a started :class:`testbed.fabric.Fabric`).
+    """Runtime faults on the links of ``fabric`` (a started :class:`testbed.fabric.local.Fabric`).
 
     Links are named as in the topology (``"a0_0-c0_0"``); an unknown name raises KeyError
     naming it. A change the kernel refuses raises :class:`FaultError` with the kernel's
@@ -116,7 +116,7 @@ class FaultInjector:
             raise KeyError(f"unknown link {name!r}") from None
 
     def _local_ports(self, link: Link) -> list:
-        """The ends of ``link`` this fabric holds: both, or on a shard (:class:`testbed.fabric.Shard`)
+        """The ends of ``link`` this fabric holds: both, or on a shard (:class:`testbed.fabric.local.Shard`)
         the local ones; a fault on a cut link is applied by each server's injector to its end."""
         local = getattr(self.fabric, "is_local", None)
         return [p for p in (link.a, link.b) if local is None or local(p.node)]
@@ -176,7 +176,7 @@ class FaultInjector:
 
     # -- primitives ----------------------------------------------------------------------
     def set_link(self, link: str, up: bool) -> None:
-        """Take ``link`` administratively down or up (:meth:`testbed.fabric.Fabric.set_link`: the
+        """Take ``link`` administratively down or up (:meth:`testbed.fabric.local.Fabric.set_link`: the
         ``a`` end's port; the ``b`` end loses carrier). Raises KeyError, FaultError."""
         name = self._link(link).name
         try:

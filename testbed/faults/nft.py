@@ -23,7 +23,7 @@ counters survive changes and go with the table once the link has no fault).
 
 nftables is driven through libnftables' JSON API (Debian ``python3-nftables``).
 libnftables opens its netlink socket when its context is created, so a fresh
-context is created, used and freed inside :func:`testbed.netlink.netns` for
+context is created, used and freed inside :func:`testbed.fabric.netlink.netns` for
 every command; without the binding, ``nft -j -f -`` runs under ``nsenter``.
 
 Pure: :func:`loss_threshold`, :func:`transition` (a link end's state change as one
@@ -40,7 +40,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.netlink import netns
+from testbed.fabric.netlink import netns
 
 TABLE_PREFIX = "mrc_fault_"
 CHAIN = "ingress"

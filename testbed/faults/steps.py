@@ -1,4 +1,4 @@
-"""Typed fault changes and timeline steps (pure): what :class:`testbed.timeline.Timeline` schedules
+"""Typed fault changes and timeline steps (pure): what :class:`testbed.faults.timeline.Timeline` schedules
 and :class:`testbed.faults.FaultInjector` applies.
 
 One small frozen dataclass per kind of change; each knows its ``kind`` (the word the run

@@ -12,10 +12,10 @@ from mininet.log import error, output
 from mininet.net import Mininet
 from mininet.util import quietRun
 
-from testbed import routing
+from testbed.fabric import routing
 from testbed.faults import FaultError
 
-from .session import CommandError, Session, net_lines, substitute_hosts
+from testbed.interactive.session import CommandError, Session, net_lines, substitute_hosts
 
 log = logging.getLogger(__name__)
 

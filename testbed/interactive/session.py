@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed import units
+from testbed.model import units
 from testbed.faults import Blackhole, FaultInjector, LinkState, Loss, Rate, Reconverge
-from testbed.paths import FiveTuple, Flow, TraceError, TracedFlow, trace_flows
-from testbed.topology import Topology
+from testbed.fabric.paths import FiveTuple, Flow, TraceError, TracedFlow, trace_flows
+from testbed.model.topology import Topology
 
 DEFAULT_SPORT, DEFAULT_DPORT = 49152, 4791
 PING_TIMEOUT_S = 1
@@ -66,7 +66,7 @@ def link_name(topo: Topology, words: list[str]) -> str:
 def host_flow(topo: Topology, src: str, dst: str, proto: str = "udp", sport: object = DEFAULT_SPORT,
               dport: object = DEFAULT_DPORT) -> Flow:
     """The ECMP flow ``src`` -> ``dst`` (first NICs' addresses) with protocol and ports, as a
-    :class:`testbed.paths.Flow` to trace. ValueError naming what is wrong."""
+    :class:`testbed.fabric.paths.Flow` to trace. ValueError naming what is wrong."""
     for name in (src, dst):
         if name not in topo.nics:
             raise ValueError(f"{name!r} is not a host of {topo.name}")

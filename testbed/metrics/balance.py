@@ -2,9 +2,9 @@
 and the fabric links where traced flows collide.
 
 Everything needed is already in a run directory: the link counters (``links.jsonl``,
-cumulative ``tx_bytes`` per link end: a :class:`~testbed.metrics.loading.LinkTable`), the
+cumulative ``tx_bytes`` per link end: a :class:`~testbed.rundir.loading.LinkTable`), the
 iteration events (the measured window), the traced paths (``paths.json``,
-:mod:`testbed.paths`) and the topology the run used (link rates, node roles), which
+:mod:`testbed.fabric.paths`) and the topology the run used (link rates, node roles), which
 :func:`load_run_topology` reads again from the file the manifest names, checked against the
 manifest's ``topology_sha256``.
 
@@ -14,12 +14,12 @@ Terms:
   ``e0_0-a0_0`` is the direction ``e0_0->a0_0``, and its bytes are that end's ``tx_bytes``;
 * a *fabric* link has a switch at both ends, a *host* link a host at one end;
 * utilisation = bytes sent by the link end in the window * 8 / (``rate_bps`` * window s),
-  ``rate_bps`` the topology's configured rate (:attr:`testbed.topology.LinkParams.rate_bps`):
+  ``rate_bps`` the topology's configured rate (:attr:`testbed.model.topology.LinkParams.rate_bps`):
   a link a fault slowed or took down reads low, as it carried less;
 * the spread is max / mean of every fabric direction's utilisation (idle directions count:
   a fabric that leaves half its links idle is unbalanced), as issue 12 defines it;
 * a QP of a traced flow is its label without an MRC EV's ``" ev<k>"`` suffix
-  (:class:`testbed.paths.Flow`): ``"mrc 3->4 ev1"`` is an EV of QP ``"mrc 3->4"``; ``"rc 3->4"``
+  (:class:`testbed.fabric.paths.Flow`): ``"mrc 3->4 ev1"`` is an EV of QP ``"mrc 3->4"``; ``"rc 3->4"``
   and each ``"rc-x8 3->4 qp<q>"`` are QPs of their own. Labels carry their job
   (``"job1: rc 3->4"``) in a run of several jobs, so flows of different jobs collide too. A fabric direction is *colliding* when data flows of two or more QPs
   cross it (EVs of one QP share a direction on purpose when its EVs repeat paths);
@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from .loading import LinkTable, TransportRecords
+from testbed.rundir.loading import LinkTable, TransportRecords
 
 if TYPE_CHECKING:
-    from ..topology import Topology
+    from testbed.model.topology import Topology
 
 BUSY_FRACTION = 0.9     # a direction above this utilisation is counted as busy
 TOP_LINKS = 5           # busiest fabric directions listed by name
@@ -307,8 +307,8 @@ def load_run_topology(run_dir: Path, manifest: dict) -> tuple[Topology | None, s
     given, then relative to the run directory's parent's parent and to the repository),
     if its sha256 is the manifest's ``topology_sha256`` (when recorded); else ``(None, why)``.
     The kernel features are not checked again: the run built this topology."""
-    from ..kernel import QDISCS, KernelFeatures
-    from ..spec import SpecError, load_topology
+    from testbed.model.kernel import QDISCS, KernelFeatures
+    from testbed.spec import SpecError, load_topology
     scen = manifest.get("scenario")
     rel = ((scen.get("topology") or {}).get("path") if isinstance(scen, dict) else None)
     if not isinstance(rel, str) or not rel:

@@ -5,32 +5,18 @@ workload completed."""
 from __future__ import annotations
 
 import numpy as np
+from testbed.model.nccl import bandwidths
 
 
-def bus_factor(world_size: int, collective: str = "all_reduce") -> float:
-    """Bus bandwidth factor of ``collective`` over ``world_size`` ranks (nccl-tests
-    doc/PERFORMANCE.md: all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n;
-    permutation 1, as nccl-tests' sendrecv). ValueError if n < 1 or the collective is unknown."""
-    from agents.collectives import bus_factor as factor
-    if world_size < 1:
-        raise ValueError(f"world size must be >= 1, got {world_size}")
-    return factor(collective, world_size)
 
 
-def bandwidths(size_bytes: int, time_s: float, world_size: int, collective: str = "all_reduce") -> dict:
-    """algbw and busbw of a ``collective`` of ``size_bytes`` (nccl-tests' size: see
-    :mod:`agents.collectives`) taking ``time_s``: bytes/s and Mbit/s."""
-    algbw = size_bytes / time_s if time_s > 0 else float("nan")
-    busbw = algbw * bus_factor(world_size, collective)
-    return {"algbw_bytes_per_s": algbw, "algbw_mbit_per_s": algbw * 8e-6,
-            "busbw_bytes_per_s": busbw, "busbw_mbit_per_s": busbw * 8e-6}
 
 
 def _stats(values) -> dict:
     """``{p50, p99, max, mean, n}`` of iteration times: percentiles by nearest rank (the
     ceil(p/100 * n)-th smallest, no interpolation: with n = 6 iterations p99 is the slowest),
     mean as nccl-tests averages its iterations; None for no values."""
-    from .kpis import p_nearest_rank
+    from testbed.metrics.kpis import p_nearest_rank
     v = np.asarray(values, float)
     if len(v) == 0:
         return {"p50": None, "p99": None, "max": None, "mean": None, "n": 0}

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .definitions import (ACHIEVED_WINDOW_S, BUSIEST_LINKS, CPU_SATURATED_P95, LINK_BIN_S, SAMPLER_COVERAGE_MIN,
-                          SCHED_DELAY_MAX_RTT, TIMER_LATE_MAX_RTT)
+from testbed.metrics.definitions import ACHIEVED_WINDOW_S, BUSIEST_LINKS, CPU_SATURATED_P95, LINK_BIN_S, SAMPLER_COVERAGE_MIN, SCHED_DELAY_MAX_RTT, TIMER_LATE_MAX_RTT
 
 
 def cpu_fidelity(cpu: list[dict], t0_s: float, window: tuple[float, float]) -> dict | None:
@@ -94,7 +93,7 @@ def emulation_validity(sched: list[dict], loop: list[tuple], link_t: np.ndarray,
     sampler_coverage, sampler_max_gap_s, cpu_p95}``; thresholds in base RTTs
     (:data:`testbed.metrics.definitions.DEFINITIONS` ``validity``); a measure with no
     records is None and not judged. ``loop``: (t, rank, late_max_s) from agent samples."""
-    from .kpis import p_nearest_rank
+    from testbed.metrics.kpis import p_nearest_rank
     delays = sched_delays(sched, t0_s, window)
     late = [v for t, _, v in loop if window[0] <= t - t0_s <= window[1]]
     cov = sampler_coverage(link_t, t0_s, window)

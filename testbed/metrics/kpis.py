@@ -15,9 +15,8 @@ import math
 
 import numpy as np
 
-from .definitions import (DETECTED_STATES, FLOW_DIP_HORIZON_S, FLOW_RECOVERY_FRACTION,
-                          RECOVERY_WINDOW_MIN_S, RECOVERY_WINDOW_RTTS)
-from .series import binned_increments
+from testbed.metrics.definitions import DETECTED_STATES, FLOW_DIP_HORIZON_S, FLOW_RECOVERY_FRACTION, RECOVERY_WINDOW_MIN_S, RECOVERY_WINDOW_RTTS
+from testbed.metrics.series import binned_increments
 
 
 def p_nearest_rank(values, p: float) -> float | None:

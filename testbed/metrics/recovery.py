@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from .definitions import DETECTED_STATES, DIP_HORIZON_S, DISRUPTIVE, MIN_DIP_BINS, RECOVERY_FRACTION
-from .series import rolling_median
+from testbed.metrics.definitions import DETECTED_STATES, DIP_HORIZON_S, DISRUPTIVE, MIN_DIP_BINS, RECOVERY_FRACTION
+from testbed.metrics.series import rolling_median
 
 
 def faults(events: list[dict], t0_s: float) -> list[dict]:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .definitions import BIN_S, SMOOTH_BINS
-from .loading import FlowKey, LinkTable, SampleTable
+from testbed.metrics.definitions import BIN_S, SMOOTH_BINS
+from testbed.rundir.loading import FlowKey, LinkTable, SampleTable
 
 
 def bin_edges(t0_s: float, t1_s: float, bin_s: float = BIN_S) -> np.ndarray:

@@ -8,15 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .collectives import _stats, completion, expected_measured_iterations, size_table
-from .definitions import DEFINITIONS, LINK_BIN_S
-from .fidelity import busiest_links, cpu_fidelity, emulation_validity
-from .kpis import (boundary_warnings, ev_links, ev_retirements, false_retirements, fault_windows,
-                   faulted_iteration, flow_kpis, iteration_spans, p_nearest_rank, worst_recovery, worst_stall)
-from .loading import FlowKey, TransportRecords, job_names, load_manifest, load_transport, scenario_name
-from .recovery import (active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time,
-                       time_to_detect)
-from .series import FlowSeries, aggregate_goodput_bps, bin_edges, flow_samples, link_series
+from testbed.metrics.collectives import _stats, completion, expected_measured_iterations, size_table
+from testbed.metrics.definitions import DEFINITIONS, LINK_BIN_S
+from testbed.metrics.fidelity import busiest_links, cpu_fidelity, emulation_validity
+from testbed.metrics.kpis import boundary_warnings, ev_links, ev_retirements, false_retirements, fault_windows, faulted_iteration, flow_kpis, iteration_spans, p_nearest_rank, worst_recovery, worst_stall
+from testbed.rundir.loading import FlowKey, TransportRecords, job_names, load_manifest, load_transport, scenario_name
+from testbed.metrics.recovery import active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time, time_to_detect
+from testbed.metrics.series import FlowSeries, aggregate_goodput_bps, bin_edges, flow_samples, link_series
 
 
 def run_t0(tr: TransportRecords) -> float:
@@ -215,7 +213,7 @@ def comparison_row(s: dict) -> dict:
 def switch_totals(links, window: tuple[float, float], t0: float) -> dict:
     """Packets the switch programs marked CE, trimmed and dropped (header queue full) over the
     workload window, summed over link ends: ``{"ecn_marked", "trimmed", "switch_drops"}``;
-    {} when no end ran the switch program (:mod:`testbed.switch`)."""
+    {} when no end ran the switch program (:mod:`testbed.fabric.switch`)."""
     out: dict[str, float] = {}
     lo, hi = window[0] + t0, window[1] + t0
     for cols in links.ends.values():
@@ -253,7 +251,7 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
         bb = s["busbw_mbit_per_s"]
         return bb * 1e6 / host_bw if bb is not None and host_bw else None
 
-    from .balance import balance_summary, load_run_topology
+    from testbed.metrics.balance import balance_summary, load_run_topology
     topo, topo_problem = load_run_topology(run_dir, manifest)
     for name in manifest["transports"]:
         tr = load_transport(run_dir, name)

@@ -7,7 +7,7 @@
 every 10 ms, kernel counters of the 48 links x 2 ends every 100 ms, host CPU every 100 ms,
 for 60 s; an all-reduce sweep with iteration gaps, a core link going down at 20 s (a
 stall, then half rate on the ranks crossing it, EVs going ASSUMED_BAD) and back at 40 s.
-Deterministic for a given ``seed``. Used by ``make bench`` (:mod:`testbed.bench`) and the
+Deterministic for a given ``seed``. Used by ``make bench`` (:mod:`testbed.tools.bench`) and the
 unit tests; writing one k=4 transport takes about a second. ``extras=True`` also writes the
 files a real run has beside those: ``sched.jsonl``, ``jobs/rank<r>.json`` and ``paths.json``
 (the run-directory fuzz tests damage every file; a small run, e.g. 4 ranks for 2 s, writes in
@@ -20,7 +20,7 @@ import json
 import random
 from pathlib import Path
 
-from ..topology import LinkParams, fat_tree
+from testbed.model.topology import LinkParams, fat_tree
 
 T0 = 1_700_000_000.0        # wall-clock run start, s
 SAMPLE_S = 0.010            # agent sample interval, s
@@ -188,7 +188,7 @@ def write_transport(d: Path, name: str, *, world_size: int = 16, duration_s: flo
 def write_extras(d: Path, name: str, *, world_size: int, duration_s: float, hosts: list[str],
                  link_names: list[tuple[str, str, str, str, str]]) -> None:
     """``sched.jsonl``, ``jobs/rank<r>.json`` and ``paths.json`` of one transport (the keys the
-    metrics read; :mod:`testbed.run.records`): every rank's EVs and data path cross the first
+    metrics read; :mod:`testbed.rundir.records`): every rank's EVs and data path cross the first
     links of the list, the faulted ``a0_0-c0_0`` for ranks divisible by 4."""
     hosts = [hosts[r % len(hosts)] for r in range(world_size)]
     n_ev = EV_COUNT.get(name, 4)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from .fmt import fmt_pct, fmt_sig
-from .layout import Grid
+from testbed.report.fmt import fmt_pct, fmt_sig
+from testbed.report.layout import Grid
 
 COLLIDING_SHOWN = 8     # colliding directions listed per transport
 

@@ -10,8 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .. import metrics  # noqa: E402
-from .plots import DPI, fault_lines  # noqa: E402
+from testbed import metrics  # noqa: E402
+from testbed.report.plots import DPI, fault_lines  # noqa: E402
 
 STATE_COLOURS = {"GOOD": "tab:green", "ASSUMED_BAD": "tab:red", "DENIED": "black",
                  "UNKNOWN": "tab:gray", "SKIP": "tab:cyan"}

@@ -4,7 +4,7 @@ Every output is written atomically (a temporary file in the run directory, then 
 crash never leaves half a file. ``summary.json`` carries ``checksum`` (SHA-256 of its canonical
 JSON without that key): a summary that does not match it was damaged or edited and is
 recomputed from the raw records when they are there. ``damage`` lists the problems met in the
-raw records (:class:`testbed.metrics.loading.Damage`) when there were any.
+raw records (:class:`testbed.rundir.loading.Damage`) when there were any.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import metrics
-from ..metrics import loading, rolling_median
-from ..run import records as rec
+from testbed import metrics
+from testbed.rundir import loading
+from testbed.metrics import rolling_median
+from testbed.rundir import records as rec
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def _goodput_blocks(a: metrics.TransportAnalysis):
 def write_outputs(run_dir: Path) -> dict:
     """Analyse a run and write flows.csv, goodput.csv, links.csv, summary.json into ``run_dir``
     (each atomically). Returns the summary dict. Damaged records are skipped and listed in
-    ``damage`` (and in the :func:`testbed.metrics.loading.collecting` block around the call,
+    ``damage`` (and in the :func:`testbed.rundir.loading.collecting` block around the call,
     if any). Raises metrics.RunDirError if ``run_dir`` is no run directory."""
     run_dir = Path(run_dir)
     with loading.collecting(loading.current_damage()) as damage:
@@ -204,7 +205,7 @@ def load_summary(run_dir: Path, *, recompute: bool = False) -> dict:
     upgrade gets today's metrics). Good outputs are never replaced by worse ones: when raw records
     are missing or damaged and an intact summary.json (itself free of ``damage``) exists, it is
     kept and the problems are reported. The problems met (this time, or listed in summary.json's
-    ``damage``) go to the :func:`testbed.metrics.loading.collecting` block around the call, or
+    ``damage``) go to the :func:`testbed.rundir.loading.collecting` block around the call, or
     raise MetricsError without one. Raises metrics.RunDirError for a non-run directory."""
     run_dir = Path(run_dir)
     with loading.collecting(loading.current_damage()) as damage:

@@ -1,4 +1,4 @@
-"""Number and time formatting shared by the report tables and :mod:`testbed.trials`.
+"""Number and time formatting shared by the report tables and :mod:`testbed.metrics.trials`.
 
 Every function takes None (and NaN/inf) and returns "-" for it, so a key missing from a
 summary written by an older version renders as "-" instead of raising.

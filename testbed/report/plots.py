@@ -21,8 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .. import metrics  # noqa: E402
-from .fmt import fmt_s  # noqa: E402
+from testbed import metrics  # noqa: E402
+from testbed.report.fmt import fmt_s  # noqa: E402
 
 APPLY, RESTORE, RECONVERGE = "tab:red", "tab:blue", "tab:green"
 DETECT, FLOW_RECOVERED = "tab:orange", "tab:brown"

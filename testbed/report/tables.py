@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from .fmt import fmt_count, fmt_pct, fmt_rtts, fmt_s, fmt_sig, gb_per_s, usec
-from .layout import Grid
+from testbed.report.fmt import fmt_count, fmt_pct, fmt_rtts, fmt_s, fmt_sig, gb_per_s, usec
+from testbed.report.layout import Grid
 
 MISSING = object()
 

@@ -20,6 +20,6 @@ __all__ = ["OUTCOMES", "RunResult", "RunnerError", "TransportRun", "run_scenario
 
 def __getattr__(name: str):
     if name in __all__:
-        from . import lifecycle
+        from testbed.run import lifecycle
         return getattr(lifecycle, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

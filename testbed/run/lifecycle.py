@@ -3,7 +3,7 @@
 
 For each transport:
 
-1. build the fabric (:class:`testbed.fabric.Fabric`, or a fabric over servers from
+1. build the fabric (:class:`testbed.fabric.local.Fabric`, or a fabric over servers from
    ``fabric_factory``) and probe the ring's paths;
 2. listen on a Unix control socket in the run directory (:mod:`testbed.run.control`) and
    start the agents: host runtimes (``python -m agents --job rank<a>.json --netns ...``
@@ -12,7 +12,7 @@ For each transport:
    over servers the servers' workers start them and relay their control channel
    (:class:`testbed.cluster.remote.RemoteAgents`);
 3. when every rank is ``ready``, send ``start`` (the barrier; time zero of the
-   timeline) and play the timeline (:mod:`testbed.timeline`): every typed step (link
+   timeline) and play the timeline (:mod:`testbed.faults.timeline`): every typed step (link
    down/up, loss, blackhole, rate, routing reconvergence after ``reconverge_after``)
    goes through the transport's :class:`testbed.faults.FaultInjector`, which owns the
    fault state and journals each change in ``events.jsonl`` with its wall-clock time;
@@ -23,7 +23,7 @@ For each transport:
    passes or the user interrupts; then revert every fault still applied, stop the
    agents and tear the fabric down, keeping everything gathered.
 
-The run directory and its record formats are in :mod:`testbed.run.records`.
+The run directory and its record formats are in :mod:`testbed.rundir.records`.
 
 Outcomes per transport (``status``): ``done`` (every rank finished), ``failed`` (an
 agent reported a failure, e.g. a QP in ERR: the job would crash), ``timeout``,
@@ -49,20 +49,21 @@ from typing import Callable
 
 from agents.protocol import Done, Event, Failed, Iteration, Message, Ready, Sample, Start, Stop
 
-from ..counters import LinkCounters
-from ..fabric import Fabric
-from ..faults import FaultInjector, LinkState, Reconverge
-from ..jobs import build_all_jobs, write_jobs
-from ..kernel import features
-from ..spec import Scenario, transport_variant
-from ..spec.scenfile import PER_HOST
-from ..timeline import Step, Timeline, sweep_warmups
-from ..topology import Topology
-from .control import ControlServer, control_socket_path
-from .progress import Display, Progress
-from . import records
-from .records import TransportRecords, agent_log, base_manifest, new_run_dir, write_manifest
-from .sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
+from testbed.fabric.counters import LinkCounters
+from testbed.fabric.local import Fabric
+from testbed.faults import FaultInjector, LinkState, Reconverge
+from testbed.spec.jobs import build_all_jobs, write_jobs
+from testbed.fabric.kernel import features
+from testbed.spec import Scenario, transport_variant
+from testbed.spec.scenfile import PER_HOST
+from testbed.faults.timeline import Step, Timeline, sweep_warmups
+from testbed.model.topology import Topology
+from testbed.run.control import ControlServer, control_socket_path
+from testbed.run.progress import Display, Progress
+from testbed.rundir import records
+from testbed.rundir.records import TransportRecords, agent_log, new_run_dir, write_manifest
+from testbed.run.manifest import base_manifest
+from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
@@ -233,7 +234,7 @@ class TransportRun:
         return self.status
 
     def _bring_up(self) -> None:
-        from ..verify import probe
+        from testbed.fabric.verify import probe
         self.progress.status = "building"
         self.refresh()
         self.fabric = self.fabric_factory(self.scenario.topology, features().netem)
@@ -255,9 +256,10 @@ class TransportRun:
         self.counters = remote_counters() if remote_counters else LinkCounters(self.fabric)
 
     def _trace_paths(self) -> None:
-        """Trace the ring's flows on the quiet fabric into ``paths.json`` (:mod:`testbed.paths`)
-        and resolve the flow-aimed fault targets (:mod:`testbed.targets`); journaled."""
-        from ..targets import TargetError, trace_and_resolve
+        """Trace the ring's flows on the quiet fabric into ``paths.json`` (:mod:`testbed.fabric.paths`)
+        and resolve the flow-aimed fault targets (:mod:`testbed.faults.targets`); journaled."""
+        from testbed.spec.selectors import TargetError
+        from testbed.faults.targets import trace_and_resolve
         t0 = time.perf_counter()
         try:
             events, traced, resolved = trace_and_resolve(self.fabric, self.scenario, self.transport)

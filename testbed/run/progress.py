@@ -18,7 +18,7 @@ from rich.table import Table
 
 from agents.protocol import Iteration
 
-from ..metrics import bandwidths
+from testbed.model.nccl import bandwidths
 
 PROGRESS_S = 0.25           # live display refresh, s
 

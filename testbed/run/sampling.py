@@ -1,13 +1,13 @@
 """What the runner samples itself while the workload runs, every :data:`LINK_SAMPLE_S`.
 
-* kernel link counters: :class:`testbed.counters.LinkCounters` (one netlink dump per
+* kernel link counters: :class:`testbed.fabric.counters.LinkCounters` (one netlink dump per
   namespace) -> ``links.jsonl``;
 * host CPU use from ``/proc/stat``: :class:`CpuSampler` -> ``cpu.jsonl``;
 * every agent process's scheduler statistics from ``/proc/<pid>/schedstat``:
   :class:`SchedSampler` -> ``sched.jsonl`` (how long each agent waited for a CPU: on a
   2-core machine emulating a fabric, the measure of emulation starvation).
 
-:class:`Ticker` keeps the period. Record formats are in :mod:`testbed.run.records`. Every
+:class:`Ticker` keeps the period. Record formats are in :mod:`testbed.rundir.records`. Every
 record carries the wall-clock time at which it was read, so a late tick shows as a gap.
 """
 

@@ -7,7 +7,7 @@ problem names file, line and key path::
     topologies/x.yaml:12: links[3].rate: '10 Mbps' is not a rate (examples: 10Mbit, 1Gbit)
 
 Loaders raise :class:`SpecError` (all problems) and have no side effects;
-units are parsed here (:mod:`testbed.units`), nothing downstream sees strings.
+units are parsed here (:mod:`testbed.model.units`), nothing downstream sees strings.
 
 Topology file
 -------------
@@ -50,18 +50,18 @@ duration?}``, ``blackhole: {link, duration?}``). LINK is a link name
 resolved with ``random.Random(seed)`` in timeline order at load time, or a flow
 target ``{crossed_by: "rc 3->4" | [rc, tcp], hop?: core-aggregation | unrepaired}``
 (``3->4`` a sender and receiver of the collective)
-(:mod:`testbed.targets`), checked here and resolved by the runner on the fabric.
+(:mod:`testbed.faults.targets`), checked here and resolved by the runner on the fabric.
 
 Bounds
 ------
 Every value is checked against what the kernel and this machine accept, by key
-and line: rates <= 10Tbit (:mod:`testbed.units`), ``queue`` a u32, ``delay``
+and line: rates <= 10Tbit (:mod:`testbed.model.units`), ``queue`` a u32, ``delay``
 <= 4294s (netem's u32 microseconds), durations <= 24h, ``plane`` <= 65535 (16
 bits of the address), interface names <= 15 bytes of UTF-8, workload sizes
 whole float32 elements and <= 1GiB, ``flap`` count <= 10,000 and period >=
 10ms, at most 1,000 timeline events. A scenario ``name`` (default: the file
 stem) names its run directory, so it is 1-64 of ``[A-Za-z0-9._-]`` without
-``..``. A fabric whose estimated memory (:func:`testbed.topology.footprint`)
+``..``. A fabric whose estimated memory (:func:`testbed.model.topology.footprint`)
 exceeds 75% of this machine's is refused from its counts, before it is built;
 explicit fabrics must let every pair of hosts meet on a plane within 5
 switches (an EV's 6 uSIDs). Suspicious but valid timelines give
@@ -77,14 +77,14 @@ from yaml.nodes import MappingNode
 
 from agents.protocol import TRANSPORTS
 
-from ..kernel import KernelFeatures
-from ..topology import Topology
-from ..yamlread import Problem, Reader, SpecError
-from .common import ACTIONS, COLLECTIVES, MAX_REFERRED_PROBLEMS, ORDERS, SCENARIO_KEYS, transport_variant
-from .model import Scenario, TimelineEvent, Workload
-from .scenfile import load_scenario
-from .timelinefile import timeline_warnings
-from .topofile import load_topology
+from testbed.model.kernel import KernelFeatures
+from testbed.model.topology import Topology
+from testbed.spec.yamlread import Problem, Reader, SpecError
+from testbed.spec.common import ACTIONS, COLLECTIVES, MAX_REFERRED_PROBLEMS, ORDERS, SCENARIO_KEYS, transport_variant
+from testbed.spec.model import Scenario, TimelineEvent, Workload
+from testbed.spec.scenfile import load_scenario
+from testbed.spec.timelinefile import timeline_warnings
+from testbed.spec.topofile import load_topology
 
 __all__ = ["Problem", "SpecError", "Scenario", "Workload", "TimelineEvent", "load_topology",
            "load_scenario", "load_file", "is_scenario", "timeline_warnings", "TRANSPORTS", "ACTIONS",

@@ -9,8 +9,8 @@ from dataclasses import replace
 from yaml.nodes import MappingNode, Node
 
 
-from ..units import show
-from ..yamlread import Problem, Reader
+from testbed.model.units import show
+from testbed.spec.yamlread import Problem, Reader
 
 
 KINDS = ("fat-tree", "leaf-spine", "explicit")

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field as dataclass_field
 
 
 
-from ..targets import FlowTarget
-from ..topology import Topology
-from ..yamlread import Problem
+from testbed.spec.selectors import FlowTarget
+from testbed.model.topology import Topology
+from testbed.spec.yamlread import Problem
 
 
 # -- scenario -----------------------------------------------------------------
@@ -67,9 +67,9 @@ class TimelineEvent:
     its ``selector`` text if it was chosen by one. Action parameters: flap
     ``period_s`` (one down+up cycle) and ``count``; loss ``loss_pct``; rate
     ``rate_bps``; loss/rate/blackhole optional ``duration_s`` (auto-revert).
-    ``target``: a :class:`testbed.targets.FlowTarget` when the link is given by the
+    ``target``: a :class:`testbed.faults.targets.FlowTarget` when the link is given by the
     flows crossing it; ``link`` is then None until the runner resolves it on the
-    running fabric (:func:`testbed.targets.resolve`)."""
+    running fabric (:func:`testbed.faults.targets.resolve`)."""
 
     action: str
     link: str | None

@@ -8,19 +8,18 @@ from pathlib import Path
 
 from yaml.nodes import Node, ScalarNode
 
-from .. import units
+from testbed.model import units
 from agents.protocol import TRANSPORTS
 
-from ..kernel import KernelFeatures, features as probe_features
-from ..topology import Topology
-from ..units import show
-from ..yamlread import Reader, SpecError, join, line_of
-from .common import (COLLECTIVES, JOB_NAME_RE, ORDERS, transport_variant, SCENARIO_KEYS, _WORKLOAD_REQUIRED, SCENARIO_NAME_RE, ELEMENT_BYTES, MAX_WORKLOAD_BYTES,
-                     MAX_ITERATIONS, MAX_EVS, MAX_REFERRED_PROBLEMS, _sorted, _not_a_mapping, _did_you_mean,
-                     _explain_missing)
-from .model import Scenario, Workload
-from .timelinefile import _timeline, timeline_warnings
-from .topofile import load_topology
+from testbed.model.kernel import KernelFeatures
+from testbed.fabric.kernel import features as probe_features
+from testbed.model.topology import Topology
+from testbed.model.units import show
+from testbed.spec.yamlread import Reader, SpecError, join, line_of
+from testbed.spec.common import COLLECTIVES, JOB_NAME_RE, ORDERS, transport_variant, SCENARIO_KEYS, _WORKLOAD_REQUIRED, SCENARIO_NAME_RE, ELEMENT_BYTES, MAX_WORKLOAD_BYTES, MAX_ITERATIONS, MAX_EVS, MAX_REFERRED_PROBLEMS, _sorted, _not_a_mapping, _did_you_mean, _explain_missing
+from testbed.spec.model import Scenario, Workload
+from testbed.spec.timelinefile import _timeline, timeline_warnings
+from testbed.spec.topofile import load_topology
 
 
 def load_scenario(path: str | os.PathLike, *, features: KernelFeatures | None = None,

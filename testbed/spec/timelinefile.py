@@ -7,16 +7,15 @@ import random
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from .. import units
+from testbed.model import units
 
-from ..kernel import KernelFeatures
-from ..targets import HOPS, UNREPAIRED, FlowTarget, check_hop, parse_selector
-from ..topology import Role, Topology
-from ..units import show
-from ..yamlread import Problem, Reader, join
-from .common import (ACTIONS, _ACTION_KEYS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S,
-                     _did_you_mean)
-from .model import TimelineEvent, Workload
+from testbed.model.kernel import KernelFeatures
+from testbed.spec.selectors import HOPS, UNREPAIRED, FlowTarget, check_hop, parse_selector
+from testbed.model.topology import Role, Topology
+from testbed.model.units import show
+from testbed.spec.yamlread import Problem, Reader, join
+from testbed.spec.common import ACTIONS, _ACTION_KEYS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S, _did_you_mean
+from testbed.spec.model import TimelineEvent, Workload
 
 
 def _timeline(r: Reader, node: Node | None, topo: Topology | None, seed: int | None, timeout_s: float | None,
@@ -123,7 +122,7 @@ def _action_params(r: Reader, am: dict[str, Node], path: str, action: str, field
 def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
               fields: dict, workload: Workload | None = None, names: dict[str, str] | None = None) -> str | None:
     """A link name, a ``random <role>-<role>`` selector, or a flow target mapping
-    (:mod:`testbed.targets`: sets ``fields["target"]`` and returns "" for "resolved later")."""
+    (:mod:`testbed.faults.targets`: sets ``fields["target"]`` and returns "" for "resolved later")."""
     if isinstance(node, MappingNode):
         target = _flow_target(r, node, path, topo, workload)
         if target is None:

@@ -1,4 +1,4 @@
-"""Topology files -> :class:`testbed.topology.Topology` (see :mod:`testbed.spec`)."""
+"""Topology files -> :class:`testbed.model.topology.Topology` (see :mod:`testbed.spec`)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,14 @@ from pathlib import Path
 
 from yaml.nodes import Node, ScalarNode
 
-from .. import units
+from testbed.model import units
 
-from ..kernel import KernelFeatures, features as probe_features
-from ..topology import (IFNAME_MAX, MAX_PLANE, LinkDecl, LinkParams, NodeDecl, Role, Topology, TopologyError,
-                       fat_tree, footprint, from_explicit, ifname_problem, leaf_spine)
-from ..units import show
-from ..yamlread import Reader, SpecError, join
-from .common import (TRIM_HEADER_QUEUE_PKTS, KINDS, _KIND_KEYS, _CLASS_KEYS, MAX_HOST_NICS, SCENARIO_KEYS, MAX_QUEUE_PKTS,
-                     MAX_DELAY_S, MAX_COUNT, MEMORY_SHARE, _sorted, _not_a_mapping, _explain_missing)
+from testbed.model.kernel import KernelFeatures
+from testbed.fabric.kernel import features as probe_features
+from testbed.model.topology import IFNAME_MAX, MAX_PLANE, LinkDecl, LinkParams, NodeDecl, Role, Topology, TopologyError, fat_tree, footprint, from_explicit, ifname_problem, leaf_spine
+from testbed.model.units import show
+from testbed.spec.yamlread import Reader, SpecError, join
+from testbed.spec.common import TRIM_HEADER_QUEUE_PKTS, KINDS, _KIND_KEYS, _CLASS_KEYS, MAX_HOST_NICS, SCENARIO_KEYS, MAX_QUEUE_PKTS, MAX_DELAY_S, MAX_COUNT, MEMORY_SHARE, _sorted, _not_a_mapping, _explain_missing
 
 
 # -- topology -----------------------------------------------------------------
@@ -146,7 +145,7 @@ def _switch_features(r: Reader, m: dict[str, Node], path: str, fields: dict, bas
                      feats: KernelFeatures) -> None:
     """``ecn: {threshold}`` and ``trim: {threshold, header_queue?}`` (packets) into ``fields``;
     thresholds must lie within the link's queue (drop-tail would act first), and the kernel
-    must run the switch program (:mod:`testbed.switch`, kernel feature ``bpf_egress``)."""
+    must run the switch program (:mod:`testbed.fabric.switch`, kernel feature ``bpf_egress``)."""
     queue = fields.get("queue_pkts") or (base.queue_pkts if base else LinkParams.queue_pkts)
     for key, keys in (("ecn", (["threshold"], [])), ("trim", (["threshold"], ["header_queue"]))):
         if key not in m:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from testbed.kernel import features
+from testbed.fabric.kernel import features
 from testbed.report import load_summary
 from testbed.run import run_scenario
 from testbed.spec import load_scenario

@@ -21,12 +21,12 @@ import pytest
 from rich.console import Console
 
 from testbed.cluster.placement import place
-from testbed.cluster.servers import Cluster, Server
+from testbed.model.cluster import Cluster, Server
 from testbed.cluster.sharded import ShardedFabric, standin_underlay
-from testbed.kernel import features
+from testbed.fabric.kernel import features
 from testbed.report import load_summary
 from testbed.run import run_scenario
-from testbed.run.records import agent_log
+from testbed.rundir.records import agent_log
 from testbed.spec import load_scenario
 from tests.conftest import net_namespaces, root_interfaces
 from tests.e2e.conftest import REPO

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from testbed.kernel import features
+from testbed.fabric.kernel import features
 from tests.e2e.conftest import run_small
 
 pytestmark = pytest.mark.skipif(not features().bpf_egress,

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from testbed.fabric import Fabric
-from testbed.topology import LinkParams, fat_tree
+from testbed.fabric.local import Fabric
+from testbed.model.topology import LinkParams, fat_tree
 from tests.conftest import net_namespaces, root_interfaces
 
 

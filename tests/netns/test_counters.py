@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from testbed.counters import LinkCounters
+from testbed.fabric.counters import LinkCounters
 from testbed.faults import FaultInjector
 
 HOST_LINK = "h0_0_0-e0_0"

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from testbed.fabric import Fabric
-from testbed.ledger import Ledger, ledgers
-from testbed.netlink import NetlinkBatchError, read_sysctl
-from testbed.verify import probe
+from testbed.fabric.local import Fabric
+from testbed.fabric.ledger import Ledger, ledgers
+from testbed.fabric.netlink import NetlinkBatchError, read_sysctl
+from testbed.fabric.verify import probe
 from tests.conftest import net_namespaces
 from tests.netns.conftest import small_fat_tree, wait_for
 
@@ -153,8 +153,8 @@ def test_clean_removes_what_a_killed_orchestrator_left(tmp_path):
     before = net_namespaces()
     script = textwrap.dedent(f"""
         import sys, time
-        from testbed.topology import fat_tree, LinkParams
-        from testbed.fabric import Fabric
+        from testbed.model.topology import fat_tree, LinkParams
+        from testbed.fabric.local import Fabric
         lp = LinkParams(10_000_000, 64)
         f = Fabric(fat_tree(2, host_link=lp, fabric_link=lp), ledger_dir={str(tmp_path)!r}).start()
         for host in ("h0_0_0", "h1_0_0"):
@@ -173,7 +173,7 @@ def test_clean_removes_what_a_killed_orchestrator_left(tmp_path):
     left = ledgers(tmp_path)
     assert len(left) == 1
     assert wait_for(lambda: len(net_namespaces() - before) == 2)  # the two hosts' sleeps
-    from testbed.ledger import clean, pid_alive
+    from testbed.fabric.ledger import clean, pid_alive
     recorded = [(p["pid"], p["starttime"]) for p in left[0].processes]
     done = clean(directory=tmp_path)
     # at least the two sleeps were alive (they held the namespaces); whether the node shells
@@ -193,7 +193,7 @@ def test_clean_never_touches_unrecorded_processes(tmp_path):
         ledger.add_processes([(stranger.pid, "h0", "recycled")])
         ledger.processes[0]["starttime"] -= 1  # recorded start time differs: a recycled PID
         ledger.save()
-        from testbed.ledger import clean
+        from testbed.fabric.ledger import clean
         clean(directory=tmp_path)
         assert stranger.poll() is None
     finally:

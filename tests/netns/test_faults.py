@@ -13,9 +13,9 @@ import time
 import pytest
 
 from testbed import faults as faults_mod
-from testbed.counters import LinkCounters
+from testbed.fabric.counters import LinkCounters
 from testbed.faults import FaultError, FaultInjector, LinkState, Reconverge, Step, nft
-from testbed.verify import probe
+from testbed.fabric.verify import probe
 from tests.netns.conftest import small_fat_tree
 
 FABRIC_LINK = "a0_0-c0_0"
@@ -257,7 +257,7 @@ def test_kernel_refusal_raises_fault_error_and_undoes_the_first_end(k4, faults, 
 
 def test_kernel_refusal_of_a_rate_raises_fault_error_and_keeps_the_old_rate(k4, faults, monkeypatch):
     """The b end's request goes to a missing ifindex (ENODEV): FaultError, and the a end is put back."""
-    from testbed import routing
+    from testbed.fabric import routing
     link = k4.topo.link_by_name[FABRIC_LINK]
     real = routing.port_ifindex
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.ledger import pid_alive
+from testbed.fabric.ledger import pid_alive
 from tests.conftest import net_namespaces
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from testbed.counters import LinkCounters
-from testbed.paths import FiveTuple, Flow, Tracer, job_flows, trace_flows
+from testbed.fabric.counters import LinkCounters
+from testbed.fabric.paths import FiveTuple, Flow, Tracer, job_flows, trace_flows
 
 PACKETS = 40
 
@@ -17,7 +17,7 @@ def _ring_jobs(fabric, transport: str, seed: int = 1) -> list[dict]:
     """Job specs of a 16-rank ring in host order, as the runner builds them (pure)."""
     from types import SimpleNamespace
 
-    from testbed.jobs import build_jobs
+    from testbed.spec.jobs import build_jobs
     from testbed.spec import Workload
     topo = fabric.topo
     hosts = tuple(h.name for h in topo.hosts)

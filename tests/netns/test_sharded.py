@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from testbed import verify
+from testbed.fabric import verify
 from testbed.cluster.placement import place
-from testbed.cluster.servers import Cluster, Server
+from testbed.model.cluster import Cluster, Server
 from testbed.cluster.sharded import ShardedFabric, standin_underlay
-from testbed.counters import LinkCounters
-from testbed.fabric import Fabric, FabricError
-from testbed.topology import LinkParams, fat_tree
+from testbed.fabric.counters import LinkCounters
+from testbed.fabric.local import Fabric, FabricError
+from testbed.model.topology import LinkParams, fat_tree
 
 UNDERLAY_MTU = 9100     # jumbo: MTU 9000 links + 70 bytes of VXLAN over IPv6
 

@@ -18,7 +18,7 @@ from testbed.cluster.placement import place
 from testbed.cluster.remote import RemoteError, SshShardedFabric, connect
 from testbed.cluster.servers import load_servers
 from testbed.faults import FaultInjector
-from testbed.paths import FiveTuple, Flow, trace_flows
+from testbed.fabric.paths import FiveTuple, Flow, trace_flows
 from testbed.spec import load_topology
 from tests.conftest import net_namespaces
 from tests.netns.conftest import wait_for

@@ -1,4 +1,4 @@
-"""testbed.switch on this kernel: (a) the egress program on crafted packets through
+"""testbed.fabric.switch on this kernel: (a) the egress program on crafted packets through
 BPF_PROG_TEST_RUN, (b) on a veth link shaped by HTB, its counters against the
 virtual-queue model and what the receiver sees. Skipped, with the probe's reason,
 when the kernel feature ``bpf_egress`` is absent."""
@@ -17,12 +17,12 @@ import uuid
 import pytest
 
 from agents.mrc import packet as P
-from testbed import kernel, shaping
-from testbed.netlink import Batch, netns
-from testbed.switch import EgressConfig, EgressProgram, SwitchAttachError, attach, trimmed_frame_bytes
-from testbed.switch.bpf import TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT
-from testbed.switch.model import Kind, VirtualQueues, counters
-from testbed.topology import LinkParams
+from testbed.fabric import kernel, shaping
+from testbed.fabric.netlink import Batch, netns
+from testbed.fabric.switch import EgressConfig, EgressProgram, SwitchAttachError, attach, trimmed_frame_bytes
+from testbed.fabric.switch.bpf import TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT
+from testbed.fabric.switch.model import Kind, VirtualQueues, counters
+from testbed.model.topology import LinkParams
 
 MARK_REDIRECTED = 0x8000_0000
 ECT0, ECT1, CE = 0b10, 0b01, 0b11

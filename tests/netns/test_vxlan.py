@@ -13,10 +13,10 @@ import uuid
 
 import pytest
 
-from testbed import shaping
-from testbed.cluster.vxlan import TunnelEnd, add_tunnel, inner_mtu
-from testbed.netlink import Batch
-from testbed.topology import LinkParams
+from testbed.fabric import shaping
+from testbed.fabric.vxlan import TunnelEnd, add_tunnel, inner_mtu
+from testbed.fabric.netlink import Batch
+from testbed.model.topology import LinkParams
 
 UNDERLAY_MTU = 1500
 MTU = inner_mtu(UNDERLAY_MTU, 6)      # 1430

@@ -1,7 +1,7 @@
 """The fabric-ceiling sweep's scenario at a given rate (no root: nothing is built)."""
 import dataclasses
 
-from testbed import bench
+from testbed.tools import bench
 from testbed.spec import load_file
 
 

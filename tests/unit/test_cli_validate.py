@@ -8,7 +8,7 @@ import pytest
 
 from testbed import cli
 from testbed.commands import validate
-from testbed.kernel import KernelFeatures
+from testbed.model.kernel import KernelFeatures
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"

@@ -5,11 +5,13 @@ import ipaddress
 
 import pytest
 
-from testbed.cluster.placement import PlacementError, place
-from testbed.cluster.servers import Cluster, Server, load_servers
-from testbed.cluster.vxlan import inner_mtu, mtu_problems, tunnel_ends
-from testbed.topology import LinkParams, Role, fat_tree, leaf_spine
-from testbed.yamlread import SpecError
+from testbed.model.cluster import PlacementError
+from testbed.cluster.placement import place
+from testbed.model.cluster import Cluster, Server
+from testbed.cluster.servers import load_servers
+from testbed.fabric.vxlan import inner_mtu, mtu_problems, tunnel_ends
+from testbed.model.topology import LinkParams, Role, fat_tree, leaf_spine
+from testbed.spec.yamlread import SpecError
 
 GOOD = """\
 servers:
@@ -250,7 +252,7 @@ def test_remote_agents_relay_messages_on_the_runners_clock_and_exits():
 def test_collected_records_move_onto_the_runners_clock(tmp_path):
     import json
 
-    from testbed.run import records
+    from testbed.rundir import records
     fabric, agents = _remote_agents({"s1": -1.0, "s2": 0.0})
     torn = '{"t": 5.0, "rank": 0, "fl'
     replies = {"s1": {"ranks": {"0": {"samples": '{"t": 5.0, "rank": 0, "flows": []}\n' + torn, "log": "hello\n"}},

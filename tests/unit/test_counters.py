@@ -8,7 +8,7 @@ import pytest
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-from testbed import counters as C
+from testbed.fabric import counters as C
 
 
 def link_msg(index: int, **stats) -> bytes:

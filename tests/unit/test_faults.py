@@ -23,8 +23,8 @@ from testbed.faults import (
     loss_threshold,
     transition,
 )
-from testbed.netlink import NetlinkBatchError
-from testbed.topology import LinkParams, fat_tree
+from testbed.fabric.netlink import NetlinkBatchError
+from testbed.model.topology import LinkParams, fat_tree
 
 LINK = "a0_0-c0_0"
 

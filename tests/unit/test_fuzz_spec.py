@@ -20,9 +20,9 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from testbed.kernel import KernelFeatures
+from testbed.model.kernel import KernelFeatures
 from testbed.spec import Scenario, SpecError, load_file
-from testbed.topology import Topology
+from testbed.model.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"

@@ -13,7 +13,7 @@ from mininet.log import lg, output
 from testbed import interactive as ia
 from testbed.faults import Blackhole, LinkState, Loss, Rate, Reconverge
 from testbed.spec import load_topology
-from testbed.topology import LinkParams, fat_tree
+from testbed.model.topology import LinkParams, fat_tree
 
 TINY = load_topology(Path(__file__).parents[2] / "topologies" / "tiny.yaml")
 K4 = fat_tree(4, host_link=LinkParams(10**8), fabric_link=LinkParams(10**8), name="k4")
@@ -102,7 +102,7 @@ def test_host_flow_uses_first_nic_addresses_and_defaults():
     assert ia.host_flow(K4, "h0_0_0", "h3_1_1", "tcp", "4000", "5201").tuple.sport == 4000
 
 
-# -- faults go through the injector, with units parsed by testbed.units -------------------------
+# -- faults go through the injector, with units parsed by testbed.model.units -------------------------
 def test_fault_commands_apply_typed_changes(session):
     inj = session.faults
     assert session.set_link(["l0-s0"], up=False)[0] == "l0-s0: down"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agents.jobspec import parse_job
-from testbed.jobs import QP_DEFAULTS, build_jobs, mirrored_evs, qp_timeout
-from testbed.kernel import KernelFeatures
+from testbed.spec.jobs import QP_DEFAULTS, build_jobs, mirrored_evs, qp_timeout
+from testbed.model.kernel import KernelFeatures
 from testbed.spec import load_scenario
 
 DATA = Path(__file__).parent / "data"
@@ -91,7 +91,7 @@ def test_qp_overrides_and_unknown_transport(scenario):
 def test_multi_plane_hosts_have_one_nic_per_plane_and_mrc_sizes_nscc_to_all(tmp_path):
     """leaf-spine-2plane: a host has 2 x 20 Mbit/s NICs. MRC sprays over both planes, so its NSCC
     rate is 40 Mbit/s; rc and tcp use one NIC (20 Mbit/s). busbw is compared with 40."""
-    from testbed.jobs import host_bandwidth_bps, host_link_rate_bps
+    from testbed.spec.jobs import host_bandwidth_bps, host_link_rate_bps
     feats = KernelFeatures(frozenset({"htb", "tbf", "pfifo"}), seg6_next_csid=True, nftables=True)
     repo = Path(__file__).resolve().parents[2]
     path = tmp_path / "s.yaml"
@@ -165,7 +165,7 @@ def test_evs_per_qp_reuses_paths_round_robin(scenario):
 
 
 def test_several_jobs_get_distinct_agents_ports_and_entropy(scenario):
-    from testbed.jobs import build_all_jobs
+    from testbed.spec.jobs import build_all_jobs
     ring = replace(scenario.workload, name="ring", hosts=scenario.workload.hosts[:8])
     perm = _with(scenario, name="perm", collective="permutation", hosts=scenario.workload.hosts[8:]).workload
     sc = replace(scenario, workload=ring, jobs=(ring, perm))
@@ -178,7 +178,7 @@ def test_several_jobs_get_distinct_agents_ports_and_entropy(scenario):
         parse_job(j, f"agent {j['agent']}")
     ports = [e["src_port"] for j in jobs for p in j["send_to"] for e in p["evs"]]
     assert len(set(ports)) == len(ports)   # salted per job: no two QPs share an entropy port
-    from testbed.paths import job_flows
+    from testbed.fabric.paths import job_flows
     labels = [f.label for f in job_flows(jobs, sc.topology)]
     assert "ring: rc 0->1" in labels and any(lab.startswith("perm: rc ") for lab in labels)
 
@@ -186,8 +186,8 @@ def test_several_jobs_get_distinct_agents_ports_and_entropy(scenario):
 def test_the_qp_timeout_follows_the_fabrics_base_rtt():
     """16 (67 ms, issue 11's calibration) on fat-tree-k4 at 5 Mbit/s, 15 (33.5 ms) at 10; never
     below MIN_QP_TIMEOUT however fast the fabric; a scenario's qp override wins."""
-    from testbed.jobs import MIN_QP_TIMEOUT
-    from testbed.topology import LinkParams, fat_tree
+    from testbed.spec.jobs import MIN_QP_TIMEOUT
+    from testbed.model.topology import LinkParams, fat_tree
 
     for rate, want in ((5_000_000, 16), (10_000_000, 15), (1_000_000_000, MIN_QP_TIMEOUT), (1_000_000, 18)):
         lp = LinkParams(rate, 32, mtu=9000)
@@ -207,8 +207,8 @@ def test_the_sack_hold_coalesces_two_frames_within_a_quarter_of_the_rto_floor():
 
     from agents.mrc import QP, QPAttr, QPConfig, bring_up
     from agents.mrc.rto import mrc_timeout_s
-    from testbed.jobs import ack_coalesce_s, job_mtu
-    from testbed.topology import LinkParams, fat_tree
+    from testbed.spec.jobs import ack_coalesce_s, job_mtu
+    from testbed.model.topology import LinkParams, fat_tree
 
     assert ack_coalesce_s(4212, 10e6, mrc_timeout_s(15)) == pytest.approx(1.5 * 4212 * 8 / 10e6, abs=1e-6)
     assert ack_coalesce_s(9014, 1e6, mrc_timeout_s(16)) == pytest.approx(0.25 * mrc_timeout_s(16), abs=1e-6)

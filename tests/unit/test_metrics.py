@@ -350,7 +350,7 @@ def test_synthetic_k4_run(tmp_path):
 
 
 def test_bench_metrics_figure():
-    from testbed import bench
+    from testbed.tools import bench
     r = bench.bench_metrics(repeat=1, duration_s=2.0)
     assert r["transports"] == 3 and 0 < r["analyse_s"] and 0 < r["report_s"]
     assert r["lines_per_transport"]["samples.jsonl"] == 16 * 201

@@ -1,6 +1,6 @@
 """The static ECMP plan (pure): a failed link never makes a packet loop.
 
-A forwarding walk over :func:`testbed.routing.node_routes` (longest prefix match; a route's
+A forwarding walk over :func:`testbed.fabric.routing.node_routes` (longest prefix match; a route's
 next hops over a failed link are dead, as ``ignore_routes_with_linkdown`` and an admin-down
 port make them; a route with no live next hop is skipped, so the lookup falls through to a
 shorter prefix, as the kernel's does) explores every ECMP branch from every host to every
@@ -13,8 +13,8 @@ import ipaddress
 
 import pytest
 
-from testbed import routing
-from testbed.topology import LinkParams, Role, Topology, fat_tree, leaf_spine
+from testbed.fabric import routing
+from testbed.model.topology import LinkParams, Role, Topology, fat_tree, leaf_spine
 
 LP = LinkParams(10_000_000, 32)
 

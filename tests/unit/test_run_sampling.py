@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from agents.protocol import Iteration, LoopStats, Sample
-from testbed.run import records
+from testbed.rundir import records
 from testbed.run.sampling import LINK_SAMPLE_S, SchedSampler, Ticker, read_schedstat
 
 

@@ -1,4 +1,4 @@
-"""The run directory's one schema (:mod:`testbed.run.records`): what the runner writes passes
+"""The run directory's one schema (:mod:`testbed.rundir.records`): what the runner writes passes
 it, what it rejects is named with file and line, and the readers skip and report instead of
 crashing; outputs are written atomically and privately."""
 
@@ -12,8 +12,9 @@ import pytest
 
 from agents.protocol import Event, Iteration, LoopStats, Sample
 from testbed import metrics, report
-from testbed.metrics import loading, synthetic
-from testbed.run import records as rec
+from testbed.rundir import loading
+from testbed.metrics import synthetic
+from testbed.rundir import records as rec
 
 T0 = synthetic.T0
 

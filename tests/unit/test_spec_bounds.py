@@ -9,10 +9,10 @@ import yaml
 
 from testbed import spec
 from testbed.spec import topofile
-from testbed.kernel import KernelFeatures
+from testbed.model.kernel import KernelFeatures
 from testbed.spec import SpecError, load_file
-from testbed.topology import LinkParams, fat_tree, footprint, ifname_problem, leaf_spine
-from testbed.yamlread import MAX_FILE_BYTES, expanded_size, flow_depth_line
+from testbed.model.topology import LinkParams, fat_tree, footprint, ifname_problem, leaf_spine
+from testbed.spec.yamlread import MAX_FILE_BYTES, expanded_size, flow_depth_line
 
 FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo", "netem"}), seg6_next_csid=True, nftables=True)
 CLASSES = "link_classes: {host: {rate: 1Mbit}, fabric: {rate: 1Mbit}}\n"

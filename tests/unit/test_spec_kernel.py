@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from testbed import kernel
+from testbed.fabric import kernel
 
 RESULT = {"qdiscs": ["htb", "netem"], "seg6_next_csid": True, "nftables": False}
 

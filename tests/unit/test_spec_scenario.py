@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.kernel import KernelFeatures
+from testbed.model.kernel import KernelFeatures
 from testbed.spec import SpecError, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.kernel import KernelFeatures
+from testbed.model.kernel import KernelFeatures
 from testbed.spec import SpecError, load_topology
-from testbed.topology import Role
+from testbed.model.topology import Role
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "topologies").glob("*.yaml"))
@@ -298,7 +298,7 @@ def test_spec_error_str_is_one_problem_per_line(tmp_path):
 
 
 def test_kernel_features_not_root_is_unprobed(monkeypatch):
-    from testbed import kernel
+    from testbed.fabric import kernel
     kernel.features.cache_clear()
     monkeypatch.setattr(kernel.os, "geteuid", lambda: 1000)
     try:

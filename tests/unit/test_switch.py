@@ -1,4 +1,4 @@
-"""testbed.switch, the pure parts: config validation, sizes per opcode, the config map
+"""testbed.fabric.switch, the pure parts: config validation, sizes per opcode, the config map
 layout, the virtual-queue model, the header class in the tc plan. No root, no BPF."""
 
 import pytest
@@ -6,13 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.mrc.packet import Opcode
-from testbed import shaping
-from testbed.netlink import Batch
-from testbed.switch import build
-from testbed.switch.config import (CONFIG_STRUCT, HTB_HEADER_CLASSID, MAX_TRIMMED_FRAME_BYTES, NS_X8, U64_MAX,
-                                   EgressConfig, SwitchConfigError, header_bytes, trimmed_frame_bytes)
-from testbed.switch.model import Kind, Verdict, VirtualQueues, counters
-from testbed.topology import LinkParams
+from testbed.fabric import shaping
+from testbed.fabric.netlink import Batch
+from testbed.fabric.switch import build
+from testbed.fabric.switch.config import CONFIG_STRUCT, HTB_HEADER_CLASSID, MAX_TRIMMED_FRAME_BYTES, NS_X8, U64_MAX, EgressConfig, SwitchConfigError, header_bytes, trimmed_frame_bytes
+from testbed.fabric.switch.model import Kind, Verdict, VirtualQueues, counters
+from testbed.model.topology import LinkParams
 
 
 @pytest.mark.parametrize("opcode,size", [(Opcode.WRITE_FIRST, 40), (Opcode.WRITE_MIDDLE, 40),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.paths import Flow, TracedFlow, static_path
+from testbed.fabric.paths import Flow, TracedFlow, static_path
 from testbed.spec import SpecError, load_scenario
 from testbed.spec.model import TimelineEvent
-from testbed.targets import (FlowSelector, FlowTarget, TargetError, crossed_at, parse_selector, resolve,
-                             resolve_timeline)
-from testbed.topology import LinkParams, fat_tree
+from testbed.spec.selectors import FlowSelector, FlowTarget, TargetError, parse_selector
+from testbed.faults.targets import crossed_at, resolve, resolve_timeline
+from testbed.model.topology import LinkParams, fat_tree
 
 LP = LinkParams(10_000_000, 32)
 TOPO = fat_tree(4, host_link=LP, fabric_link=LP)

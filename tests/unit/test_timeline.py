@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.spec import TimelineEvent
-from testbed.timeline import Timeline, sweep_warmups
+from testbed.faults.timeline import Timeline, sweep_warmups
 
 
 def ev(action, link="a0_0-c0_0", **kw):

@@ -6,7 +6,8 @@ import io
 import pytest
 from rich.console import Console
 
-from testbed import trials
+from testbed.metrics import trials
+from testbed.report import trials as trials_report
 
 
 def transport(**kw) -> dict:
@@ -94,12 +95,12 @@ def test_trials_table_fits_80_columns():
                             for s in range(5)])
     for width in (80, 60, 200):
         buf = io.StringIO()
-        Console(file=buf, width=width, force_terminal=False).print(trials.trials_table(agg))
+        Console(file=buf, width=width, force_terminal=False).print(trials_report.trials_table(agg))
         text = buf.getvalue()
         assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
         assert "4.75" in text and "[4.73-4.77]" in text and "a0_0-c0_0:" in text   # 3 s.f., never cut
     assert "4.75 [4.73-4.77] (5)" in text and "- (0); 5 not recovered" in text    # 200 columns: one line each
-    assert trials.fmt_stats({"median": 0.5, "min": 0.0, "max": 1.0, "n": 2}, trials.KPIS["wrong"][1]) == "0.5 [0-1] (2)"
+    assert trials_report.fmt_stats({"median": 0.5, "min": 0.0, "max": 1.0, "n": 2}, trials_report.LABELS["wrong"][1]) == "0.5 [0-1] (2)"
 
 
 def test_jobs_and_balance_kpis_of_a_run_of_several_jobs():
@@ -113,5 +114,10 @@ def test_jobs_and_balance_kpis_of_a_run_of_several_jobs():
     assert rc["jobs.perm.busbw_fraction_of_host"]["n"] == 2
     assert rc["balance.fabric.max_over_mean"]["median"] == 2.5
     out = io.StringIO()
-    Console(file=out, width=80).print(trials.trials_table(agg))
+    Console(file=out, width=80).print(trials_report.trials_table(agg))
     assert "ring: busbw / host (%)" in out.getvalue() and "30.0 [20.0-40.0] (3)" in out.getvalue()
+
+
+def test_every_kpi_has_a_label():
+    assert set(trials_report.LABELS) == set(trials.KPIS)
+    assert set(trials_report.JOB_LABELS) == set(trials.JOB_KPIS)

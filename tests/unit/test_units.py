@@ -5,9 +5,8 @@ import re
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed import units
-from testbed.units import (UnitError, format_duration, format_rate, format_size, parse_duration,
-                           parse_percent, parse_rate, parse_size)
+from testbed.model import units
+from testbed.model.units import UnitError, format_duration, format_rate, format_size, parse_duration, parse_percent, parse_rate, parse_size
 
 
 @pytest.mark.parametrize("text,bps", [("100Mbit", 100_000_000), ("1Gbit", 10**9), ("500kbit", 500_000),

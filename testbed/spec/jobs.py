@@ -6,7 +6,7 @@ send to rank r+1 and receive from r-1, all_to_all every other rank both ways, an
 permutation sends to ``targets[r]`` (a seeded derangement). Per transport:
 
 * ``mrc``: ``send_to[i].evs`` are the SRv6 uSID paths to that peer
-  (:meth:`testbed.topology.Topology.evs`, at most ``workload.evs`` of them,
+  (:meth:`testbed.model.topology.Topology.evs`, at most ``workload.evs`` of them,
   interleaved over planes, or exactly ``workload.evs_per_qp``, reusing paths);
   ``recv_from[i].evs`` are the mirror images of the paths that peer uses towards us,
   under the same EV ids, so a SACK for a packet that came over EV k goes back over
@@ -41,8 +41,8 @@ from agents.mrc.rto import mrc_timeout_s
 from agents.mrc.types import MAX_ACK_DELAY_RTO_FRACTION
 from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT  # noqa: F401 (re-exported)
 
-from .spec import Scenario
-from .topology import EV, Topology
+from testbed.spec import Scenario
+from testbed.model.topology import EV, Topology
 
 QP_DEFAULTS = {"retry_linear": 7, "retry_exp": 7, "cc": "uet-1.0-nscc", "initial_rto_s": 1.0}
 """QP attributes every job gets (mrc.h names; see the module docstring); ``timeout`` comes
@@ -218,7 +218,7 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
     connection). ``qp_overrides`` replace :data:`QP_DEFAULTS` keys; ``port_offset`` is added to
     the agents' UDP and TCP ports, ``ecmp_salt`` to the entropy ports' seed (see
     :func:`build_all_jobs`). Raises ValueError for an unknown transport."""
-    from .spec import transport_variant
+    from testbed.spec import transport_variant
     base, qps = transport_variant(transport)
     topo, wl = scenario.topology, scenario.workload
     hosts = list(wl.hosts)

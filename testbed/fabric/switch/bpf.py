@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from testbed.switch.build import object_path
-from testbed.switch.config import EgressConfig
+from testbed.fabric.switch.build import object_path
+from testbed.fabric.switch.config import EgressConfig
 
 PROGRAM = "mrc_egress"
 COUNTERS = ("passed", "marked", "trimmed", "dropped")

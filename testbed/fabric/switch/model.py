@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from testbed.switch.config import NS_X8, EgressConfig
+from testbed.fabric.switch.config import NS_X8, EgressConfig
 
 
 class Kind(enum.Enum):

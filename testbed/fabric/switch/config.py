@@ -20,7 +20,7 @@ MAX_HEADER_BYTES = DATA_HDR.size + IMM.size + CRC_BYTES
 MAX_TRIMMED_FRAME_BYTES = ETH_BYTES + IPV6_UDP_BYTES + MAX_HEADER_BYTES
 """Largest trimmed frame on the wire (106 bytes): one slot of the header queue."""
 HTB_HEADER_CLASSID = 0x0001_0020
-"""HTB class 1:20, the strict-priority class for trimmed headers (:mod:`testbed.shaping`)."""
+"""HTB class 1:20, the strict-priority class for trimmed headers (:mod:`testbed.fabric.shaping`)."""
 MAX_RATE_BPS = 10**12
 U64_MAX = 2**64 - 1
 NS_X8 = 8_000_000_000
@@ -71,7 +71,7 @@ class EgressConfig:
     ``header_priority``: ``skb->priority`` of trimmed headers (default HTB class 1:20).
     ``queue_pkts``: the leaf queue limit; the virtual queue does not grow past what the
     leaf would hold (None: unbounded). At least one of ECN and trimming must be on.
-    ``burst_bytes``: the HTB bucket of this link end (:func:`testbed.shaping.burst_bytes`),
+    ``burst_bytes``: the HTB bucket of this link end (:func:`testbed.fabric.shaping.burst_bytes`),
     bytes. The thresholds and the leaf limit are in packets of real backlog; a token-bucket
     shaper of rate R and bucket B holds ``max(0, V - B)`` of what a rate-R queue would hold
     (V, the virtual queue: network calculus's (R, B) regulator, Le Boudec & Thiran,

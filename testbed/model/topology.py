@@ -30,7 +30,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
-from .units import show
+from testbed.model.units import show
 
 USID_BLOCK = ipaddress.IPv6Network("fcbb:bb00::/32")
 #: Maximum uSIDs after the 32-bit block in one 128-bit destination address.
@@ -88,7 +88,7 @@ class LinkParams:
     ``delay_s`` one-way delay in seconds and ``loss_pct`` random loss in percent
     (both need sch_netem), ``mtu`` the interfaces' IPv6 MTU in bytes (1280..65535;
     jumbo 9000 carries RoCEv2's 4096-byte path MTU, as AI fabrics do).
-    Switch features on a router's egress (:mod:`testbed.switch`, a tc BPF program with a
+    Switch features on a router's egress (:mod:`testbed.fabric.switch`, a tc BPF program with a
     virtual queue drained at ``rate_bps``): ``ecn_threshold_pkts`` marks ECT packets CE
     above that many MTU-sized packets queued; ``trim_threshold_pkts`` trims MRC data
     packets to their header above it (sent at high priority; dropped only when

@@ -4,7 +4,7 @@ Hosts are Mininet ``Host``s and switches Mininet ``Node``s acting as IPv6
 routers (no OVS, no controller). Each node is a Mininet shell in its own
 network namespace; the shells are spawned together and then awaited, instead
 of one after another. Kernel state goes through netlink (pyroute2-compiled
-batches, :mod:`testbed.netlink`), one batch per namespace per phase:
+batches, :mod:`testbed.fabric.netlink`), one batch per namespace per phase:
 
 1. ``nodes``   spawn every node's shell (its PID and namespace go to the ledger)
 2. ``sysctls`` forwarding, seg6, L4 multipath hash, per-router hash seed,
@@ -43,10 +43,10 @@ from typing import Iterable, Iterator
 
 from mininet.node import Host, Node
 
-from testbed import routing, shaping
-from testbed.ledger import LEDGER_DIR, Ledger
-from testbed.netlink import Batch, netns, open_netns, write_sysctls
-from testbed.topology import EV, Role, Topology
+from testbed.fabric import routing, shaping
+from testbed.fabric.ledger import LEDGER_DIR, Ledger
+from testbed.fabric.netlink import Batch, netns, open_netns, write_sysctls
+from testbed.model.topology import EV, Role, Topology
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class Fabric:
                                          if l.params.trim_threshold_pkts else None)
                     for l in self.topo.links}
         if self.shard is not None:
-            from .cluster.vxlan import mtu_problems
+            from testbed.fabric.vxlan import mtu_problems
             problems = mtu_problems(self.topo, self.shard.placement, self.shard.cluster)
             if problems:
                 raise FabricError("; ".join(problems))
@@ -262,7 +262,7 @@ class Fabric:
                                                 self._nsfd[b], routing.mac_of(link, b), link.params.mtu),
                            desc=f"veth {link.name}")
         if self.shard is not None:
-            from .cluster.vxlan import add_tunnel, tunnel_ends
+            from testbed.fabric.vxlan import add_tunnel, tunnel_ends
             for end in tunnel_ends(self.topo, self.shard.placement, self.shard.cluster, self.shard.server):
                 add_tunnel(tunnels, end, self._nsfd[end.node])
         sr_mtu = max(link.params.mtu for link in self.topo.links)
@@ -285,9 +285,9 @@ class Fabric:
                     os.close(fd)
 
     def _attach_switch_programs(self) -> None:
-        """The switch egress program (:mod:`testbed.switch`: ECN marking, trimming) on every
+        """The switch egress program (:mod:`testbed.fabric.switch`: ECN marking, trimming) on every
         router end of a link whose class asks for it; hosts' NICs do not mark or trim."""
-        from .switch import EgressConfig, attach
+        from testbed.fabric.switch import EgressConfig, attach
         for link in self.topo.links:
             p = link.params
             if not p.switch_features:

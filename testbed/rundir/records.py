@@ -11,7 +11,7 @@ Layout (DESIGN.md "Scenario run directory")::
             links.jsonl          kernel link counters
             cpu.jsonl            host CPU use
             sched.jsonl          the agent processes' scheduler statistics
-            jobs/rank<r>.json    the agents' job specs (:mod:`testbed.jobs`)
+            jobs/rank<r>.json    the agents' job specs (:mod:`testbed.spec.jobs`)
             samples/rank<r>.jsonl  while agents run: each agent's own samples, merged
                                  into samples.jsonl at the end (:func:`merge_samples`)
             agents/rank<r>.log   each agent's stdout and stderr
@@ -47,7 +47,7 @@ in s: ``timers`` fired and ``late_sum_s`` cumulative, ``late_max_s`` the largest
 rank's previous sample; absent from agents that do not send it).
 
 ``links.jsonl``: ``{"t", **record}`` per link end and tick, ``record`` from
-:meth:`testbed.counters.LinkCounters.read`.
+:meth:`testbed.fabric.counters.LinkCounters.read`.
 
 ``cpu.jsonl``: ``{"t", "busy_fraction", "cores": [fraction, ...]}`` per tick
 (:class:`testbed.run.sampling.CpuSampler`).
@@ -64,14 +64,10 @@ could not keep is not made up, so the gap shows in the records' ``t``.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import heapq
 import json
 import math
 import os
-import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -79,9 +75,8 @@ from typing import TYPE_CHECKING
 
 from agents.protocol import Event, Iteration, sample_record  # noqa: F401 (re-exported)
 
-from .. import __version__
 if TYPE_CHECKING:
-    from ..spec import Scenario
+    from testbed.spec import Scenario
 
 MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"
@@ -104,7 +99,7 @@ SAFE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}"
 
 # -- the schema: one definition of every record, used by the writers' tests and the readers --
 # A check is a callable ``(value, where) -> list of problems`` ("where: what is wrong"); the
-# readers (:mod:`testbed.metrics.loading`) drop a record with problems and report them with
+# readers (:mod:`testbed.rundir.loading`) drop a record with problems and report them with
 # file and line. Objects accept unknown keys (newer writers add fields); the keys a reader
 # uses are typed here, with bounds that keep every allocation a reader sizes by them small.
 def _show(v) -> str:
@@ -281,7 +276,7 @@ SAMPLE = Obj({"t": TIME, "rank": RANK, "flows": ListOf(FLOW, 1 << 16)},
 LINK = Obj({"t": TIME, "link": STR}, {"end": STR, "tx_bytes": Opt(COUNTER), "drops": Opt(COUNTER),
                                       "rate_bps": Opt(NUM), "ecn_marked": Opt(COUNTER), "trimmed": Opt(COUNTER),
                                       "switch_drops": Opt(COUNTER)})
-"""``links.jsonl`` (:meth:`testbed.counters.LinkCounters.read` + ``t``)."""
+"""``links.jsonl`` (:meth:`testbed.fabric.counters.LinkCounters.read` + ``t``)."""
 CPU_RECORD = Obj({"t": TIME, "busy_fraction": Num(0, 1e6)}, {"cores": Opt(ListOf(NUM, 1 << 16)), "server": Opt(STR)})
 """``cpu.jsonl`` (``server``: a fabric's server, sampled by its worker; absent: the runner's machine)."""
 SCHED_RECORD = Obj({"t": TIME}, {"ranks": MapOf(ListOf(COUNTER, 3, 3), 1 << 20)})
@@ -302,11 +297,11 @@ JOB = Obj({"rank": RANK}, {"world": ListOf(STR, 1 << 20), "next": _PEER, "prev":
                            "send_to": ListOf(_PEER, 1 << 16), "recv_from": ListOf(_PEER, 1 << 16),
                            "collective": STR, "job": STR, "agent": RANK,
                            "qp": Obj({}, {"cc_params": Obj({}, {"base_rtt_s": Opt(Num(0, 1e6))})})})
-"""``jobs/rank<r>.json`` (:mod:`testbed.jobs`; the keys the metrics read)."""
+"""``jobs/rank<r>.json`` (:mod:`testbed.spec.jobs`; the keys the metrics read)."""
 PATH_FLOW = Obj({"src_rank": RANK, "dst_rank": RANK}, {"kind": Opt(STR), "links": ListOf(STR, 1 << 10),
                                                        "job": STR})
 PATHS_DOC = Obj({}, {"flows": ListOf(ANY, 1 << 20)})
-"""``paths.json``: ``{"transport", "flows": [PATH_FLOW]}`` (:mod:`testbed.paths`)."""
+"""``paths.json``: ``{"transport", "flows": [PATH_FLOW]}`` (:mod:`testbed.fabric.paths`)."""
 
 MAX_WORLD = 1 << 15         # ranks: one per host NIC at most (testbed.spec.MAX_HOST_NICS)
 MAX_SIZE_BYTES = 1 << 40
@@ -467,16 +462,6 @@ def event_record(msg: Event) -> dict:
     return msg.as_dict()
 
 
-# -- manifest.json -------------------------------------------------------------------
-def versions() -> dict:
-    """Versions of the testbed, Python, the kernel and the libraries a run depends on."""
-    out = {"testbed": __version__, "python": platform.python_version(), "kernel": platform.release()}
-    for mod in ("pyroute2", "numpy", "rich", "yaml"):
-        try:
-            out[mod] = getattr(__import__(mod), "__version__", "?")
-        except ImportError:
-            pass
-    return out
 
 
 def new_run_dir(scenario: Scenario, runs_root: Path) -> Path:
@@ -502,21 +487,3 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
     write_atomic(Path(run_dir) / MANIFEST, json.dumps(manifest, indent=1, default=str))
 
 
-def base_manifest(scenario: Scenario) -> dict:
-    """The manifest before any transport ran: ``transports`` (run so far, in order),
-    ``planned_transports``, ``status`` ({transport: {"status", "reason"}}) fill in as it goes.
-    Its keys are typed in :data:`MANIFEST_FIELDS`."""
-    from ..jobs import host_bandwidth_bps, host_link_rate_bps
-    from ..kernel import features
-    topo_bytes = Path(scenario.topology_path).read_bytes() if Path(scenario.topology_path).is_file() else b""
-    hosts = scenario.workload.hosts
-    return {
-        "scenario": scenario.to_dict(), "transports": [], "planned_transports": list(scenario.transports),
-        "world_size": len(hosts), "host_link_rate_bps": host_link_rate_bps(scenario),
-        "host_bandwidth_bps": host_bandwidth_bps(scenario),
-        "host_nics": min(len(scenario.topology.nics[h]) for h in hosts), "seed": scenario.seed,
-        "workload": scenario.to_dict()["workload"],
-        "topology_sha256": hashlib.sha256(topo_bytes).hexdigest(),
-        "versions": versions(), "kernel_features": dataclasses.asdict(features()), "started_at": time.time(),
-        "status": {}, "argv": sys.argv,
-    }

@@ -1,6 +1,6 @@
 """``make bench``: bring-up/teardown seconds of our fabric vs plain Mininet, and MRC packets/s.
 
-Fabric: fat-tree k=4 and k=8 built by :class:`testbed.fabric.Fabric`, next to
+Fabric: fat-tree k=4 and k=8 built by :class:`testbed.fabric.local.Fabric`, next to
 the same graph built the plain Mininet way in the same run (routers as
 ``Node``, one ``Link`` per edge via ``Mininet.addLink``, ``net.stop()``),
 with the ratio. Targets (issue 2): k=8 up within 3 s and down within 2 s.
@@ -33,8 +33,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from testbed.fabric import Fabric
-from testbed.topology import LinkParams, Topology, fat_tree
+from testbed.fabric.local import Fabric
+from testbed.model.topology import LinkParams, Topology, fat_tree
 
 TARGET_UP_S = {8: 3.0}
 TARGET_DOWN_S = {8: 2.0}
@@ -42,7 +42,7 @@ TARGET_METRICS_S = 2.0  # per transport, k=4 60 s run
 CEILING_RATES_MBIT = (5, 10, 20, 50, 100, 200)
 CEILING_TRANSPORTS = ("mrc", "rc", "tcp")
 CEILING_BUSBW = 0.90
-CEILING_SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "baseline.yaml"
+CEILING_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "baseline.yaml"
 
 
 def agent_model_name(processes: int | str | None) -> str:
@@ -173,7 +173,7 @@ def bench_metrics(repeat: int = 3, duration_s: float = 60.0) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m testbed.tools.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, nargs="+", default=[4, 8], help="fat-tree sizes")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best is reported)")
     parser.add_argument("--no-mininet", action="store_true", help="skip the plain-Mininet baseline")

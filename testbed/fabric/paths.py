@@ -10,7 +10,7 @@ A flow of a run is one connection ``r -> s`` of one transport (s one of rank r's
   ``send_to[i].src_port``; :mod:`agents.channels.tcp` binds it); ACKs come back with the ports swapped.
 * ``mrc``: one flow per EV: the SRv6 uSID path is the EV's destination address, so its
   links are those of the job spec (``send_to[i].evs[k].links``, from
-  :meth:`testbed.topology.Topology.evs`); nothing hashes it. (tests/netns proves that a
+  :meth:`testbed.model.topology.Topology.evs`); nothing hashes it. (tests/netns proves that a
   failed link black-holes exactly the EVs whose links contain it.)
 
 An ECMP flow is traced by the packets themselves: on the quiet fabric (before the agents
@@ -29,7 +29,7 @@ the two disagree. Measured on k4 (e0_0, 12 source ports): ``ip route get`` named
 wrong uplink for 5 of 12 flows, as the link counters showed.
 
 :func:`job_flows` derives every flow of a transport from its job specs (pure);
-:func:`trace_flows` traces them on a running fabric; :mod:`testbed.targets` resolves
+:func:`trace_flows` traces them on a running fabric; :mod:`testbed.faults.targets` resolves
 flow-aimed fault targets against the traced paths.
 """
 
@@ -40,7 +40,7 @@ import socket
 import struct
 from dataclasses import asdict, dataclass
 
-from testbed.topology import Topology
+from testbed.model.topology import Topology
 
 MAX_HOPS = 16
 PROBES = 16          # probe packets per traced flow
@@ -121,7 +121,7 @@ def flow_label(transport: str, src_rank: int, dst_rank: int) -> str:
 # -- flows of a transport (pure) ----------------------------------------------------------
 def job_flows(jobs: list[dict], topo: Topology, name: str | None = None) -> list[Flow]:
     """Every flow (data and ack) of every connection in ``jobs`` (one job spec per rank,
-    :func:`testbed.jobs.build_jobs`): rank r to each of its ``send_to`` peers. RC with N QPs
+    :func:`testbed.spec.jobs.build_jobs`): rank r to each of its ``send_to`` peers. RC with N QPs
     per connection gives one flow per QP (labels ``"rc-x8 3->4 qp<q>"``). ``name``: the
     transport's name in labels and ``Flow.transport`` (a variant such as ``rc-x8``; default the
     job's transport). Raises KeyError on a job spec without the fields its transport needs."""
@@ -201,14 +201,14 @@ def send_probes(fabric, host: str, t: FiveTuple, probes: int) -> None:
 @dataclass
 class Tracer:
     """Traces flows on a running, quiet fabric (no agents yet) by sending each flow's probe
-    packets and reading which link ends sent them (:class:`testbed.counters.LinkCounters`)."""
+    packets and reading which link ends sent them (:class:`testbed.fabric.counters.LinkCounters`)."""
 
     fabric: object
     probes: int = PROBES
     counters: object = None
 
     def __post_init__(self):
-        from testbed.counters import LinkCounters
+        from testbed.fabric.counters import LinkCounters
         remote = getattr(self.fabric, "link_counters", None)   # a fabric on other servers reads them there
         self.counters = self.counters or (remote() if remote else LinkCounters(self.fabric))
 
@@ -265,6 +265,6 @@ def _chain(topo: Topology, flow: Flow, sent: dict[tuple[str, str], int], probes:
 
 
 def trace_flows(fabric, flows: list[Flow]) -> list[TracedFlow]:
-    """Trace every flow on ``fabric`` (a started :class:`testbed.fabric.Fabric`)."""
+    """Trace every flow on ``fabric`` (a started :class:`testbed.fabric.local.Fabric`)."""
     with Tracer(fabric) as tracer:
         return [tracer.trace(f) for f in flows]

@@ -10,7 +10,7 @@ Every link end gets, on egress::
 HTB burst is ``max(2 MTU, 2 ms of rate)`` bytes (tc's default is one timer tick
 of rate plus an MTU; 2 ms keeps low rates accurate with HZ=250 kernels).
 
-With ``header_queue_pkts`` (trimming on, :mod:`testbed.switch`) the link end gets a
+With ``header_queue_pkts`` (trimming on, :mod:`testbed.fabric.switch`) the link end gets a
 strict-priority class for trimmed MRC headers instead, both under one parent at R::
 
     root htb 1: default 0x10
@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.netlink import Batch
-from testbed.topology import LinkParams
+from testbed.fabric.netlink import Batch
+from testbed.model.topology import LinkParams
 
 ETH_HEADER_BYTES = 14
 MTU_FRAME_BYTES = 1500 + ETH_HEADER_BYTES

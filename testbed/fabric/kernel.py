@@ -12,7 +12,7 @@ namespaces is touched, and the namespace disappears when the child exits.
   flavors next-csid lblen 32 nflen 16`` (pyroute2 cannot encode flavours).
 * nftables: add a table, a chain and a ``numgen random`` drop rule (what the
   loss fault uses).
-* bpf_egress (:mod:`testbed.switch`): clang builds the egress program, libbpf
+* bpf_egress (:mod:`testbed.fabric.switch`): clang builds the egress program, libbpf
   loads it (the verifier accepts ``bpf_skb_change_tail``, ``bpf_redirect``
   and the spin lock), and it attaches, with a ``clsact`` qdisc, to a veth
   created for the purpose in the throwaway namespace and deleted by name after.
@@ -41,13 +41,12 @@ import signal
 import stat
 import subprocess
 import time
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from testbed.model.kernel import QDISCS, KernelFeatures
 
 log = logging.getLogger(__name__)
 
-QDISCS = ("htb", "tbf", "pfifo", "netem", "fq", "fq_codel", "red")
 CLONE_NEWNET = 0x40000000
 #: Bound on the whole probe: fork, every test, the child's exit and its reaping.
 PROBE_TIMEOUT_S = 30.0
@@ -64,47 +63,6 @@ class KernelProbeError(RuntimeError):
     """The probe child failed in an unexpected way (not a missing feature)."""
 
 
-@dataclass(frozen=True)
-class KernelFeatures:
-    """What this kernel supports.
-
-    ``qdiscs``: the names from :data:`QDISCS` the kernel knows.
-    ``seg6_next_csid``: seg6local End with the next-csid flavour (SRv6 uSID).
-    ``nftables``: nf_tables with ``numgen``. ``bpf_egress``: the switch program
-    (:mod:`testbed.switch`) builds, loads and attaches to a clsact egress;
-    ``bpf_egress_error`` says why not. ``probed`` False means the probe
-    could not run (``reason`` says why) and every feature is reported absent.
-    """
-
-    qdiscs: frozenset[str] = field(default_factory=frozenset)
-    seg6_next_csid: bool = False
-    nftables: bool = False
-    bpf_egress: bool = False
-    bpf_egress_error: str = ""
-    probed: bool = True
-    reason: str = ""
-
-    @property
-    def netem(self) -> bool:
-        return "netem" in self.qdiscs
-
-    def has_qdisc(self, kind: str) -> bool:
-        return kind in self.qdiscs
-
-    def lacks(self, what: str, needs: str) -> str:
-        """Message for a spec item ``what`` that needs the missing feature ``needs``.
-
-        ``lacks("delay", "sch_netem")`` -> ``delay needs sch_netem, which this kernel lacks``.
-        """
-        if self.probed:
-            return f"{what} needs {needs}, which this kernel lacks"
-        return (f"{what} needs {needs}, which could not be detected ({self.reason}); "
-                f"assumed absent")
-
-    def to_dict(self) -> dict:
-        return {"qdiscs": sorted(self.qdiscs), "seg6_next_csid": self.seg6_next_csid,
-                "nftables": self.nftables, "bpf_egress": self.bpf_egress,
-                "bpf_egress_error": self.bpf_egress_error, "probed": self.probed, "reason": self.reason}
 
 
 @lru_cache(maxsize=1)
@@ -311,7 +269,7 @@ def _probe_bpf_egress() -> str:
     from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
 
-    from testbed import switch
+    from testbed.fabric import switch
 
     if shutil.which("clang") is None:
         return "clang not found (make setup installs clang, llvm, libbpf-dev)"
@@ -330,5 +288,5 @@ def _probe_bpf_egress() -> str:
     return ""
 
 
-if __name__ == "__main__":  # pragma: no cover - manual check: python -m testbed.kernel
+if __name__ == "__main__":  # pragma: no cover - manual check: python -m testbed.fabric.kernel
     print(json.dumps(features().to_dict(), indent=2))

@@ -29,7 +29,7 @@ from yaml.composer import ComposerError
 from yaml.events import AliasEvent, CollectionStartEvent, NodeEvent
 from yaml.nodes import CollectionNode, MappingNode, Node, ScalarNode, SequenceNode
 
-from .units import UnitError, show
+from testbed.model.units import UnitError, show
 
 NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 #: Largest spec file read (bytes): a k=8 fat-tree in explicit form is ~30 KB.
@@ -416,7 +416,7 @@ class Reader:
         return value
 
     def unit(self, node: Node | None, path: str, parse: Callable[[object], Any]) -> Any:
-        """Parse a unit value (see :mod:`testbed.units`); a UnitError becomes a problem."""
+        """Parse a unit value (see :mod:`testbed.model.units`); a UnitError becomes a problem."""
         if node is None:
             return None
         if not isinstance(node, ScalarNode):

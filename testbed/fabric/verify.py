@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from testbed.fabric import Fabric
-from testbed.topology import EV
+from testbed.fabric.local import Fabric
+from testbed.model.topology import EV
 
 UDP_NO_CHECK6_TX = 101
 UDP_NO_CHECK6_RX = 102

@@ -1,6 +1,6 @@
 """Attach the egress program to a router interface: clsact qdisc + direct-action bpf filter.
 
-How: the object is loaded in this process through libbpf (:mod:`testbed.switch.bpf`:
+How: the object is loaded in this process through libbpf (:mod:`testbed.fabric.switch.bpf`:
 pyroute2 cannot load an ELF, and ``tc ... bpf obj`` would leave the maps
 reachable only by pinning or bpftool), then pyroute2 adds, inside the node's
 namespace, a ``clsact`` qdisc (unless one exists) and a ``bpf`` filter on its
@@ -9,7 +9,7 @@ preference :data:`FILTER_PREF` and handle :data:`FILTER_HANDLE`. Nothing is
 pinned: the filter holds the program, the program its maps, and the handle
 the map fds for :meth:`EgressHandle.counters`.
 
-Namespaces are entered like :mod:`testbed.fabric` does (:func:`testbed.netlink.netns`
+Namespaces are entered like :mod:`testbed.fabric.local` does (:func:`testbed.fabric.netlink.netns`
 on a namespace fd), from a PID (``/proc/<pid>/ns/net``) or a name under
 ``/var/run/netns``; the fd is held only while a call runs, so a handle never
 keeps a torn-down namespace alive. Deleting the namespace removes the qdisc
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.netlink import netns
-from testbed.switch.bpf import PROGRAM, EgressProgram
-from testbed.switch.config import EgressConfig
+from testbed.fabric.netlink import netns
+from testbed.fabric.switch.bpf import PROGRAM, EgressProgram
+from testbed.fabric.switch.config import EgressConfig
 
 log = logging.getLogger(__name__)
 

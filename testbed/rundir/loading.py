@@ -24,8 +24,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from ..run import records as rec
-from .definitions import MetricsError, RunDirError
+from testbed.rundir import records as rec
+from testbed.metrics.definitions import MetricsError, RunDirError
 
 log = logging.getLogger("testbed.metrics")
 
@@ -172,7 +172,7 @@ def iter_jsonl(path: Path, schema=_MISSING) -> Iterator[dict]:
     """Records of a JSONL file, one JSON decode per line; a missing file is empty. Blank
     lines are skipped; a truncated last line (crashed writer) is skipped with a warning. Every
     record is checked against ``schema`` (default: the file's in
-    :data:`testbed.run.records.JSONL_RECORDS` by name, none for other names); a bad line or
+    :data:`testbed.rundir.records.JSONL_RECORDS` by name, none for other names); a bad line or
     record is a :func:`problem` naming file and line (skipped while :func:`collecting`)."""
     path = Path(path)
     if schema is _MISSING:
@@ -298,7 +298,7 @@ def _transport_dirs(run_dir: Path) -> list[str]:
 
 def load_manifest(run_dir: Path) -> dict:
     """manifest.json of a run (``{}`` if absent or damaged but the directory holds transport
-    data), every key checked against :data:`testbed.run.records.MANIFEST_FIELDS` (a bad key is
+    data), every key checked against :data:`testbed.rundir.records.MANIFEST_FIELDS` (a bad key is
     a :func:`problem` and dropped); ``transports`` filled from the subdirectories when missing
     (a listed transport without its directory never started: it reads as empty). Raises :class:`RunDirError` if
     ``run_dir`` is no run directory."""
@@ -445,7 +445,7 @@ class SampleTable:
         """``{(rank, peer, dir): FlowSeries}`` with times relative to ``t0_s``, each flow's
         samples sorted by time (stable); ``evs``: per EV id its last-seen (in that order)
         ``state``, ``sent``, ``lost``."""
-        from .series import FlowSeries
+        from testbed.metrics.series import FlowSeries
         out = {}
         for key, c in self._flows.items():
             t = np.array(c.t, dtype=float) - t0_s
@@ -478,7 +478,7 @@ class LinkTable:
     """Kernel link counters (``links.jsonl``) in columns per link end ``(link, end)``:
     ``{"t", "tx_bytes", "drops", "rate_bps"}`` float arrays sorted by wall-clock time
     (stable), plus ``ecn_marked``, ``trimmed`` and ``switch_drops`` on ends that ran the switch
-    program (:mod:`testbed.switch`); a missing counter is 0, a missing rate NaN. ``t``: every
+    program (:mod:`testbed.fabric.switch`); a missing counter is 0, a missing rate NaN. ``t``: every
     record's time."""
 
     def __init__(self, t: np.ndarray, ends: dict[tuple, dict[str, np.ndarray]]):
@@ -568,7 +568,7 @@ def _job_filter(jobs: list[dict], job: str):
 
 def load_transport(run_dir: Path, name: str, job: str | None = None) -> TransportRecords:
     """The JSONL files, job specs and traced paths of transport ``name`` (missing files are
-    empty), every record checked against its schema (:mod:`testbed.run.records`) and dropped
+    empty), every record checked against its schema (:mod:`testbed.rundir.records`) and dropped
     when it is dated outside :func:`time_window`; a bad record is a :func:`problem`.
     ``job``: only that job's agents, under their ranks in the job (a run of several jobs,
     :func:`job_names`); links and CPU are the whole fabric's."""
@@ -622,7 +622,7 @@ def _first_times(d: Path) -> list[float]:
 
 
 def _jobs(d: Path) -> list[dict]:
-    """The job specs ``jobs/rank<a>.json`` in agent order (:data:`testbed.run.records.JOB`;
+    """The job specs ``jobs/rank<a>.json`` in agent order (:data:`testbed.rundir.records.JOB`;
     ``a`` the agent id, the rank for a single job)."""
     if not d.is_dir():
         if d.exists():
@@ -633,7 +633,7 @@ def _jobs(d: Path) -> list[dict]:
 
 
 def _paths(path: Path) -> list[dict]:
-    """``flows`` of paths.json, each checked (:data:`testbed.run.records.PATH_FLOW`)."""
+    """``flows`` of paths.json, each checked (:data:`testbed.rundir.records.PATH_FLOW`)."""
     doc = read_json(path, {}, rec.PATHS_DOC)
     out = []
     for i, f in enumerate(doc.get("flows", [])):

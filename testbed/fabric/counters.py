@@ -2,7 +2,7 @@
 
 One :meth:`LinkCounters.read` sends, per namespace, one ``RTM_GETLINK`` dump
 and one ``RTM_GETQDISC`` dump on a raw NETLINK_ROUTE socket opened inside
-:func:`testbed.netlink.netns` (no subprocesses, no pyroute2 request
+:func:`testbed.fabric.netlink.netns` (no subprocesses, no pyroute2 request
 pipeline). Replies are parsed with a lean attribute walk whose message
 layouts and attribute numbers come from pyroute2's message classes
 (``ifinfmsg``, ``ifinfmsg.ifstats64``, ``tcmsg``, ``stats2.queue``): a full
@@ -19,7 +19,7 @@ Sources of each record's fields:
   (pfifo/netem overflow) to its own counter, so this is HTB + leaf, counted
   once; cumulative since the fabric started.
 * ``ecn_marked``/``trimmed``/``switch_drops`` (only on a router end running the switch
-  program, :mod:`testbed.switch`): packets it marked CE, trimmed to their header, and
+  program, :mod:`testbed.fabric.switch`): packets it marked CE, trimmed to their header, and
   dropped because its header queue overflowed; cumulative.
 * ``rate_bps``: the HTB rate now configured, tracked by
   :meth:`testbed.faults.FaultInjector.set_rate` (:func:`testbed.faults.current_rate_bps`),
@@ -39,9 +39,9 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import stats2
 
-from testbed import routing
+from testbed.fabric import routing
 from testbed.faults import current_rate_bps
-from testbed.netlink import NETLINK_ROUTE, NLMSG_ERROR, netns
+from testbed.fabric.netlink import NETLINK_ROUTE, NLMSG_ERROR, netns
 
 NLMSG_DONE = 3
 TC_H_ROOT = 0xFFFFFFFF

@@ -33,8 +33,8 @@ import heapq
 import itertools
 from typing import Iterable
 
-from .faults.steps import Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
-from .spec import TimelineEvent
+from testbed.faults.steps import Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
+from testbed.spec import TimelineEvent
 
 __all__ = ["Step", "Timeline", "sweep_warmups"]
 

@@ -28,8 +28,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterable
 
-from testbed.netlink import IGNORE_MISSING, RT_TABLE_LOCAL, RTN_LOCAL, Batch
-from testbed.topology import Link, Role, Topology, host_prefix, plane_prefix
+from testbed.fabric.netlink import IGNORE_MISSING, RT_TABLE_LOCAL, RTN_LOCAL, Batch
+from testbed.model.topology import Link, Role, Topology, host_prefix, plane_prefix
 
 SR_IFINDEX = 2
 SR_PEER_IFINDEX = 3

@@ -20,7 +20,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("egress.bpf.c")
-BUILD_DIR = Path(__file__).resolve().parents[2] / "build" / "switch"
+BUILD_DIR = Path(__file__).resolve().parents[3] / "build" / "switch"
 OBJECT = BUILD_DIR / "egress.bpf.o"
 COMPILE_TIMEOUT_S = 60.0
 

@@ -1,59 +1,30 @@
 """Several trials of one scenario (runs with different seeds) aggregated into medians and ranges.
 
 Pure functions on summary.json dicts (:func:`testbed.metrics.analyze_run`); the runner loads
-them and prints :func:`trials_table`. A KPI missing from a trial's summary (older versions,
-a transport that did not run) or None there counts as "no value": ``n`` says how many trials
-gave one.
+them and prints :func:`testbed.report.trials.trials_table`. A KPI missing from a trial's summary
+(older versions, a transport that did not run) or None there counts as "no value": ``n`` says how
+many trials gave one.
 """
 
 from __future__ import annotations
 
 import statistics
 
-from .report.fmt import fmt_count, fmt_sig
-from .report.layout import Grid
-
-
-
-def _count(x: float | None) -> str:
-    """A count, or the median of counts (which may end in .5)."""
-    return fmt_count(x) if x is None or float(x).is_integer() else f"{x:.1f}"
-
-
-def _scaled(scale: float):
-    return lambda x: fmt_sig(None if x is None else x * scale)
-
-
-# KPI (a dotted path into a transport summary) -> (table label with its unit, value formatter):
-# bare numbers (3 significant figures, counts whole), so "median [min-max] (n)" stays short.
-KPIS: dict[str, tuple[str, object]] = {
-    "busbw_mbit_per_s": ("busbw (Mbit/s)", fmt_sig),
-    "busbw_fraction_of_host": ("busbw / host (%)", _scaled(100)),
-    "faulted_iteration.slowdown_pct": ("faulted iteration slowdown (%)", fmt_sig),
-    "detect_s": ("time to detect (ms)", _scaled(1e3)),
-    "false_retirements.count": ("false retirements", _count),
-    "worst_stall.s": ("worst flow stall (ms)", _scaled(1e3)),
-    "worst_recovery.s": ("worst flow recovery (ms)", _scaled(1e3)),
-    "healthy_gap_p99_s": ("healthy gap p99 (ms)", _scaled(1e3)),
-    "retransmits_after_fault": ("retransmits after fault (pkts)", _count),
-    "iteration_s.p50": ("iteration p50 (s)", fmt_sig),
-    "wrong": ("#wrong", _count),
-    "qp_errors": ("QP errors", _count),
-    "balance.fabric.max_over_mean": ("fabric utilisation max/mean", fmt_sig),
-    "balance.collisions.max_load": ("max load on a fabric link (flows)", fmt_sig),
-}
+#: KPIs, each a dotted path into a transport summary (labels and units: :mod:`testbed.report.trials`).
+KPIS: tuple[str, ...] = (
+    "busbw_mbit_per_s", "busbw_fraction_of_host", "faulted_iteration.slowdown_pct", "detect_s",
+    "false_retirements.count", "worst_stall.s", "worst_recovery.s", "healthy_gap_p99_s",
+    "retransmits_after_fault", "iteration_s.p50", "wrong", "qp_errors", "balance.fabric.max_over_mean",
+    "balance.collisions.max_load",
+)
 #: Per job of a run of several jobs (``jobs.<name>.<key>``: the transport summary's ``jobs`` row).
-JOB_KPIS: dict[str, tuple[str, object]] = {
-    "busbw_fraction_of_host": ("busbw / host (%)", _scaled(100)),
-}
+JOB_KPIS: tuple[str, ...] = ("busbw_fraction_of_host",)
 
 
-def job_kpis(trials: list[dict | None]) -> dict[str, tuple[str, object]]:
-    """``jobs.<name>.<key>`` KPIs (label, formatter) of every job seen in the trials, in order."""
+def job_kpis(trials: list[dict | None]) -> list[str]:
+    """``jobs.<name>.<key>`` KPIs of every job seen in the trials, in order."""
     names = list(dict.fromkeys(j["job"] for s in trials if s for j in s.get("jobs") or ()))
-    return {f"jobs.{n}.{k}": (f"{n}: {label}", fmt) for n in names for k, (label, fmt) in JOB_KPIS.items()}
-
-
+    return [f"jobs.{n}.{k}" for n in names for k in JOB_KPIS]
 def kpi_value(s: dict, kpi: str) -> float | None:
     """The value of a dotted KPI path in a transport summary; None if any step is missing or None.
     ``worst_recovery.s`` only counts when the slowest flow dipped and recovered."""
@@ -89,7 +60,7 @@ def first_faulted_link(s: dict) -> str | None:
 
 
 def _transport(trials: list[dict | None]) -> dict:
-    out = {kpi: stats([kpi_value(s, kpi) if s else None for s in trials]) for kpi in {**KPIS, **job_kpis(trials)}}
+    out = {kpi: stats([kpi_value(s, kpi) if s else None for s in trials]) for kpi in (*KPIS, *job_kpis(trials))}
     rec = [s.get("worst_recovery") for s in trials if s and "worst_recovery" in s]
     out["worst_recovery.s"]["no_dip"] = sum(1 for r in rec if r is not None and not r.get("dip"))
     out["worst_recovery.s"]["not_recovered"] = sum(1 for r in rec if r and r.get("dip") and not r.get("recovered"))
@@ -130,43 +101,3 @@ def aggregate(summaries: list[dict]) -> dict:
             "faulted_link": dict(sorted(links.items())),
             "transports": {n: _transport([(s.get("transports") or {}).get(n) for s in summaries])
                            for n in names}}
-
-
-def fmt_stats(st: dict, fmt=fmt_sig) -> str:
-    """"median [min-max] (n)"; "- (0)" when no trial gave a value."""
-    if not st.get("n"):
-        return f"- ({st.get('n', 0)})"
-    return f"{fmt(st['median'])} [{fmt(st['min'])}-{fmt(st['max'])}] ({st['n']})"
-
-
-def _recovery_cell(st: dict, fmt) -> str:
-    text = fmt_stats(st, fmt)
-    extra = [f"{st[k]} {k.replace('_', ' ')}" for k in ("no_dip", "not_recovered") if st.get(k)]
-    return text + ("; " + ", ".join(extra) if extra else "")
-
-
-def _job_rows(t: dict) -> dict[str, tuple[str, object]]:
-    out = {}
-    for kpi in t:
-        if kpi.startswith("jobs."):
-            _, name, key = kpi.split(".", 2)
-            label, fmt = JOB_KPIS[key]
-            out[kpi] = (f"{name}: {label}", fmt)
-    return out
-
-
-def trials_table(agg: dict) -> Grid:
-    """KPIs (rows) per transport (columns) as "median [min-max] (n)"; a renderable that fits the
-    console width like the report's tables (:class:`testbed.report.layout.Grid`)."""
-    names = list(agg["transports"])
-    rows = []
-    per_job = {k: v for n in names for k, v in _job_rows(agg["transports"][n]).items()}
-    for kpi, (label, fmt) in {**KPIS, **per_job}.items():
-        cells = [_recovery_cell(agg["transports"][n][kpi], fmt) if kpi == "worst_recovery.s"
-                 else fmt_stats(agg["transports"][n].get(kpi) or {}, fmt) for n in names]
-        rows.append([label, *cells])
-    rows.append(["faulted link (trials)", *(", ".join(f"{k}: {v}" for k, v in agg["transports"][n]["faulted_link"]
-                                                      .items()) or "-" for n in names)])
-    seeds = f", seeds {', '.join(map(str, agg['seeds']))}" if agg.get("seeds") else ""
-    title = f"{agg.get('scenario')}: {agg['trials']} trials{seeds}: median [min-max] (n)"
-    return Grid(title, ["KPI", *names], rows, split="columns", shrink_first=(0,))
