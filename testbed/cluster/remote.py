@@ -34,6 +34,7 @@ from typing import Callable
 from testbed.model.topology import Topology
 from testbed.model.cluster import Placement
 from testbed.model.cluster import Cluster, Server
+from testbed.model.errors import TestbedFailure
 
 REPO = Path(__file__).resolve().parents[2]
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ def _ship(path: str | Path) -> dict:
     return {"name": Path(path).name, "text": Path(path).read_text()}
 
 
-class RemoteError(RuntimeError):
+class RemoteError(TestbedFailure):
     """A worker refused a request, or its channel closed."""
 
 
@@ -145,6 +146,8 @@ class SshShardedFabric:
     timings: dict[str, float] = field(default_factory=dict)
     built: dict[str, dict] = field(default_factory=dict)
     _down: set[str] = field(default_factory=set)
+    _rates_bps: dict[str, int] = field(default_factory=dict)
+    have_netem: bool = False   # shaping is the workers'; netem is never needed here
     clocks: dict[str, dict] = field(default_factory=dict)
     """Each server's clock offset from this machine's at the last :meth:`start_agents`
     (:meth:`clock_offsets`)."""
@@ -208,7 +211,7 @@ class SshShardedFabric:
 
     def run_nft(self, node: str, cmds: list[dict]) -> tuple[int, object, str]:
         """libnftables JSON ``cmds`` in ``node``'s namespace, by its server's worker: (rc, output,
-        error text), as :func:`testbed.faults.nft.run_binding`. What a
+        error text), as :func:`testbed.fabric.nft.run_binding`. What a
         :class:`testbed.faults.FaultInjector` of this fabric runs its loss and blackhole rules with."""
         reply = self.shards[self.placement.where[node]].call("nft", node=node, cmds=cmds)
         return reply["rc"], reply["out"], reply["err"]
@@ -217,6 +220,23 @@ class SshShardedFabric:
         """The HTB rate (bit/s) of ``node``'s end of ``link``, by its server's worker (what a
         :class:`testbed.faults.FaultInjector` of this fabric changes rates with)."""
         self.shards[self.placement.where[node]].call("htb", link=link, node=node, rate_bps=rate_bps)
+        lk = self.topo.link_by_name[link]
+        if rate_bps == lk.params.rate_bps:
+            self._rates_bps.pop(link, None)
+        else:
+            self._rates_bps[link] = rate_bps
+
+    def link_rate_bps(self, link) -> int:
+        return self._rates_bps.get(link.name, link.params.rate_bps)
+
+    def is_local(self, node: str) -> bool:
+        """Every node is this fabric's (its workers act on each server's own nodes)."""
+        return True
+
+    @property
+    def switch_handles(self) -> dict:
+        """Empty: the switch programs are held by the workers."""
+        return {}
 
     @property
     def links_down(self) -> frozenset[str]:
@@ -300,12 +320,11 @@ class SshShardedFabric:
 
     def counters(self) -> list[dict]:
         """Every link end's counters (:meth:`testbed.fabric.counters.LinkCounters.read` records)."""
-        from testbed.faults import current_rate_bps
         out = []
         for shard in self.shards.values():
             out += shard.call("counters")["links"]
-        for rec in out:   # the rate in force is what this side's FaultInjector set
-            rec["rate_bps"] = current_rate_bps(self, self.topo.link_by_name[rec["link"]])
+        for rec in out:   # the rate in force is what this side set
+            rec["rate_bps"] = self.link_rate_bps(self.topo.link_by_name[rec["link"]])
         return out
 
 

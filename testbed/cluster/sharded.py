@@ -27,10 +27,11 @@ from testbed.fabric.netlink import netns
 from testbed.model.topology import Topology
 from testbed.model.cluster import Placement
 from testbed.model.cluster import Cluster
+from testbed.fabric.ops import LocalOps
 
 
 @dataclass
-class ShardedFabric:
+class ShardedFabric(LocalOps):
     """``topo`` placed by ``placement`` over ``cluster``'s servers; ``underlay_netns``:
     server name -> path of its underlay namespace (absent: this process's namespace)."""
 
@@ -42,6 +43,11 @@ class ShardedFabric:
     ledger_dir: os.PathLike = LEDGER_DIR
     shards: dict[str, Fabric] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    _rates_bps: dict[str, int] = field(default_factory=dict)
+
+    def is_local(self, node: str) -> bool:
+        """Every node: each shard is built by this process."""
+        return True
 
     def __enter__(self) -> "ShardedFabric":
         return self.start()

@@ -138,19 +138,16 @@ class Worker:
 
     def op_nft(self, node: str, cmds: list) -> dict:
         """nftables commands (libnftables JSON) in ``node``'s namespace: ``{"rc", "out", "err"}``."""
-        from testbed.faults import nft
         if not self.fabric.is_local(node):
             raise KeyError(f"{node} is not on this server")
-        rc, out, err = nft.runner()(self.fabric.nsfd(node), cmds)
+        rc, out, err = self.fabric.run_nft(node, cmds)
         return {"rc": rc, "out": out, "err": err}
 
     def op_htb(self, link: str, node: str, rate_bps: int) -> dict:
-        """HTB rate of ``node``'s end of ``link``, bit/s (:func:`testbed.faults.injector.set_htb`)."""
-        from testbed.faults.injector import set_htb
+        """HTB rate of ``node``'s end of ``link``, bit/s (:meth:`testbed.fabric.local.Fabric.set_htb`)."""
         if not self.fabric.is_local(node):
             raise KeyError(f"{node} is not on this server")
-        lk = self.fabric.topo.link_by_name[link]
-        set_htb(self.fabric, lk, node, int(rate_bps), self.fabric.nsfd(node))
+        self.fabric.set_htb(link, node, int(rate_bps))
         return {}
 
     def op_trace_send(self, host: str, tuple: dict, probes: int) -> dict:

@@ -40,7 +40,6 @@ from pyroute2.netlink.rtnl.tcmsg import tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import stats2
 
 from testbed.fabric import routing
-from testbed.faults import current_rate_bps
 from testbed.fabric.netlink import NETLINK_ROUTE, NLMSG_ERROR, netns
 
 NLMSG_DONE = 3
@@ -179,10 +178,9 @@ class LinkCounters:
         #: node -> {ifindex: (link, end letter, port)}, in topology link order
         self._ends: dict[str, dict[int, tuple]] = {}
         self._order: list[tuple[str, int]] = []
-        local = getattr(fabric, "is_local", lambda node: True)   # a shard reads its own ends
         for link in topo.links:
             for letter, port in (("a", link.a), ("b", link.b)):
-                if not local(port.node):
+                if not fabric.is_local(port.node):   # a shard reads its own ends
                     continue
                 ifindex = routing.port_ifindex(topo, port.node, link)
                 self._ends.setdefault(port.node, {})[ifindex] = (link, letter, port)
@@ -219,7 +217,7 @@ class LinkCounters:
                 _dump(sock, LINK_DUMP, buf, on_link)
                 _dump(sock, QDISC_DUMP, buf, on_qdisc)
         out = []
-        switch = getattr(self.fabric, "switch_handles", None) or {}
+        switch = self.fabric.switch_handles
         for key in self._order:
             link, letter, port = self._ends[key[0]][key[1]]
             if key not in stats:
@@ -227,7 +225,7 @@ class LinkCounters:
             tx_b, tx_p, rx_b, rx_p = stats[key]
             rec = {"link": link.name, "end": letter, "node": port.node, "ifname": port.ifname,
                    "tx_bytes": tx_b, "tx_packets": tx_p, "rx_bytes": rx_b, "rx_packets": rx_p,
-                   "drops": drops.get(key, 0), "rate_bps": current_rate_bps(self.fabric, link)}
+                   "drops": drops.get(key, 0), "rate_bps": self.fabric.link_rate_bps(link)}
             handle = switch.get((link.name, port.node))
             if handle is not None:   # the switch program's own counters (one map lookup each)
                 c = handle.counters()

@@ -44,6 +44,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 from testbed.model.kernel import QDISCS, KernelFeatures
+from testbed.model.errors import TestbedFailure
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ PROBE_VERSION = 2
 _QDISC_ARGS = {"tbf": {"rate": "1mbit", "burst": 10240, "latency": "10ms"}}
 
 
-class KernelProbeError(RuntimeError):
+class KernelProbeError(TestbedFailure):
     """The probe child failed in an unexpected way (not a missing feature)."""
 
 

@@ -47,11 +47,14 @@ from testbed.fabric import routing, shaping
 from testbed.fabric.ledger import LEDGER_DIR, Ledger
 from testbed.fabric.netlink import Batch, netns, open_netns, write_sysctls
 from testbed.model.topology import EV, Role, Topology
+from testbed.model.errors import TestbedFailure
+from testbed.fabric.ops import LocalOps
+from testbed.model.cluster import Cluster, Placement
 
 log = logging.getLogger(__name__)
 
 
-class FabricError(RuntimeError):
+class FabricError(TestbedFailure):
     """Bring-up or a runtime change of the fabric failed."""
 
 
@@ -108,14 +111,13 @@ def _await_shells(nodes: list[Node], timeout_s: float = 30.0) -> None:
 
 @dataclass(frozen=True)
 class Shard:
-    """The part of a fabric one server builds: ``server`` in ``placement`` (a
-    :class:`testbed.cluster.placement.Placement`) of ``cluster`` (a
-    :class:`testbed.cluster.servers.Cluster`); ``underlay_netns``: path of the network
+    """The part of a fabric one server builds: ``server`` in ``placement`` of ``cluster``;
+    ``underlay_netns``: path of the network
     namespace holding this server's underlay address (None: the builder's own)."""
 
     server: str
-    placement: object
-    cluster: object
+    placement: Placement
+    cluster: Cluster
     underlay_netns: str | None = None
 
     def local(self, node: str) -> bool:
@@ -123,7 +125,7 @@ class Shard:
 
 
 @dataclass
-class Fabric:
+class Fabric(LocalOps):
     """A running fabric for ``topo``. Use as a context manager, or ``start()``/``stop()``.
 
     ``timings`` holds seconds per bring-up phase. ``have_netem`` says whether
@@ -143,6 +145,11 @@ class Fabric:
     _installed_ecmp: dict | None = None
     switch_handles: dict = field(default_factory=dict)
     shard: Shard | None = None
+    _rates_bps: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def placement(self) -> Placement | None:
+        return self.shard.placement if self.shard else None
 
     def is_local(self, node: str) -> bool:
         """True when this fabric (or shard) builds ``node``."""

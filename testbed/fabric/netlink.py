@@ -26,6 +26,7 @@ from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP, ifinfmsg
 from pyroute2.netlink.rtnl.ndmsg import ndmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
+from testbed.model.errors import TestbedFailure
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _ns_lock = threading.Lock()
 
 
-class NetlinkBatchError(RuntimeError):
+class NetlinkBatchError(TestbedFailure):
     """One or more requests of a batch failed: ``failures`` is [(description, errno)]."""
 
     def __init__(self, where: str, failures: list[tuple[str, int]]):

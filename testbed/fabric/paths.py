@@ -41,13 +41,14 @@ import struct
 from dataclasses import asdict, dataclass
 
 from testbed.model.topology import Topology
+from testbed.model.errors import TestbedFailure
 
 MAX_HOPS = 16
 PROBES = 16          # probe packets per traced flow
 PROTOS = {"udp": socket.IPPROTO_UDP, "tcp": socket.IPPROTO_TCP}
 
 
-class TraceError(RuntimeError):
+class TraceError(TestbedFailure):
     """The probes of a flow could not be sent."""
 
 
@@ -208,9 +209,7 @@ class Tracer:
     counters: object = None
 
     def __post_init__(self):
-        from testbed.fabric.counters import LinkCounters
-        remote = getattr(self.fabric, "link_counters", None)   # a fabric on other servers reads them there
-        self.counters = self.counters or (remote() if remote else LinkCounters(self.fabric))
+        self.counters = self.counters or self.fabric.link_counters()
 
     def __enter__(self) -> "Tracer":
         return self
@@ -222,11 +221,7 @@ class Tracer:
         return {(r["link"], r["node"]): r["tx_packets"] for r in self.counters.read()}
 
     def _send(self, host: str, t: FiveTuple) -> None:
-        remote = getattr(self.fabric, "send_trace_probes", None)
-        if remote is not None:   # sent by the worker of the server holding ``host``
-            remote(host, t, self.probes)
-        else:
-            send_probes(self.fabric, host, t, self.probes)
+        self.fabric.send_trace_probes(host, t, self.probes)
 
     def trace(self, flow: Flow) -> TracedFlow:
         """Hops of ``flow`` (see the module docstring); a flow with known ``links`` (SRv6) is

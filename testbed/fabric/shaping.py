@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from testbed.fabric.netlink import Batch
 from testbed.model.topology import LinkParams
+from testbed.model.errors import InputError
 
 ETH_HEADER_BYTES = 14
 MTU_FRAME_BYTES = 1500 + ETH_HEADER_BYTES
@@ -45,7 +46,7 @@ HEADER_LEAF_HANDLE = "20:"
 DATA_GUARANTEE_DIVISOR = 1000
 
 
-class ShapingError(ValueError):
+class ShapingError(InputError):
     """A link needs a qdisc this kernel lacks."""
 
 

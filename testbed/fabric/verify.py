@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from testbed.fabric.local import Fabric
+from testbed.fabric.backend import FabricBackend
 from testbed.model.topology import EV
 
 UDP_NO_CHECK6_TX = 101
@@ -52,7 +52,7 @@ class Reachability:
                 "ecmp_pairs_ok": len(self.received & self.sent) - ev_ok}
 
 
-def _udp_socket(fabric: Fabric, host: str, *, bind_port: int | None) -> socket.socket:
+def _udp_socket(fabric: FabricBackend, host: str, *, bind_port: int | None) -> socket.socket:
     with fabric.inside(host):
         sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_TX, 1)
@@ -63,7 +63,7 @@ def _udp_socket(fabric: Fabric, host: str, *, bind_port: int | None) -> socket.s
     return sock
 
 
-def probe(fabric: Fabric, pairs: Iterable[tuple[str, str]] | None = None, *,
+def probe(fabric: FabricBackend, pairs: Iterable[tuple[str, str]] | None = None, *,
           ecmp: bool = True, srv6: bool = True, timeout_s: float = 2.0,
           quiet_s: float = 0.15) -> Reachability:
     """Send one datagram per EV (SRv6) and one per NIC pair (ECMP) for each host pair.

@@ -13,10 +13,10 @@ force is the injector's: :func:`current_rate_bps`, where :class:`testbed.fabric.
 reads it.
 """
 
-from testbed.faults.injector import FaultError, FaultInjector, current_rate_bps
-from testbed.faults.nft import BLACKHOLE_COUNTER, LOSS_COUNTER, LOSS_MOD, FaultState, have_nft_binding, loss_threshold, table_name, transition
+from testbed.faults.injector import FaultError, FaultInjector
+from testbed.faults.nft import BLACKHOLE_COUNTER, LOSS_COUNTER, LOSS_MOD, FaultState, loss_threshold, table_name, transition
 from testbed.faults.steps import FAULTS, Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
 
 __all__ = ["BLACKHOLE_COUNTER", "FAULTS", "LOSS_COUNTER", "LOSS_MOD", "Blackhole", "Change", "FaultError",
            "FaultInjector", "FaultState", "LinkState", "Loss", "Rate", "Reconverge", "Step",
-           "current_rate_bps", "have_nft_binding", "loss_threshold", "table_name", "transition"]
+           "loss_threshold", "table_name", "transition"]

@@ -12,56 +12,24 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-import weakref
 from typing import Any, Callable
 
-from testbed.fabric import routing, shaping
-from testbed.fabric.netlink import Batch, NetlinkBatchError
+from testbed.fabric.netlink import NetlinkBatchError
 from testbed.model.topology import Link
 
 from testbed.faults import nft
 from testbed.faults.nft import BLACKHOLE_COUNTER, LOSS_COUNTER, FaultState, table_name
 from testbed.faults.steps import Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
+from testbed.model.errors import TestbedFailure
 
 log = logging.getLogger(__name__)
 
-_OWNERS: "weakref.WeakValueDictionary[int, FaultInjector]" = weakref.WeakValueDictionary()
-"""id(fabric) -> the injector that owns its faults (the latest made for it)."""
-
-
-class FaultError(RuntimeError):
+class FaultError(TestbedFailure):
     """The kernel (nftables, tc or netlink) refused a fault change; the message carries its reason."""
 
 
 class _Gone(Exception):
     """The namespace of a node is gone (fabric stopped)."""
-
-
-def current_rate_bps(fabric, link: Link) -> int:
-    """HTB rate in bits/s now configured on ``link`` of ``fabric``: what its
-    :class:`FaultInjector` set, else the topology's."""
-    owner = _OWNERS.get(id(fabric))
-    if owner is not None and owner.fabric is fabric:
-        return owner.rate_bps(link)
-    return link.params.rate_bps
-
-
-def set_htb(fabric, lk: Link, node: str, rate_bps: int, nsfd: int) -> None:
-    """Set the HTB rate of ``node``'s end of ``lk`` to ``rate_bps`` (ceil and burst follow,
-    :func:`testbed.fabric.shaping.plan`) in the namespace ``nsfd``, and the virtual queues of its
-    switch program (if any) to drain at that rate. Raises FaultError if the kernel refuses,
-    OSError if the namespace is gone."""
-    tc = shaping.plan(dataclasses.replace(lk.params, rate_bps=rate_bps), have_netem=fabric.have_netem,
-                      header_queue_pkts=lk.params.trim_header_queue_pkts if lk.params.trim_threshold_pkts else None)
-    batch = Batch(f"{lk.name}: rate {rate_bps} bit/s on {node}")
-    shaping.compile_into(batch, routing.port_ifindex(fabric.topo, node, lk), tc, replace=True)
-    try:
-        batch.send(nsfd)
-    except NetlinkBatchError as exc:
-        raise FaultError(str(exc)) from None
-    handle = getattr(fabric, "switch_handles", {}).get((lk.name, node))
-    if handle is not None:   # the switch program's virtual queues drain at the link's rate too
-        handle.program.reconfigure(dataclasses.replace(handle.program.config, rate_bps=rate_bps))
 
 
 class FaultInjector:
@@ -72,8 +40,8 @@ class FaultInjector:
     message and leaves the link as it was. ``journal`` lists every primitive change as
     ``(monotonic seconds, operation, link, value)``. ``record`` (optional) receives the run
     journal's records (``events.jsonl`` without ``t``) of :meth:`apply_step` and
-    :meth:`revert_all`. Creating an injector makes it the owner that
-    :func:`current_rate_bps` asks for ``fabric``.
+    :meth:`revert_all`. Rates go through the fabric (:meth:`FabricBackend.set_htb`), which
+    reports them to counters (:meth:`FabricBackend.link_rate_bps`).
     """
 
     def __init__(self, fabric, *, record: Callable[[dict], None] | None = None):
@@ -85,8 +53,6 @@ class FaultInjector:
         self._dirty: set[str] = set()             # links whose tables may exist (cleared by revert_all)
         self._rates: dict[str, int] = {}          # HTB rates in force that differ from the topology's
         self._rate_dirty: set[str] = set()        # links whose HTB rate this object changed
-        self._run = nft.runner()
-        _OWNERS[id(fabric)] = self
 
     # -- reading ------------------------------------------------------------------------
     @property
@@ -118,30 +84,17 @@ class FaultInjector:
     def _local_ports(self, link: Link) -> list:
         """The ends of ``link`` this fabric holds: both, or on a shard (:class:`testbed.fabric.local.Shard`)
         the local ones; a fault on a cut link is applied by each server's injector to its end."""
-        local = getattr(self.fabric, "is_local", None)
-        return [p for p in (link.a, link.b) if local is None or local(p.node)]
-
-    def _nsfd(self, node: str) -> int:
-        try:
-            return self.fabric.nsfd(node)
-        except KeyError:
-            raise _Gone(f"namespace of {node} is gone (fabric stopped)") from None
+        return [p for p in (link.a, link.b) if self.fabric.is_local(p.node)]
 
     def _nft(self, node: str, cmds: list[dict], what: str) -> Any:
-        remote = getattr(self.fabric, "run_nft", None)   # a fabric on other servers runs it there
-        if remote is not None:
-            try:
-                rc, out, err = remote(node, cmds)
-            except KeyError:
-                raise _Gone(f"namespace of {node} is gone (fabric stopped)") from None
-            except RuntimeError as exc:
-                raise FaultError(f"{what} on {node}: {exc}") from None
-        else:
-            fd = self._nsfd(node)
-            try:
-                rc, out, err = self._run(fd, cmds)
-            except OSError as exc:   # setns on a closed fd
-                raise _Gone(f"{node}: {exc}") from None
+        try:
+            rc, out, err = self.fabric.run_nft(node, cmds)
+        except KeyError:
+            raise _Gone(f"namespace of {node} is gone (fabric stopped)") from None
+        except OSError as exc:   # setns on a closed fd
+            raise _Gone(f"{node}: {exc}") from None
+        except RuntimeError as exc:
+            raise FaultError(f"{what} on {node}: {exc}") from None
         if rc != 0:
             raise FaultError(f"{what} on {node}: nft: {err.strip() or f'exit status {rc}'}")
         return out
@@ -244,19 +197,14 @@ class FaultInjector:
         self.journal.append((time.monotonic(), "rate", lk.name, rate_bps))
 
     def _set_htb(self, lk: Link, port, rate_bps: int) -> None:
-        remote = getattr(self.fabric, "set_htb", None)   # a fabric on other servers shapes there
-        if remote is not None:
-            try:
-                remote(lk.name, port.node, rate_bps)
-            except KeyError:
-                raise _Gone(f"namespace of {port.node} is gone (fabric stopped)") from None
-            except RuntimeError as exc:
-                raise FaultError(f"{lk.name}: rate {rate_bps} bit/s on {port.node}: {exc}") from None
-            return
         try:
-            set_htb(self.fabric, lk, port.node, rate_bps, self._nsfd(port.node))
+            self.fabric.set_htb(lk.name, port.node, rate_bps)
+        except KeyError:
+            raise _Gone(f"namespace of {port.node} is gone (fabric stopped)") from None
         except OSError as exc:
             raise _Gone(f"{port.node}: {exc}") from None
+        except RuntimeError as exc:
+            raise FaultError(f"{lk.name}: rate {rate_bps} bit/s on {port.node}: {exc}") from None
 
     # -- typed changes and timeline steps -------------------------------------------------
     def apply(self, change: Change) -> None:

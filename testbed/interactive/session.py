@@ -13,6 +13,7 @@ from testbed.model import units
 from testbed.faults import Blackhole, FaultInjector, LinkState, Loss, Rate, Reconverge
 from testbed.fabric.paths import FiveTuple, Flow, TraceError, TracedFlow, trace_flows
 from testbed.model.topology import Topology
+from testbed.model.errors import InputError
 
 DEFAULT_SPORT, DEFAULT_DPORT = 49152, 4791
 PING_TIMEOUT_S = 1
@@ -24,7 +25,7 @@ _PING_SCRIPT = ('w=$1; shift; for d in "$@"; do n=${d%%=*}; '
 ``NAME ok|x`` per destination."""
 
 
-class CommandError(ValueError):
+class CommandError(InputError):
     """A CLI command's arguments are wrong; the message says what and how to fix it."""
 
 

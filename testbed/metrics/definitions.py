@@ -3,6 +3,7 @@
 errors raised on bad records."""
 
 from __future__ import annotations
+from testbed.rundir.errors import MetricsError, RunDirError  # noqa: F401 (re-exported)
 
 BIN_S = 0.010               # goodput bin width, s
 SMOOTH_BINS = 5             # rolling-median window for recovery, bins (50 ms)
@@ -101,9 +102,5 @@ DEFINITIONS = {
 }
 
 
-class MetricsError(ValueError):
-    """Records that cannot be parsed or lack a required field (message names file and line)."""
 
 
-class RunDirError(MetricsError):
-    """The path is not a scenario run directory (no manifest.json, no transport data)."""

@@ -3,12 +3,11 @@ goodput and link throughput. All vectorised (``np.interp`` per flow or link end)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from testbed.metrics.definitions import BIN_S, SMOOTH_BINS
-from testbed.rundir.loading import FlowKey, LinkTable, SampleTable
+from testbed.rundir.loading import FlowKey, FlowSeries, LinkTable, SampleTable
 
 
 def bin_edges(t0_s: float, t1_s: float, bin_s: float = BIN_S) -> np.ndarray:
@@ -48,16 +47,6 @@ def rolling_median(values: np.ndarray, window_bins: int = SMOOTH_BINS) -> np.nda
     return np.median(np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1), axis=1)
 
 
-@dataclass
-class FlowSeries:
-    """One flow's raw samples (t_s relative, sorted) as arrays of shape (nsamples,)."""
-    t_s: np.ndarray
-    bytes: np.ndarray
-    retransmits: np.ndarray
-    rtt_s: np.ndarray
-    cwnd_bytes: np.ndarray
-    retransmitted_bytes: np.ndarray | None
-    evs: dict  # ev_id -> last seen {"state", "sent", "lost"}
 
 
 def flow_samples(samples: SampleTable | list[dict], t0_s: float) -> dict[FlowKey, FlowSeries]:

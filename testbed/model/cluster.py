@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from testbed.model.topology import Link, Role, Topology
+from testbed.model.errors import InputError
 
 
-class PlacementError(ValueError):
+class PlacementError(InputError):
     """A placement that cannot be used (unknown placer, a server left without nodes)."""
 
 

@@ -31,6 +31,7 @@ from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
 from testbed.model.units import show
+from testbed.model.errors import InputError
 
 USID_BLOCK = ipaddress.IPv6Network("fcbb:bb00::/32")
 #: Maximum uSIDs after the 32-bit block in one 128-bit destination address.
@@ -57,7 +58,7 @@ _USID_SPAN = {"host": 0x8000, "edge": 0x1000, "leaf": 0x1000, "aggregation": 0x1
               "core": 0x1000, "spine": 0x1000}
 
 
-class TopologyError(ValueError):
+class TopologyError(InputError):
     """A topology that cannot be built. ``problems`` is a list of (key_path, message)."""
 
     def __init__(self, problems: Sequence[tuple[str, str]]):

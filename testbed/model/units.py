@@ -27,12 +27,13 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal, InvalidOperation
+from testbed.model.errors import InputError
 
 __all__ = ["UnitError", "show", "parse_rate", "parse_duration", "parse_size", "parse_percent",
            "format_rate", "format_duration", "format_size"]
 
 
-class UnitError(ValueError):
+class UnitError(InputError):
     """A value that is not a valid quantity of the expected kind."""
 
 

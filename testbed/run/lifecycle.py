@@ -43,13 +43,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Callable
 
 from agents.protocol import Done, Event, Failed, Iteration, Message, Ready, Sample, Start, Stop
 
-from testbed.fabric.counters import LinkCounters
+from testbed.fabric.backend import FabricBackend
 from testbed.fabric.local import Fabric
 from testbed.faults import FaultInjector, LinkState, Reconverge
 from testbed.spec.jobs import build_all_jobs, write_jobs
@@ -64,6 +63,7 @@ from testbed.rundir import records
 from testbed.rundir.records import TransportRecords, agent_log, new_run_dir, write_manifest
 from testbed.run.manifest import base_manifest
 from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
+from testbed.model.errors import TestbedFailure
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ STOP_GRACE_S = 3.0          # agents get this long to exit after "stop", s
 OUTCOMES = ("done", "failed", "timeout", "crashed", "error", "interrupted")
 
 
-class RunnerError(RuntimeError):
+class RunnerError(TestbedFailure):
     """The testbed (not the transport under test) failed during a run."""
 
 
@@ -171,7 +171,7 @@ class TransportRun:
 
     def __init__(self, scenario: Scenario, transport: str, run_dir: Path, display: Display,
                  progress: Progress, *, python: str = sys.executable, qp_overrides: dict | None = None,
-                 fabric_factory: Callable[[Topology, bool], Fabric] | None = None,
+                 fabric_factory: Callable[[Topology, bool], FabricBackend] | None = None,
                  agent_processes: int | str | None = None):
         self.scenario, self.transport, self.display = scenario, transport, display
         #: (topology, have_netem) -> an unstarted fabric; default :class:`Fabric` on this machine
@@ -234,26 +234,22 @@ class TransportRun:
         return self.status
 
     def _bring_up(self) -> None:
-        from testbed.fabric.verify import probe
         self.progress.status = "building"
         self.refresh()
         self.fabric = self.fabric_factory(self.scenario.topology, features().netem)
         self.fabric.start()
         self.journal({"kind": "fabric", "phase": "up", "timings": self.fabric.timings,
                       **({"placement": self.fabric.placement.summary(self.scenario.topology)}
-                         if hasattr(self.fabric, "placement") else {})})
+                         if self.fabric.placement is not None else {})})
         pairs = {(wl.hosts[a], wl.hosts[b]) for wl in self.scenario.all_jobs for a, b in wl.connections}
         pairs |= {(b, a) for a, b in pairs}
-        remote_probe = getattr(self.fabric, "probe", None)   # a fabric on other servers probes there
-        reach = (remote_probe or partial(probe, self.fabric))(sorted(pairs),
-                                                              srv6=transport_variant(self.transport)[0] == "mrc")
+        reach = self.fabric.probe(sorted(pairs), srv6=transport_variant(self.transport)[0] == "mrc")
         if reach.lost:
             raise RunnerError(f"fabric check: {len(reach.lost)} peer paths unreachable before the run "
                               f"(e.g. {sorted(reach.lost)[0]})")
         self._trace_paths()
         self.faults = FaultInjector(self.fabric, record=self.journal)
-        remote_counters = getattr(self.fabric, "link_counters", None)   # read by the servers' workers
-        self.counters = remote_counters() if remote_counters else LinkCounters(self.fabric)
+        self.counters = self.fabric.link_counters()
 
     def _trace_paths(self) -> None:
         """Trace the ring's flows on the quiet fabric into ``paths.json`` (:mod:`testbed.fabric.paths`)
@@ -287,10 +283,10 @@ class TransportRun:
         for job in jobs:   # samples go to files: the control socket carries events and progress
             job["samples_path"] = str(records.samples_file(self.dir, job["agent"]).resolve())
         paths = write_jobs(jobs, self.dir / "jobs")
-        start_remote = getattr(self.fabric, "start_agents", None)
-        if start_remote is not None:   # the servers' workers start them, relay their messages
-            explicit = self.agent_processes_override or self.scenario.agent_processes
-            self.server = self.remote = start_remote(jobs, None if explicit == PER_HOST else (explicit or 0))
+        explicit = self.agent_processes_override or self.scenario.agent_processes
+        remote = self.fabric.start_agents(jobs, None if explicit == PER_HOST else (explicit or 0))
+        if remote is not None:   # the servers' workers start them, relay their messages
+            self.server = self.remote = remote
             self.procs = self.remote.procs
             self.journal({"kind": "clocks", "servers": self.fabric.clocks})
             self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()},

@@ -25,7 +25,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from testbed.rundir import records as rec
-from testbed.metrics.definitions import MetricsError, RunDirError
+from testbed.rundir.errors import MetricsError, RunDirError
 
 log = logging.getLogger("testbed.metrics")
 
@@ -445,7 +445,6 @@ class SampleTable:
         """``{(rank, peer, dir): FlowSeries}`` with times relative to ``t0_s``, each flow's
         samples sorted by time (stable); ``evs``: per EV id its last-seen (in that order)
         ``state``, ``sent``, ``lost``."""
-        from testbed.metrics.series import FlowSeries
         out = {}
         for key, c in self._flows.items():
             t = np.array(c.t, dtype=float) - t0_s
@@ -643,3 +642,15 @@ def _paths(path: Path) -> list[dict]:
         else:
             problem(path, None, f"flows[{i}].{bad}")
     return out
+
+
+@dataclass
+class FlowSeries:
+    """One flow's raw samples (t_s relative, sorted) as arrays of shape (nsamples,)."""
+    t_s: np.ndarray
+    bytes: np.ndarray
+    retransmits: np.ndarray
+    rtt_s: np.ndarray
+    cwnd_bytes: np.ndarray
+    retransmitted_bytes: np.ndarray | None
+    evs: dict  # ev_id -> last seen {"state", "sent", "lost"}

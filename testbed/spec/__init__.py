@@ -98,7 +98,7 @@ def is_scenario(path: str | os.PathLike) -> bool:
     return isinstance(root, MappingNode) and any(k.value in SCENARIO_KEYS for k, _ in root.value)
 
 
-def load_file(path: str | os.PathLike, *, features: KernelFeatures | None = None) -> Topology | Scenario:
+def load_file(path: str | os.PathLike, *, features: KernelFeatures) -> Topology | Scenario:
     """Load a topology or a scenario, told apart by content (:func:`is_scenario`). Raises SpecError."""
     loader = load_scenario if is_scenario(path) else load_topology
     return loader(path, features=features)

@@ -12,7 +12,6 @@ from testbed.model import units
 from agents.protocol import TRANSPORTS
 
 from testbed.model.kernel import KernelFeatures
-from testbed.fabric.kernel import features as probe_features
 from testbed.model.topology import Topology
 from testbed.model.units import show
 from testbed.spec.yamlread import Reader, SpecError, join, line_of
@@ -22,7 +21,7 @@ from testbed.spec.timelinefile import _timeline, timeline_warnings
 from testbed.spec.topofile import load_topology
 
 
-def load_scenario(path: str | os.PathLike, *, features: KernelFeatures | None = None,
+def load_scenario(path: str | os.PathLike, *, features: KernelFeatures,
                   seed: int | None = None) -> Scenario:
     """Load and validate a scenario file and the topology it names; ``seed`` replaces the
     file's (a trial of ``trials: N``: seeded choices such as ``random`` links follow it).
@@ -31,7 +30,7 @@ def load_scenario(path: str | os.PathLike, *, features: KernelFeatures | None = 
     """
     reader = Reader(str(path))
     root = reader.compose(Path(path))
-    scenario = _scenario(reader, root, Path(path), features or probe_features(), seed) if root else None
+    scenario = _scenario(reader, root, Path(path), features, seed) if root else None
     if reader.problems or scenario is None:
         raise SpecError(_sorted(reader))
     return scenario

@@ -4,12 +4,9 @@ cross (the syntax and its checks; resolution against traced flows: :mod:`testbed
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from testbed.model.topology import Topology
-
-if TYPE_CHECKING:
-    from testbed.fabric.paths import TracedFlow
+from testbed.model.errors import InputError
 
 
 UNREPAIRED = "unrepaired"
@@ -22,7 +19,7 @@ ROLE_HOPS = ("host-edge", "edge-aggregation", "aggregation-core", "core-aggregat
 HOPS = (UNREPAIRED, *ROLE_HOPS)
 
 
-class TargetError(ValueError):
+class TargetError(InputError):
     """A flow target names no link on this fabric (no flow crosses such a hop)."""
 
 
@@ -34,7 +31,8 @@ class FlowSelector:
     src_rank: int | None = None
     dst_rank: int | None = None
 
-    def matches(self, tf: TracedFlow) -> bool:
+    def matches(self, tf) -> bool:
+        """Whether ``tf`` (a :class:`testbed.fabric.paths.TracedFlow`) is a data flow this selects."""
         f = tf.flow
         return (f.kind == "data" and f.transport == self.transport
                 and (self.src_rank is None or (f.src_rank, f.dst_rank) == (self.src_rank, self.dst_rank)))

@@ -11,7 +11,6 @@ from yaml.nodes import Node, ScalarNode
 from testbed.model import units
 
 from testbed.model.kernel import KernelFeatures
-from testbed.fabric.kernel import features as probe_features
 from testbed.model.topology import IFNAME_MAX, MAX_PLANE, LinkDecl, LinkParams, NodeDecl, Role, Topology, TopologyError, fat_tree, footprint, from_explicit, ifname_problem, leaf_spine
 from testbed.model.units import show
 from testbed.spec.yamlread import Reader, SpecError, join
@@ -20,11 +19,12 @@ from testbed.spec.common import TRIM_HEADER_QUEUE_PKTS, KINDS, _KIND_KEYS, _CLAS
 
 # -- topology -----------------------------------------------------------------
 
-def load_topology(path: str | os.PathLike, *, features: KernelFeatures | None = None) -> Topology:
-    """Load and validate a topology file. Raises SpecError listing every problem."""
+def load_topology(path: str | os.PathLike, *, features: KernelFeatures) -> Topology:
+    """Load and validate a topology file against ``features`` (the kernel's, from
+    :func:`testbed.fabric.kernel.features`). Raises SpecError listing every problem."""
     reader = Reader(str(path))
     root = reader.compose(Path(path))
-    topo = _topology(reader, root, Path(path).stem, features or probe_features()) if root else None
+    topo = _topology(reader, root, Path(path).stem, features) if root else None
     if reader.problems or topo is None:
         raise SpecError(_sorted(reader))
     return topo

@@ -30,6 +30,7 @@ from yaml.events import AliasEvent, CollectionStartEvent, NodeEvent
 from yaml.nodes import CollectionNode, MappingNode, Node, ScalarNode, SequenceNode
 
 from testbed.model.units import UnitError, show
+from testbed.model.errors import InputError
 
 NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 #: Largest spec file read (bytes): a k=8 fat-tree in explicit form is ~30 KB.
@@ -211,7 +212,7 @@ class Problem:
         return {"file": self.file, "line": self.line, "key_path": self.key_path, "message": self.message}
 
 
-class SpecError(ValueError):
+class SpecError(InputError):
     """A spec file (or the files it refers to) has problems; ``problems`` lists them all.
 
     ``str()`` gives one problem per line.

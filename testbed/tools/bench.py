@@ -35,6 +35,7 @@ from rich.table import Table
 
 from testbed.fabric.local import Fabric
 from testbed.model.topology import LinkParams, Topology, fat_tree
+from testbed.fabric.kernel import features
 
 TARGET_UP_S = {8: 3.0}
 TARGET_DOWN_S = {8: 2.0}
@@ -69,7 +70,7 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
     from testbed.run.lifecycle import run_scenario
     from testbed.spec import load_file
 
-    base = load_file(scenario_path)
+    base = load_file(scenario_path, features=features())
     quiet = Console(file=io.StringIO(), width=120)
     out = {"rates": list(rates_mbit), "runs": {}, "ceiling": {}}
     root = Path(tempfile.mkdtemp(prefix="mrc-ceiling-"))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from testbed.spec import load_topology
+from testbed.fabric.kernel import features
 from tests.conftest import net_namespaces
 from tests.e2e.conftest import REPO, run_small
 from tests.netns.conftest import wait_for
@@ -82,7 +83,7 @@ def test_every_transport_completes_bit_exact(failure_run):
 def test_summary_fields_are_consistent(failure_run):
     result, summary, _, _ = failure_run
     n = summary["world_size"]
-    rate = min(l.params.rate_bps for l in load_topology(REPO / "topologies/fat-tree-k4.yaml").links)
+    rate = min(l.params.rate_bps for l in load_topology(REPO / "topologies/fat-tree-k4.yaml", features=features()).links)
     assert n == 4 and summary["host_link_rate_bps"] == summary["host_bandwidth_bps"] == rate  # one plane
     on_disk = json.loads((result.run_dir / "summary.json").read_text())
     assert on_disk["transports"].keys() == summary["transports"].keys()
@@ -115,7 +116,7 @@ def test_mrc_retired_evs_come_back_by_probes_once_the_link_is_up(failure_run):
     events = read_events(result.run_dir / "mrc" / "events.jsonl")
     t_down, t_up = (next(e["t"] for e in events if e["kind"] == "fault" and e["action"] == a
                          and e["phase"] == "apply") for a in ("link_down", "link_up"))
-    topo = load_topology(REPO / "topologies/fat-tree-k4.yaml")
+    topo = load_topology(REPO / "topologies/fat-tree-k4.yaml", features=features())
     ring = ["h0_0_0", "h1_0_0", "h2_0_0", "h3_0_0"]
     ev_events = [e for e in events if e["kind"] == "ev_state"]
     retired = {(e["rank"], e["ev_id"]): e["t"] for e in reversed(ev_events)

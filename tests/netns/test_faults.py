@@ -15,6 +15,7 @@ import pytest
 from testbed import faults as faults_mod
 from testbed.fabric.counters import LinkCounters
 from testbed.faults import FaultError, FaultInjector, LinkState, Reconverge, Step, nft
+from testbed.fabric import nft as fabric_nft
 from testbed.fabric.verify import probe
 from tests.netns.conftest import small_fat_tree
 
@@ -270,7 +271,7 @@ def test_kernel_refusal_of_a_rate_raises_fault_error_and_keeps_the_old_rate(k4, 
     monkeypatch.undo()
     for node, ifname in link_ends(k4, FABRIC_LINK):
         assert htb_rate(k4, node, ifname) == "20Mbit"
-    assert faults_mod.current_rate_bps(k4, link) == 20_000_000
+    assert k4.link_rate_bps(link) == 20_000_000
 
 
 def test_revert_all_after_the_fabric_stopped_logs_instead_of_raising(caplog):
@@ -291,9 +292,9 @@ def test_revert_all_after_the_fabric_stopped_logs_instead_of_raising(caplog):
 
 def test_nft_binary_fallback_behaves_like_the_binding(k4, monkeypatch):
     """Without python3-nftables, ``nft -j -f -`` runs under nsenter with the same transactions."""
-    monkeypatch.setattr(nft, "have_nft_binding", lambda: False)
+    monkeypatch.setattr(fabric_nft, "have_nft_binding", lambda: False)
+    assert fabric_nft.runner() is fabric_nft.run_nft_binary
     lf = FaultInjector(k4)
-    assert lf._run is nft.run_nft_binary
     try:
         lf.set_loss(FABRIC_LINK, 100)
         lf.set_blackhole(FABRIC_LINK, True)

@@ -20,6 +20,7 @@ from testbed.cluster.servers import load_servers
 from testbed.faults import FaultInjector
 from testbed.fabric.paths import FiveTuple, Flow, trace_flows
 from testbed.spec import load_topology
+from testbed.fabric.kernel import features
 from tests.conftest import net_namespaces
 from tests.netns.conftest import wait_for
 
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"),
 
 
 def sharded(under, servers_path: str) -> SshShardedFabric:
-    cluster, topo = load_servers(servers_path), load_topology(TOPOLOGY)
+    cluster, topo = load_servers(servers_path), load_topology(TOPOLOGY, features=features())
     return SshShardedFabric(topo, TOPOLOGY, servers_path, cluster, place(topo, cluster.names),
                             connect_to=lambda s: connect(s, sock=under.socket_to(s)))
 

@@ -3,10 +3,11 @@ import dataclasses
 
 from testbed.tools import bench
 from testbed.spec import load_file
+from testbed.fabric.kernel import features
 
 
 def test_scenario_at_a_rate_changes_only_rates_and_sizes():
-    base = load_file(bench.CEILING_SCENARIO)
+    base = load_file(bench.CEILING_SCENARIO, features=features())
     sc = bench._at_rate(base, 100_000_000, dataclasses)
     assert {lk.params.rate_bps for lk in sc.topology.links} == {100_000_000}
     old = {(lk.name, dataclasses.replace(lk.params, rate_bps=0)) for lk in base.topology.links}

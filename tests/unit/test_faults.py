@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from types import SimpleNamespace
 
 import pytest
 
@@ -78,14 +77,9 @@ def test_transition_to_nothing_deletes_the_table_idempotently():
     assert transition(LINK, "x", FaultState(), FaultState()) == []
 
 
-def test_current_rate_defaults_to_the_topology():
-    fabric = SimpleNamespace(topo=None)
-    link = SimpleNamespace(name=LINK, params=LinkParams(20_000_000))
-    assert faults.current_rate_bps(fabric, link) == 20_000_000
-
-
 class FakeFabric:
-    """What the injector uses of a Fabric: topo, have_netem, nsfd, set_link, reconverge."""
+    """What the injector uses of a FabricBackend: topo, is_local, run_nft, set_htb, set_link,
+    reconverge; ``run(fd, cmds)`` stands in for nftables, ``fds`` for the namespaces."""
 
     def __init__(self):
         lp = LinkParams(20_000_000, 64)
@@ -96,8 +90,24 @@ class FakeFabric:
         self.refuse_links = False
         self.reconverged = 0
 
+        self.htb_calls: list[tuple[str, str, int]] = []
+        self.run = lambda fd, cmds: (0, "", "")
+
     def nsfd(self, node):
         return self.fds[node]   # KeyError once "stopped"
+
+    def is_local(self, node):
+        return True
+
+    def run_nft(self, node, cmds):
+        return self.run(self.nsfd(node), cmds)
+
+    def set_htb(self, link, node, rate_bps):
+        self.nsfd(node)
+        self.htb_calls.append((link, node, rate_bps))
+
+    def link_rate_bps(self, link):
+        return link.params.rate_bps
 
     def set_link(self, name, up):
         node = self.topo.link_by_name[name].a.node
@@ -123,7 +133,7 @@ def fake_faults(fail_on=None, record=None):
             return 1, "", "Error: Operation not supported"
         return 0, "", ""
 
-    lf._run = run
+    fabric.run = run
     return fabric, lf
 
 
@@ -205,18 +215,15 @@ def test_set_rate_rejects_non_positive_or_non_int():
             lf.set_rate(LINK, bad)
 
 
-def test_rate_in_force_is_the_owning_injectors():
+def test_rate_changes_go_through_the_fabric_and_revert():
     fabric, lf = fake_faults()
     link = fabric.topo.link_by_name[LINK]
-    assert faults.current_rate_bps(fabric, link) == 20_000_000
-    lf._rates[LINK] = 5_000_000                      # what set_rate records once the kernel took it
-    assert faults.current_rate_bps(fabric, link) == 5_000_000 == lf.rate_bps(link)
-    assert not hasattr(fabric, "_fault_rate_bps")    # nothing written onto the fabric
-    newer = FaultInjector(fabric)                    # the latest injector made for a fabric owns it
-    assert faults.current_rate_bps(fabric, link) == 20_000_000
-    del newer
-    other = FakeFabric()
-    assert faults.current_rate_bps(other, other.topo.link_by_name[LINK]) == 20_000_000
+    lf.set_rate(LINK, 5_000_000)
+    assert lf.rate_bps(link) == 5_000_000 and lf.rates == {LINK: 5_000_000}
+    assert {(l, r) for l, _, r in fabric.htb_calls} == {(LINK, 5_000_000)}
+    assert {n for _, n, _ in fabric.htb_calls} == {link.a.node, link.b.node}
+    lf.revert_all()
+    assert lf.rates == {} and fabric.htb_calls[-1][2] == 20_000_000
 
 
 def test_link_state_goes_through_the_fabric_and_is_owned_by_the_injector():
@@ -252,8 +259,8 @@ def test_steps_are_applied_and_journaled_with_drop_counters_on_revert():
     fabric, lf = fake_faults(record=recs.append)
     listing = {"nftables": [{"counter": {"name": "loss_dropped", "packets": 4}},
                             {"counter": {"name": "blackhole_dropped", "packets": 0}}]}
-    run = lf._run
-    lf._run = lambda fd, cmds: (0, listing, "") if "list" in cmds[0] else run(fd, cmds)
+    run = fabric.run
+    fabric.run = lambda fd, cmds: (0, listing, "") if "list" in cmds[0] else run(fd, cmds)
     lf.apply_step(Step(1.0, LinkState(LINK, False), "flap", "apply", 0))
     lf.apply_step(Step(1.1, Reconverge(), "reconverge", "apply", None))
     lf.apply_step(Step(2.0, Loss("h0_0_0-e0_0", 10.0), "loss", "apply", 1))

@@ -14,8 +14,9 @@ from testbed import interactive as ia
 from testbed.faults import Blackhole, LinkState, Loss, Rate, Reconverge
 from testbed.spec import load_topology
 from testbed.model.topology import LinkParams, fat_tree
+from testbed.fabric.kernel import features
 
-TINY = load_topology(Path(__file__).parents[2] / "topologies" / "tiny.yaml")
+TINY = load_topology(Path(__file__).parents[2] / "topologies" / "tiny.yaml", features=features())
 K4 = fat_tree(4, host_link=LinkParams(10**8), fabric_link=LinkParams(10**8), name="k4")
 
 

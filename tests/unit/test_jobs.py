@@ -11,6 +11,7 @@ from agents.jobspec import parse_job
 from testbed.spec.jobs import QP_DEFAULTS, build_jobs, mirrored_evs, qp_timeout
 from testbed.model.kernel import KernelFeatures
 from testbed.spec import load_scenario
+from testbed.fabric.kernel import features
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[2]
@@ -191,7 +192,7 @@ def test_the_qp_timeout_follows_the_fabrics_base_rtt():
 
     for rate, want in ((5_000_000, 16), (10_000_000, 15), (1_000_000_000, MIN_QP_TIMEOUT), (1_000_000, 18)):
         lp = LinkParams(rate, 32, mtu=9000)
-        sc = replace(load_scenario(REPO / "scenarios/baseline.yaml"), topology=fat_tree(4, host_link=lp, fabric_link=lp))
+        sc = replace(load_scenario(REPO / "scenarios/baseline.yaml", features=features()), topology=fat_tree(4, host_link=lp, fabric_link=lp))
         jobs = build_jobs(sc, "mrc", run_id="r", control_socket="/tmp/c.sock")
         assert {j["qp"]["timeout"] for j in jobs} == {want}, rate
     jobs = build_jobs(sc, "rc", run_id="r", control_socket="/tmp/c.sock", qp_overrides={"timeout": 12})
@@ -214,7 +215,7 @@ def test_the_sack_hold_coalesces_two_frames_within_a_quarter_of_the_rto_floor():
     assert ack_coalesce_s(9014, 1e6, mrc_timeout_s(16)) == pytest.approx(0.25 * mrc_timeout_s(16), abs=1e-6)
     for rate in (5_000_000, 10_000_000, 20_000_000):
         lp = LinkParams(rate, 32, mtu=9000)
-        sc = replace(load_scenario(REPO / "scenarios/baseline.yaml"), topology=fat_tree(4, host_link=lp, fabric_link=lp))
+        sc = replace(load_scenario(REPO / "scenarios/baseline.yaml", features=features()), topology=fat_tree(4, host_link=lp, fabric_link=lp))
         frame = job_mtu(sc) + 14
         for transport in ("mrc", "rc"):
             for r, job in enumerate(build_jobs(sc, transport, run_id="r", control_socket="/tmp/c.sock")):

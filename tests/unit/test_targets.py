@@ -10,6 +10,7 @@ from testbed.spec.model import TimelineEvent
 from testbed.spec.selectors import FlowSelector, FlowTarget, TargetError, parse_selector
 from testbed.faults.targets import crossed_at, resolve, resolve_timeline
 from testbed.model.topology import LinkParams, fat_tree
+from testbed.fabric.kernel import features
 
 LP = LinkParams(10_000_000, 32)
 TOPO = fat_tree(4, host_link=LP, fabric_link=LP)
@@ -121,12 +122,12 @@ def test_spec_checks_flow_targets(tmp_path, action, message):
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO.format(topo=topo, action=action))
     if message is None:
-        s = load_scenario(path)
+        s = load_scenario(path, features=features())
         assert s.timeline[0].link is None and s.timeline[0].target is not None
         assert "crossed_by" in s.to_dict()["timeline"][0]["target"]
         return
     with pytest.raises(SpecError) as err:
-        load_scenario(path)
+        load_scenario(path, features=features())
     assert message in str(err.value) and "s.yaml:11" in str(err.value)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from testbed.fabric.switch.build import object_path
 from testbed.fabric.switch.config import EgressConfig
+from testbed.model.errors import TestbedFailure
 
 PROGRAM = "mrc_egress"
 COUNTERS = ("passed", "marked", "trimmed", "dropped")
@@ -32,7 +33,7 @@ _U32 = struct.Struct("=I")
 _U64 = struct.Struct("=Q")
 
 
-class SwitchLoadError(RuntimeError):
+class SwitchLoadError(TestbedFailure):
     """libbpf is missing, or the kernel refused the object (the errno is in the message)."""
 
 

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sysconfig
 from pathlib import Path
+from testbed.model.errors import TestbedFailure
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ OBJECT = BUILD_DIR / "egress.bpf.o"
 COMPILE_TIMEOUT_S = 60.0
 
 
-class SwitchBuildError(RuntimeError):
+class SwitchBuildError(TestbedFailure):
     """The BPF object cannot be built (no clang, no headers, or a compile error)."""
 
 

@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass
 
 from agents.mrc.packet import CRC_BYTES, DATA_HDR, IMM, OPCODES_WITH_IMM, Opcode
+from testbed.model.errors import InputError
 
 ETH_BYTES = 14
 IPV6_UDP_BYTES = 40 + 8
@@ -30,7 +31,7 @@ NS_X8 = 8_000_000_000
 CONFIG_STRUCT = struct.Struct("=QQQQQQII")
 
 
-class SwitchConfigError(ValueError):
+class SwitchConfigError(InputError):
     """An :class:`EgressConfig` field is out of range."""
 
 

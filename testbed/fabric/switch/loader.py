@@ -30,6 +30,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from testbed.fabric.netlink import netns
 from testbed.fabric.switch.bpf import PROGRAM, EgressProgram
 from testbed.fabric.switch.config import EgressConfig
+from testbed.model.errors import TestbedFailure
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ ETH_P_ALL = 0x0003
 NETNS_RUN_DIR = "/var/run/netns"
 
 
-class SwitchAttachError(RuntimeError):
+class SwitchAttachError(TestbedFailure):
     """The program could not be attached (no such namespace or interface, already attached,
     or the kernel refused the qdisc or filter: the netlink errno is in the message)."""
 

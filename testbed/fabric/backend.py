@@ -1,0 +1,86 @@
+"""What the runner, the faults, the path tracer and the counters need of a fabric.
+
+:class:`FabricBackend` is the one interface (containerlab's ``runtime.ContainerRuntime`` is the
+shape: one interface, several implementations). Three fabrics implement it:
+:class:`testbed.fabric.local.Fabric` (one machine), :class:`testbed.cluster.sharded.ShardedFabric`
+(several shards built by this process) and :class:`testbed.cluster.remote.SshShardedFabric`
+(shards built by workers on other servers). The first two share :class:`testbed.fabric.ops.LocalOps`
+for the operations that run in a namespace of this machine; the SSH fabric sends them to the
+worker of the server that holds the node.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Protocol, runtime_checkable
+
+from testbed.model.cluster import Placement
+from testbed.model.topology import Link, Topology
+
+
+class CounterSource(Protocol):
+    """Link-end counters: :meth:`testbed.fabric.counters.LinkCounters.read` records."""
+
+    def read(self) -> list[dict]: ...
+
+
+@runtime_checkable
+class FabricBackend(Protocol):
+    """A built (or buildable) fabric for ``topo``.
+
+    Attributes: ``topo``; ``have_netem`` (sch_netem exists where the links are shaped);
+    ``timings`` (seconds per bring-up phase); ``placement`` (None on one machine);
+    ``switch_handles`` (``(link, node) -> EgressHandle`` of the switch programs this process
+    holds; empty where they live elsewhere).
+    """
+
+    topo: Topology
+    have_netem: bool
+    timings: dict[str, float]
+
+    @property
+    def placement(self) -> Placement | None: ...
+
+    @property
+    def switch_handles(self) -> dict: ...
+
+    def start(self) -> Any: ...
+
+    def stop(self) -> Any: ...
+
+    def is_local(self, node: str) -> bool:
+        """True when a namespace of this process holds ``node`` (a shard holds its own)."""
+
+    def set_link(self, name: str, up: bool) -> None:
+        """Take link ``name`` administratively down or up (routers re-plan their routes)."""
+
+    def reconverge(self, failed: Iterable[str] | None = None) -> None:
+        """Recompute the ECMP routes around ``failed`` links (default: those down)."""
+
+    @property
+    def links_down(self) -> frozenset[str]: ...
+
+    def run_nft(self, node: str, cmds: list[dict]) -> tuple[int, Any, str]:
+        """One nftables JSON transaction in ``node``'s namespace: ``(rc, output, error text)``.
+        KeyError if the node's namespace is gone."""
+
+    def set_htb(self, link: str, node: str, rate_bps: int) -> None:
+        """Shape ``node``'s end of ``link`` to ``rate_bps`` bits/s (HTB, and the switch program's
+        virtual queues). KeyError if the namespace is gone, RuntimeError if the kernel refuses."""
+
+    def link_rate_bps(self, link: Link) -> int:
+        """The HTB rate now in force on ``link``, bits/s (:meth:`set_htb`'s, else the topology's)."""
+
+    def link_counters(self) -> CounterSource:
+        """Every link end's counters, read where the ends live."""
+
+    def send_trace_probes(self, host: str, t, probes: int) -> None:
+        """``probes`` trace packets with five-tuple ``t`` from ``host`` (:mod:`testbed.fabric.paths`)."""
+
+    def probe(self, pairs: list[tuple[str, str]] | None = None, *, srv6: bool = True, ecmp: bool = True,
+              **kwargs):
+        """Reachability of the host pairs (:func:`testbed.fabric.verify.probe`)."""
+
+    def start_agents(self, jobs: list[dict], processes: int | None = 0):
+        """Start the agents where the hosts live and relay their messages (a
+        :class:`testbed.cluster.remote.RemoteAgents`), or None: the runner starts them on this
+        machine."""
