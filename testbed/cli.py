@@ -1,8 +1,10 @@
 """Command line: ``testbed validate|up|run|report|clean|worker`` (also ``python -m testbed``).
 
 One module per verb in :mod:`testbed.commands`; each defines ``add_parser(subparsers)``
-and ``run(args) -> int`` (exit status: 0 ok, 1 failure, 2 bad input; ``report`` and ``run``
-3 for a damaged run directory; 130 / 143 interrupted by SIGINT / SIGTERM).
+and ``run(args) -> int``. Exit status: 0 ok; otherwise the ``exit_code`` of the
+:class:`testbed.model.errors.TestbedError` family that ended the verb (1 the testbed failed,
+2 bad input, 3 a damaged run directory), mapped here, in one place; 130 / 143 interrupted by
+SIGINT / SIGTERM.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import argparse
 import importlib
 import logging
 import sys
+
+from testbed.model.errors import TestbedError
 
 VERBS = ("validate", "up", "run", "report", "clean", "worker")
 
@@ -37,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return int(args.func(args) or 0)
+    except TestbedError as exc:   # every verb's errors end here: the message, no traceback
+        print(f"testbed {args.verb}: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt as exc:   # Ctrl-C (or the runner's SIGTERM) outside a run: no traceback
         print("testbed: interrupted", file=sys.stderr)
         return 128 + int(getattr(exc, "signum", 2))
