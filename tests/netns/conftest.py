@@ -25,8 +25,13 @@ def wait_for(predicate, timeout_s: float = 5.0, interval_s: float = 0.02) -> boo
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(interval_s)
+        time.sleep(interval_s)   # the poll interval of this wait helper
     return predicate()
+
+
+def listening(fabric, node: str, port: int) -> bool:
+    """True once a TCP socket listens on ``port`` in ``node``'s namespace (an iperf3 server is up)."""
+    return bool(fabric.nodes[node].cmd(f"ss -Hltn 'sport = :{port}'").strip())
 
 
 @pytest.fixture(autouse=True)
