@@ -22,6 +22,14 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="needs root (network namespaces)"))
 
 
+def tier_timeout(items, tier: str, seconds: int) -> None:
+    """Give every item under tests/<tier>/ a ``timeout(seconds)`` mark unless it sets its own.
+    (A conftest's collection hook sees the whole session's items: filter by path.)"""
+    for item in items:
+        if f"tests/{tier}/" in str(item.fspath) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(seconds))
+
+
 def net_namespaces() -> set[int]:
     """Inodes of every network namespace some process is in."""
     out = set()

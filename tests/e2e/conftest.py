@@ -10,10 +10,19 @@ from testbed.fabric.kernel import features
 from testbed.report import load_summary
 from testbed.run import run_scenario
 from testbed.spec import load_scenario
-from tests.conftest import net_namespaces, root_interfaces
+from tests.conftest import net_namespaces, root_interfaces, tier_timeout
 from tests.netns.conftest import no_leaks, wait_for  # noqa: F401 (autouse leak check for this tier)
 
 REPO = Path(__file__).resolve().parents[2]
+
+# A scenario here has a 60 s run timeout plus bring-up, trials and teardown, and the first
+# test of a module also pays its module fixture's whole run; the sharded run waits up to
+# 300 s for its CLI then 120 s for the workers. 900 s covers the slowest with room.
+E2E_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(config, items):
+    tier_timeout(items, "e2e", E2E_TIMEOUT_S)
 
 
 def run_small(tmp_path: Path, text: str) -> tuple[object, dict, set, set]:

@@ -237,7 +237,7 @@ def test_a_signal_stops_the_cli_cleanly(tmp_path, signum, status):
     try:
         assert wait_for(lambda: any(p.stat().st_size > 0 for p in (tmp_path / "runs").glob("*/mrc/samples/rank*.jsonl")),
                         timeout_s=20)     # the agents' own samples files (merged at the end)
-        time.sleep(0.5)
+        time.sleep(0.5)   # the passage of time: the signal lands mid-run, after the first samples
         proc.send_signal(signum)
         out, _ = proc.communicate(timeout=30)
     finally:

@@ -161,7 +161,7 @@ def test_a_runner_killed_mid_run_leaves_nothing_on_the_servers(tmp_path, standin
             if not line or "all ranks ready: start" in line:
                 break
         assert "all ranks ready: start" in seen[-1], "".join(seen)[-3000:]
-        time.sleep(1.0)                                   # the workload runs on both servers
+        time.sleep(1.0)                                   # the passage of time: the workload runs on both servers
     finally:
         os.kill(proc.pid, signal.SIGKILL)                 # `ip netns exec` execs the runner: this is it
         proc.wait()

@@ -8,7 +8,16 @@ import pytest
 
 from testbed.fabric.local import Fabric
 from testbed.model.topology import LinkParams, fat_tree
-from tests.conftest import net_namespaces, root_interfaces
+from tests.conftest import net_namespaces, root_interfaces, tier_timeout
+
+# The slowest netns tests wait up to 90 s for a CLI prompt then 30 s per command
+# (test_interactive), or run a 60 s WRITE (test_mrc_fabric) after a k=4 bring-up:
+# 300 s is well above any of them and still stops a hung test long before CI's limit.
+NETNS_TIMEOUT_S = 300
+
+
+def pytest_collection_modifyitems(config, items):
+    tier_timeout(items, "netns", NETNS_TIMEOUT_S)
 
 
 def wait_for(predicate, timeout_s: float = 5.0, interval_s: float = 0.02) -> bool:
@@ -16,8 +25,13 @@ def wait_for(predicate, timeout_s: float = 5.0, interval_s: float = 0.02) -> boo
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(interval_s)
+        time.sleep(interval_s)   # the poll interval of this wait helper
     return predicate()
+
+
+def listening(fabric, node: str, port: int) -> bool:
+    """True once a TCP socket listens on ``port`` in ``node``'s namespace (an iperf3 server is up)."""
+    return bool(fabric.nodes[node].cmd(f"ss -Hltn 'sport = :{port}'").strip())
 
 
 @pytest.fixture(autouse=True)

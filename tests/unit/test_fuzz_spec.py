@@ -12,7 +12,6 @@ import os
 import resource
 import subprocess
 import sys
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -29,7 +28,6 @@ DATA = Path(__file__).parent / "data"
 MALFORMED = DATA / "malformed"
 FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo", "netem"}), seg6_next_csid=True, nftables=True,
                           bpf_egress=True)
-TIME_BOUND_S = 2.0
 MEMORY_BOUND_BYTES = 64 * 2**20
 
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
@@ -111,9 +109,8 @@ def damaged_bytes(draw) -> bytes:
 
 def check_outcome(path: Path) -> Topology | Scenario | None:
     """Load ``path``; assert success or a SpecError with a file and a line for every problem,
-    within TIME_BOUND_S and MEMORY_BOUND_BYTES (tracemalloc peak)."""
+    within MEMORY_BOUND_BYTES (tracemalloc peak; load time belongs in `make bench`)."""
     tracemalloc.start()
-    start = time.monotonic()
     try:
         result = load_file(path, features=FEATURES)
     except SpecError as exc:
@@ -124,10 +121,8 @@ def check_outcome(path: Path) -> Topology | Scenario | None:
             assert p.line >= 1 or p.message.startswith("cannot read"), str(p)
         str(exc).encode("ascii", "backslashreplace")
     finally:
-        elapsed = time.monotonic() - start
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-    assert elapsed < TIME_BOUND_S, f"{path}: {elapsed:.1f}s"
     assert peak < MEMORY_BOUND_BYTES, f"{path}: {peak / 2**20:.0f} MiB"
     return result
 

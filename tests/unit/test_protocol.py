@@ -260,7 +260,7 @@ def test_a_poll_waiting_in_another_thread_returns_on_wakeup(tmp_path):
 
         th = threading.Thread(target=wait)
         th.start()
-        time.sleep(0.1)
+        time.sleep(0.1)   # time for the thread to block in poll (not observable; an early wakeup stays pending)
         server.wakeup()
         server.wakeup()                      # a second one before the poll drains: harmless
         th.join(5.0)

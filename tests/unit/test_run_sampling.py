@@ -37,7 +37,7 @@ def test_schedstat_of_a_running_process_and_of_none():
 
 
 def test_sched_sampler_leaves_exited_agents_out():
-    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])   # a process that runs while sampled
     exited = subprocess.Popen([sys.executable, "-c", "pass"])
     exited.wait()
     try:

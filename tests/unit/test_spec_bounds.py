@@ -2,7 +2,6 @@
 fabric building, counted (not enumerated) EVs, scenario names, interface names in
 bytes, and the YAML reader's own limits."""
 
-import time
 
 import pytest
 import yaml
@@ -30,12 +29,10 @@ def problems(tmp_path, text, name="t.yaml"):
 
 def test_fabric_too_large_for_this_machine_refused_from_counts(tmp_path, monkeypatch):
     monkeypatch.setattr(topofile, "machine_memory_bytes", lambda: 24 * 2**30)
-    start = time.monotonic()
     assert problems(tmp_path, "kind: fat-tree\nk: 16\n" + CLASSES) == [
         "1: too large for this machine: 1344 namespaces (1024 hosts), 3072 links, ~56.2 GiB estimated "
         "(4 MiB per namespace, 1 MiB per link, 48 MiB per host agent) against 75% of 24.0 GiB"]
     problems(tmp_path, "kind: leaf-spine\nleaves: 4096\nspines: 4096\nhosts_per_leaf: 1\n" + CLASSES)
-    assert time.monotonic() - start < 1  # nothing was built
     monkeypatch.setattr(topofile, "machine_memory_bytes", lambda: 2**40)
     (tmp_path / "k16.yaml").write_text("kind: fat-tree\nk: 16\n" + CLASSES)
     assert len(load_file(tmp_path / "k16.yaml", features=FEATURES).hosts) == 1024
@@ -46,9 +43,8 @@ def test_footprint_of_the_shipped_k8_fits_this_machine():
 
 
 def test_building_is_linear_in_links():
-    start = time.monotonic()
-    topo = fat_tree(40, host_link=P, fabric_link=P)  # 48,000 links: 17.6 s when names.count() was used
-    assert len(topo.links) == 48000 and time.monotonic() - start < 10
+    topo = fat_tree(40, host_link=P, fabric_link=P)  # 48,000 links (its build time belongs in `make bench`)
+    assert len(topo.links) == 48000
 
 
 @pytest.mark.parametrize("topo,src,dst", [

@@ -15,7 +15,7 @@ RESULT = {"qdiscs": ["htb", "netem"], "seg6_next_csid": True, "nftables": False}
 def test_hanging_probe_child_is_killed_within_the_bound(monkeypatch):
     monkeypatch.setattr(kernel, "PROBE_TIMEOUT_S", 0.5)
     monkeypatch.setattr(kernel, "_unshare_net", lambda: None)
-    monkeypatch.setattr(kernel, "_probe_all", lambda: time.sleep(60))
+    monkeypatch.setattr(kernel, "_probe_all", lambda: time.sleep(60))   # a probe that hangs: the point is the deadline
     start = time.monotonic()
     with pytest.raises(kernel.KernelProbeError, match="longer than 0.5s"):
         kernel._run_probe_child()
