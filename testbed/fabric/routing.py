@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from testbed.fabric.netlink import IGNORE_MISSING, RT_TABLE_LOCAL, RTN_LOCAL, Batch
-from testbed.model.topology import Link, Role, Topology, host_prefix, plane_prefix
+from testbed.model.addressing import host_prefix, plane_prefix
+from testbed.model.topology import Link, Role, Topology
 
 SR_IFINDEX = 2
 SR_PEER_IFINDEX = 3

@@ -34,7 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.fabric.local import Fabric
-from testbed.model.topology import LinkParams, Topology, fat_tree
+from testbed.model.generators import fat_tree
+from testbed.model.topology import LinkParams, Topology
 from testbed.fabric.kernel import features
 
 TARGET_UP_S = {8: 3.0}

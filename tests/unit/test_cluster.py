@@ -10,7 +10,8 @@ from testbed.cluster.placement import place
 from testbed.model.cluster import Cluster, Server
 from testbed.cluster.servers import load_servers
 from testbed.fabric.vxlan import inner_mtu, mtu_problems, tunnel_ends
-from testbed.model.topology import LinkParams, Role, fat_tree, leaf_spine
+from testbed.model.generators import fat_tree, leaf_spine
+from testbed.model.topology import LinkParams, Role
 from testbed.spec.yamlread import SpecError
 
 GOOD = """\

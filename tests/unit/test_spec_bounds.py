@@ -11,7 +11,9 @@ from testbed import spec
 from testbed.spec import topofile
 from testbed.model.kernel import KernelFeatures
 from testbed.spec import SpecError, load_file
-from testbed.model.topology import LinkParams, fat_tree, footprint, ifname_problem, leaf_spine
+from testbed.model.addressing import ifname_problem
+from testbed.model.generators import fat_tree, leaf_spine
+from testbed.model.topology import LinkParams, footprint
 from testbed.spec.yamlread import MAX_FILE_BYTES, expanded_size, flow_depth_line
 
 FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo", "netem"}), seg6_next_csid=True, nftables=True)
