@@ -68,7 +68,7 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
     import shutil
 
     from testbed.report.files import load_summary
-    from testbed.run.lifecycle import run_scenario
+    from testbed.run import run_scenario
     from testbed.spec import load_file
 
     base = load_file(scenario_path, features=features())
