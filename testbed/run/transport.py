@@ -10,7 +10,7 @@ For each transport:
    per agent; one runtime per core by default, ``agent_processes`` in the scenario), or one
    process per agent in its host's namespace (``agent_processes: per-host``). On a fabric
    over servers the servers' workers start them and relay their control channel
-   (:class:`testbed.cluster.remote.RemoteAgents`);
+   (:class:`testbed.cluster.remote_agents.RemoteAgents`);
 3. when every rank is ``ready``, send ``start`` (the barrier; time zero of the
    timeline) and play the timeline (:mod:`testbed.faults.timeline`): every typed step (link
    down/up, loss, blackhole, rate, routing reconvergence after ``reconverge_after``)

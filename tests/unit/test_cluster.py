@@ -217,7 +217,7 @@ class _Shard:
 def _remote_agents(offsets):
     from types import SimpleNamespace
 
-    from testbed.cluster.remote import RemoteAgents
+    from testbed.cluster.remote_agents import RemoteAgents
     fabric = SimpleNamespace(shards={"s1": _Shard(), "s2": _Shard()},
                              placement=SimpleNamespace(where={"h0": "s1", "h1": "s2"}))
     jobs = [{"agent": 0, "host": "h0"}, {"agent": 1, "host": "h1"}]
