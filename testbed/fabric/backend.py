@@ -14,7 +14,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Protocol, runtime_checkable
 
 from testbed.model.cluster import Placement
+from testbed.model.errors import TestbedFailure
 from testbed.model.topology import Link, Topology
+
+
+class FabricError(TestbedFailure):
+    """Bring-up or a runtime change of the fabric failed."""
 
 
 class CounterSource(Protocol):

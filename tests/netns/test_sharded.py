@@ -17,7 +17,8 @@ from testbed.cluster.placement import place
 from testbed.model.cluster import Cluster, Server
 from testbed.cluster.sharded import ShardedFabric, standin_underlay
 from testbed.fabric.counters import LinkCounters
-from testbed.fabric.local import Fabric, FabricError
+from testbed.fabric.backend import FabricError
+from testbed.fabric.local import Fabric
 from testbed.model.generators import fat_tree
 from testbed.model.topology import LinkParams
 
