@@ -14,7 +14,7 @@ from testbed.spec import SpecError, load_file
 from testbed.model.addressing import ifname_problem
 from testbed.model.generators import fat_tree, leaf_spine
 from testbed.model.topology import LinkParams, footprint
-from testbed.spec.yamlread import MAX_FILE_BYTES, expanded_size, flow_depth_line
+from testbed.spec.yamlsafe import MAX_FILE_BYTES, expanded_size, flow_depth_line
 
 FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo", "netem"}), seg6_next_csid=True, nftables=True)
 CLASSES = "link_classes: {host: {rate: 1Mbit}, fabric: {rate: 1Mbit}}\n"
