@@ -64,7 +64,7 @@ class AgentRelay:
         (``processes`` None), else that many host runtimes (:mod:`agents.runtime`; 0: one per
         core of this server); returns {agent id: pid}. Raises KeyError if a job's host is not
         on this server (nothing spawned then)."""
-        from testbed.run.lifecycle import agent_command, agent_env, runtime_groups
+        from testbed.run.agents import agent_command, agent_env, runtime_groups
         for job in jobs:
             if not self.fabric.is_local(job["host"]):
                 raise KeyError(f"{job['host']} (agent {job['agent']}) is not on this server")

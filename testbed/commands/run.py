@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.fabric_factory = None
     if args.servers:
-        from testbed.cluster.remote import ssh_fabric_factory
+        from testbed.cluster.ssh_fabric import ssh_fabric_factory
         args.fabric_factory, problems = ssh_fabric_factory(scenario.topology, scenario.topology_path,
                                                            args.servers, args.placer)
         if problems:

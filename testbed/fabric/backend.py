@@ -3,7 +3,7 @@
 :class:`FabricBackend` is the one interface (containerlab's ``runtime.ContainerRuntime`` is the
 shape: one interface, several implementations). Three fabrics implement it:
 :class:`testbed.fabric.local.Fabric` (one machine), :class:`testbed.cluster.sharded.ShardedFabric`
-(several shards built by this process) and :class:`testbed.cluster.remote.SshShardedFabric`
+(several shards built by this process) and :class:`testbed.cluster.ssh_fabric.SshShardedFabric`
 (shards built by workers on other servers). The first two share :class:`testbed.fabric.ops.LocalOps`
 for the operations that run in a namespace of this machine; the SSH fabric sends them to the
 worker of the server that holds the node.
@@ -14,7 +14,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Protocol, runtime_checkable
 
 from testbed.model.cluster import Placement
+from testbed.model.errors import TestbedFailure
 from testbed.model.topology import Link, Topology
+
+
+class FabricError(TestbedFailure):
+    """Bring-up or a runtime change of the fabric failed."""
 
 
 class CounterSource(Protocol):
@@ -82,5 +87,5 @@ class FabricBackend(Protocol):
 
     def start_agents(self, jobs: list[dict], processes: int | None = 0):
         """Start the agents where the hosts live and relay their messages (a
-        :class:`testbed.cluster.remote.RemoteAgents`), or None: the runner starts them on this
+        :class:`testbed.cluster.remote_agents.RemoteAgents`), or None: the runner starts them on this
         machine."""

@@ -3,8 +3,8 @@
 Hosts are Mininet ``Host``s and switches Mininet ``Node``s acting as IPv6
 routers (no OVS, no controller). Each node is a Mininet shell in its own
 network namespace; the shells are spawned together and then awaited, instead
-of one after another. Kernel state goes through netlink (pyroute2-compiled
-batches, :mod:`testbed.fabric.netlink`), one batch per namespace per phase:
+of one after another (:mod:`testbed.fabric.nodes`). Kernel state goes through netlink
+(pyroute2-compiled batches, :mod:`testbed.fabric.netlink`), one batch per namespace per phase:
 
 1. ``nodes``   spawn every node's shell (its PID and namespace go to the ledger)
 2. ``sysctls`` forwarding, seg6, L4 multipath hash, per-router hash seed,
@@ -32,8 +32,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import pty
-import select
 import time
 from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
@@ -41,72 +39,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from mininet.node import Host, Node
+from mininet.node import Node
 
 from testbed.fabric import routing, shaping
+from testbed.fabric.backend import FabricError
 from testbed.fabric.ledger import LEDGER_DIR, Ledger
 from testbed.fabric.netlink import Batch, netns, open_netns, write_sysctls
 from testbed.model.topology import EV, Role, Topology
-from testbed.model.errors import TestbedFailure
+from testbed.fabric.nodes import FabricHost, Router, await_shells
 from testbed.fabric.ops import LocalOps
 from testbed.model.cluster import Cluster, Placement
 
 log = logging.getLogger(__name__)
-
-
-class FabricError(TestbedFailure):
-    """Bring-up or a runtime change of the fabric failed."""
-
-
-class _ParallelStart:
-    """Mininet node whose shell is spawned now and awaited later (see :func:`_await_shells`)."""
-
-    def startShell(self, mnopts=None):  # noqa: N802 (Mininet's name)
-        cmd = ["mnexec", "-cdn", "env", "PS1=" + chr(127), "bash", "--norc", "--noediting",
-               "-is", "mininet:" + self.name]
-        self.master, self.slave = pty.openpty()
-        self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave,
-                                 close_fds=False)
-        self.stdin = os.fdopen(self.master, "r")
-        self.stdout = self.stdin
-        self.pid = self.shell.pid
-        self.pollOut = select.poll()
-        self.pollOut.register(self.stdout)
-        self.outToNode[self.stdout.fileno()] = self
-        self.inToNode[self.stdin.fileno()] = self
-        self.execed, self.lastCmd, self.lastPid, self.readbuf = False, None, None, ""
-        self.waiting = True
-
-
-class Router(_ParallelStart, Node):
-    """A switch: a Linux IPv6 router in its own namespace."""
-
-
-class FabricHost(_ParallelStart, Host):
-    """A host with one NIC per plane."""
-
-
-def _await_shells(nodes: list[Node], timeout_s: float = 30.0) -> None:
-    pending = {n.stdout.fileno(): n for n in nodes}
-    poller = select.poll()
-    for fd in pending:
-        poller.register(fd, select.POLLIN)
-    deadline = time.monotonic() + timeout_s
-    while pending:
-        if time.monotonic() > deadline:
-            raise FabricError(f"{len(pending)} node shells did not start within {timeout_s}s: "
-                              + ", ".join(n.name for n in list(pending.values())[:5]))
-        for fd, _ in poller.poll(100):
-            node = pending[fd]
-            data = node.read(1024)
-            if data and data[-1] == chr(127):
-                node.waiting = False
-                poller.unregister(fd)
-                del pending[fd]
-    for node in nodes:
-        node.sendCmd("unset HISTFILE; stty -echo; set +m")
-    for node in nodes:
-        node.waitOutput()
 
 
 @dataclass(frozen=True)
@@ -242,7 +186,7 @@ class Fabric(LocalOps):
             cls = FabricHost if node.role is Role.HOST else Router
             self.nodes[node.name] = cls(node.name)
         self.ledger.add_processes([(n.pid, name, "shell") for name, n in self.nodes.items()])
-        _await_shells(list(self.nodes.values()))
+        await_shells(list(self.nodes.values()))
         for name, node in self.nodes.items():
             self._nsfd[name] = open_netns(node.pid)
 

@@ -25,8 +25,8 @@ Why not ask the FIB (``RTM_GETROUTE`` with ``RTA_IP_PROTO``/``RTA_SPORT``/``RTA_
 (``fib_multipath_hash_policy=3``, which the fabric needs: routing.py) the kernel hashes a
 route query's flowi6 with ``rt6_multipath_custom_hash_fl6`` but a forwarded packet with
 ``rt6_multipath_custom_hash_skb`` = ``jhash_2words(outer, inner, 0)`` (net/ipv6/route.c):
-the two disagree. Measured on k4 (e0_0, 12 source ports): ``ip route get`` named the
-wrong uplink for 5 of 12 flows, as the link counters showed.
+the two disagree, so ``ip route get`` names the wrong uplink for some flows (the link
+counters show where they really go).
 
 :func:`job_flows` derives every flow of a transport from its job specs (pure);
 :func:`trace_flows` traces them on a running fabric; :mod:`testbed.faults.targets` resolves

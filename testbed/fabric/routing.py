@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from testbed.fabric.netlink import IGNORE_MISSING, RT_TABLE_LOCAL, RTN_LOCAL, Batch
-from testbed.model.topology import Link, Role, Topology, host_prefix, plane_prefix
+from testbed.model.addressing import host_prefix, plane_prefix
+from testbed.model.topology import Link, Role, Topology
 
 SR_IFINDEX = 2
 SR_PEER_IFINDEX = 3
@@ -99,11 +100,9 @@ def switch_sysctls(node: str) -> dict[str, int]:
     """Sysctls of a switch namespace (set before any fault)."""
     return {**_common_sysctls(), "net.ipv6.conf.all.forwarding": 1,
             "net.ipv6.conf.all.seg6_enabled": 1, "net.ipv6.conf.default.seg6_enabled": 1,
-            # L4 hash. Policy 3 (custom fields) with the 5-tuple, not policy 1: measured on
-            # kernel 6.18, IPv6 policy 1 ignores fib_multipath_hash_seed (every aggregation
-            # router sent all of an edge's flows to one core: 60/0/1/68 packets over 4 cores
-            # for 128 flows), while policy 3 honours it (29/33/33/36; 60/0/0/68 again when
-            # all routers share one seed).
+            # L4 hash. Policy 3 (custom fields) with the 5-tuple, not policy 1: IPv6 policy 1
+            # ignores fib_multipath_hash_seed, so every router hashes alike and an edge's flows
+            # polarise onto few cores; policy 3 honours the per-router seed.
             "net.ipv6.fib_multipath_hash_policy": 3,
             "net.ipv6.fib_multipath_hash_fields": IP6_MULTIPATH_HASH_5TUPLE,
             "net.ipv4.fib_multipath_hash_seed": hash_seed(node)}

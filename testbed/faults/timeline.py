@@ -1,7 +1,7 @@
 """A scenario's fault timeline as a schedule of primitive steps (sans-I/O, on any clock).
 
 The runner feeds it the workload start and the agents' iteration reports and asks
-what is due; it applies the steps (:mod:`testbed.run.lifecycle`) and journals them.
+what is due; it applies the steps (:mod:`testbed.run.transport`) and journals them.
 
 Triggers (:class:`testbed.spec.TimelineEvent`):
 

@@ -1,4 +1,4 @@
-"""Load balance across the fabric (issue 12): link utilisation per link direction, its spread,
+"""Load balance across the fabric: link utilisation per link direction, its spread,
 and the fabric links where traced flows collide.
 
 Everything needed is already in a run directory: the link counters (``links.jsonl``,
@@ -17,7 +17,7 @@ Terms:
   ``rate_bps`` the topology's configured rate (:attr:`testbed.model.topology.LinkParams.rate_bps`):
   a link a fault slowed or took down reads low, as it carried less;
 * the spread is max / mean of every fabric direction's utilisation (idle directions count:
-  a fabric that leaves half its links idle is unbalanced), as issue 12 defines it;
+  a fabric that leaves half its links idle is unbalanced);
 * a QP of a traced flow is its label without an MRC EV's ``" ev<k>"`` suffix
   (:class:`testbed.fabric.paths.Flow`): ``"mrc 3->4 ev1"`` is an EV of QP ``"mrc 3->4"``; ``"rc 3->4"``
   and each ``"rc-x8 3->4 qp<q>"`` are QPs of their own. Labels carry their job

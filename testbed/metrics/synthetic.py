@@ -20,7 +20,8 @@ import json
 import random
 from pathlib import Path
 
-from testbed.model.topology import LinkParams, fat_tree
+from testbed.model.generators import fat_tree
+from testbed.model.topology import LinkParams
 
 T0 = 1_700_000_000.0        # wall-clock run start, s
 SAMPLE_S = 0.010            # agent sample interval, s

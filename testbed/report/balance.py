@@ -1,4 +1,4 @@
-"""The report's load-balance tables (issue 12), from ``summary["transports"][name]["balance"]``
+"""The report's load-balance tables, from ``summary["transports"][name]["balance"]``
 (:func:`testbed.metrics.balance.balance_summary`); a summary without it renders as "-"."""
 
 from __future__ import annotations

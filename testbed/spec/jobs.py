@@ -21,13 +21,11 @@ permutation sends to ``targets[r]`` (a seeded derangement). Per transport:
 QP parameters (:data:`QP_DEFAULTS`) map the mrc.h attributes to emulation time. The
 fabric RTT here is milliseconds, so the ``timeout`` exponent (1.024 us * 2**timeout, the
 RTO's least margin above SRTT: :mod:`agents.mrc.rto`) follows the fabric's base RTT
-(:func:`qp_timeout`): 16 (67 ms) on fat-tree-k4 at 5 Mbit/s, where issue 11 calibrated
-it, 15 (33.5 ms) at 10 Mbit/s. With the retry ladder of 7 linear + 7 exponential retries
+(:func:`qp_timeout`): 16 (67 ms) on fat-tree-k4 at 5 Mbit/s, 15 (33.5 ms) at 10 Mbit/s. With the retry ladder of 7 linear + 7 exponential retries
 an RC QP has about 17 s (timeout 16) or 8.6 s (15) before ERR (agents/mrc/types.py
 documents the mapping). Until a QP has its first RTT sample its RTO is RFC 6298's
-initial 1 s (``initial_rto_s``): a start-up burst queues for longer than the floor
-(measured: 7 EV retirements in the first 0.25 s of incast-trim with no packet dropped
-anywhere), and a timer that fires on queued packets is taken for a dead path.
+initial 1 s (``initial_rto_s``): a start-up burst queues for longer than the floor, and a
+timer that fires on queued packets is taken for a dead path.
 """
 
 from __future__ import annotations
@@ -48,26 +46,23 @@ QP_DEFAULTS = {"retry_linear": 7, "retry_exp": 7, "cc": "uet-1.0-nscc", "initial
 """QP attributes every job gets (mrc.h names; see the module docstring); ``timeout`` comes
 from the fabric (:func:`qp_timeout`)."""
 RTO_MARGIN_BASE_RTTS = 1.5
-"""The RTO's least margin above SRTT, in base RTTs: 67 ms over fat-tree-k4's 43.5 ms base RTT
-at 5 Mbit/s, the value issue 11 calibrated (0 false retirements, every EV through a failed
-link retired within 3 base RTTs over 5 seeds)."""
+"""The RTO's least margin above SRTT, in base RTTs (67 ms over fat-tree-k4's 43.5 ms base RTT
+at 5 Mbit/s): wide enough that queueing retires no working EV, narrow enough that an EV
+through a failed link is retired within a few base RTTs."""
 ACK_COALESCE_FRAMES = 1.5
 """The responder's coalescing hold (``ack_coalesce_s``), in data-frame times of the flow's
 rate: at full rate the next packet arrives one frame time later and shares the SACK, so a
 steady flow is acknowledged every 2 packets instead of every packet; a slower flow keeps
-the 0.5 ms ``ack_delay_s`` (adaptive, :mod:`agents.mrc.responder`). Measured on fat-tree-k4
-with 2 host runtimes: at 20 Mbit/s the baseline all-reduce of `make bench`'s ceiling went
-from invalid (timer lateness p99 3.5-3.6 ms against 3.1; one SACK per data packet) to valid
-(mrc and rc busbw 96.0%, CPU p95 0.67-0.68); the default run's CPU p95 fell from 55% to
-42-45% (mrc); median SRTT rose 1.2 ms (27.3 to 28.5 ms at 10 Mbit/s)."""
+the 0.5 ms ``ack_delay_s`` (adaptive, :mod:`agents.mrc.responder`). Why: a SACK per data
+packet costs the agents enough CPU that their timers run late at high link rates; half the
+SACKs keeps those runs valid for a small rise in SRTT (``make bench``, fabric ceiling)."""
 MIN_QP_TIMEOUT = 15
-"""The least ``timeout`` exponent (33.5 ms): the emulator's own timing noise must stay far
-below the margin (the worst agents' timer lateness p99 measured in any run, valid or not, is
-4.6 ms: rc at 20 Mbit/s on k4)."""
+"""The least ``timeout`` exponent (33.5 ms): the emulator's own timing noise (the agents' timer
+lateness, a few ms at worst) must stay far below the margin."""
 
 SOFTWARE_RTT_S = 0.002
 """Agent and kernel time in an unloaded round trip on this emulator, s (event-loop wake-ups
-on both ends; measured RTT minus serialisation on an idle k4 path was ~1-2 ms)."""
+on both ends: an idle path's RTT less its serialisation)."""
 SACK_BYTES = 120     # a SACK frame on the wire (Ethernet + IPv6 + UDP + SACK header), bytes
 ETHERNET_HEADER_BYTES = 14
 

@@ -108,7 +108,7 @@ class Scenario:
     jobs: tuple[Workload, ...] = ()
     #: ``agent_processes: N``: N host runtimes (:mod:`agents.runtime`) serve every agent, each
     #: on one loop; ``"per-host"``: one process per agent (per host and job); None (absent):
-    #: the default, one runtime per core (:func:`testbed.run.lifecycle.default_agent_processes`).
+    #: the default, one runtime per core (:func:`testbed.run.agents.default_agent_processes`).
     agent_processes: int | str | None = None
 
     @property

@@ -11,7 +11,9 @@ from yaml.nodes import Node, ScalarNode
 from testbed.model import units
 
 from testbed.model.kernel import KernelFeatures
-from testbed.model.topology import IFNAME_MAX, MAX_PLANE, LinkDecl, LinkParams, NodeDecl, Role, Topology, TopologyError, fat_tree, footprint, from_explicit, ifname_problem, leaf_spine
+from testbed.model.addressing import IFNAME_MAX, MAX_PLANE, ifname_problem
+from testbed.model.generators import LinkDecl, NodeDecl, fat_tree, from_explicit, leaf_spine
+from testbed.model.topology import LinkParams, Role, Topology, TopologyError, footprint
 from testbed.model.units import show
 from testbed.spec.yamlread import Reader, SpecError, join
 from testbed.spec.common import TRIM_HEADER_QUEUE_PKTS, KINDS, _KIND_KEYS, _CLASS_KEYS, MAX_HOST_NICS, SCENARIO_KEYS, MAX_QUEUE_PKTS, MAX_DELAY_S, MAX_COUNT, MEMORY_SHARE, _sorted, _not_a_mapping, _explain_missing

@@ -3,7 +3,7 @@
 Fabric: fat-tree k=4 and k=8 built by :class:`testbed.fabric.local.Fabric`, next to
 the same graph built the plain Mininet way in the same run (routers as
 ``Node``, one ``Link`` per edge via ``Mininet.addLink``, ``net.stop()``),
-with the ratio. Targets (issue 2): k=8 up within 3 s and down within 2 s.
+with the ratio. Targets: k=8 up within 3 s and down within 2 s.
 Transport: ``agents.net.bench.run()`` if present (MRC data path vs a plain
 Python UDP loop, packets per CPU-second).
 Metrics: seconds per transport to analyse a synthetic fat-tree k=4 run of 60 s
@@ -11,7 +11,7 @@ Metrics: seconds per transport to analyse a synthetic fat-tree k=4 run of 60 s
 ends every 100 ms), parse + analyse (``metrics.analyze_run``) and the whole
 ``testbed report`` computation (``report.write_outputs``: + CSV files and
 summary.json); target 2 s per transport.
-Fabric ceiling (issue 10): ``scenarios/baseline.yaml``'s all-reduce (16 ranks, k=4) on
+Fabric ceiling: ``scenarios/baseline.yaml``'s all-reduce (16 ranks, k=4) on
 fresh fabrics at a sweep of link rates (the topology's link classes with only the rate
 changed; sizes scaled so an iteration takes ~1 s), one run per transport and rate; a rate
 passes when the run is valid (agents not starved, see ``testbed.metrics.fidelity``) and its
@@ -34,7 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.fabric.local import Fabric
-from testbed.model.topology import LinkParams, Topology, fat_tree
+from testbed.model.generators import fat_tree
+from testbed.model.topology import LinkParams, Topology
 from testbed.fabric.kernel import features
 
 TARGET_UP_S = {8: 3.0}
@@ -67,7 +68,7 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
     import shutil
 
     from testbed.report.files import load_summary
-    from testbed.run.lifecycle import run_scenario
+    from testbed.run import run_scenario
     from testbed.spec import load_file
 
     base = load_file(scenario_path, features=features())

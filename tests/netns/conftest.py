@@ -7,7 +7,8 @@ import time
 import pytest
 
 from testbed.fabric.local import Fabric
-from testbed.model.topology import LinkParams, fat_tree
+from testbed.model.generators import fat_tree
+from testbed.model.topology import LinkParams
 from tests.conftest import net_namespaces, root_interfaces, tier_timeout
 
 # The slowest netns tests wait up to 90 s for a CLI prompt then 30 s per command

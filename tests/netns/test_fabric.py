@@ -156,7 +156,8 @@ def test_clean_removes_what_a_killed_orchestrator_left(tmp_path):
     before = net_namespaces()
     script = textwrap.dedent(f"""
         import sys, time
-        from testbed.model.topology import fat_tree, LinkParams
+        from testbed.model.generators import fat_tree
+        from testbed.model.topology import LinkParams
         from testbed.fabric.local import Fabric
         lp = LinkParams(10_000_000, 64)
         f = Fabric(fat_tree(2, host_link=lp, fabric_link=lp), ledger_dir={str(tmp_path)!r}).start()

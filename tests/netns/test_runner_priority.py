@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from testbed.run import lifecycle
+from testbed.run import priority
 
 
 def _autogroup_text() -> str:
     try:
-        with open(lifecycle.AUTOGROUP) as f:
+        with open(priority.AUTOGROUP) as f:
             return f.read()
     except OSError:
         return ""
@@ -26,7 +26,7 @@ def _nice() -> int:
                     reason="not in an autogroup of its own (kernel without autogroup, or root autogroup)")
 def test_autogroup_nice_is_set_and_restored():
     before = _nice()
-    prio = lifecycle.RunnerPriority()
+    prio = priority.RunnerPriority()
     assert prio.raise_(-7) == "autogroup"
     try:
         assert _nice() == -7
@@ -39,13 +39,13 @@ def test_root_autogroup_falls_back_to_thread_nice(tmp_path, monkeypatch):
     """The root autogroup reads empty: every thread's nice is raised instead, and put back."""
     empty = tmp_path / "autogroup"
     empty.write_text("")
-    monkeypatch.setattr(lifecycle, "AUTOGROUP", str(empty))
+    monkeypatch.setattr(priority, "AUTOGROUP", str(empty))
     stop = threading.Event()
     worker = threading.Thread(target=stop.wait, daemon=True)
     worker.start()
     tids = {os.getpid(), worker.native_id}
     before = {t: os.getpriority(os.PRIO_PROCESS, t) for t in tids}
-    prio = lifecycle.RunnerPriority()
+    prio = priority.RunnerPriority()
     try:
         assert prio.raise_(-7) == "threads"
         assert {t: os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {t: -7 for t in tids}
@@ -58,8 +58,8 @@ def test_root_autogroup_falls_back_to_thread_nice(tmp_path, monkeypatch):
 
 
 def test_nothing_to_raise_is_reported(tmp_path, monkeypatch):
-    monkeypatch.setattr(lifecycle, "AUTOGROUP", str(tmp_path / "absent"))
-    monkeypatch.setattr(lifecycle, "_threads_nice", lambda nice: {})
-    prio = lifecycle.RunnerPriority()
+    monkeypatch.setattr(priority, "AUTOGROUP", str(tmp_path / "absent"))
+    monkeypatch.setattr(priority, "_threads_nice", lambda nice: {})
+    prio = priority.RunnerPriority()
     assert prio.raise_() is None
     prio.restore()

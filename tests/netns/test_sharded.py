@@ -17,8 +17,9 @@ from testbed.cluster.placement import place
 from testbed.model.cluster import Cluster, Server
 from testbed.cluster.sharded import ShardedFabric, standin_underlay
 from testbed.fabric.counters import LinkCounters
-from testbed.fabric.local import FabricError
-from testbed.model.topology import LinkParams, fat_tree
+from testbed.fabric.backend import FabricError
+from testbed.model.generators import fat_tree
+from testbed.model.topology import LinkParams
 
 UNDERLAY_MTU = 9100     # jumbo: MTU 9000 links + 70 bytes of VXLAN over IPv6
 

@@ -15,7 +15,8 @@ import textwrap
 import pytest
 
 from testbed.cluster.placement import place
-from testbed.cluster.remote import RemoteError, SshShardedFabric, connect
+from testbed.cluster.rpc import RemoteError, connect
+from testbed.cluster.ssh_fabric import SshShardedFabric
 from testbed.cluster.servers import load_servers
 from testbed.faults import FaultInjector
 from testbed.fabric.paths import FiveTuple, Flow, trace_flows

@@ -578,7 +578,7 @@ def test_a_runtime_serves_every_agent_until_each_ends_and_returns_the_worst(monk
 
 
 def test_runtime_groups_deal_agents_round_robin():
-    from testbed.run.lifecycle import runtime_groups
+    from testbed.run.agents import runtime_groups
     assert runtime_groups(16, 2) == [list(range(0, 16, 2)), list(range(1, 16, 2))]
     assert runtime_groups(3, 8) == [[0], [1], [2]]
     assert runtime_groups(5, 1) == [[0, 1, 2, 3, 4]]

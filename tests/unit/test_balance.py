@@ -16,7 +16,8 @@ from testbed.metrics import balance
 from testbed.rundir import loading
 from testbed.metrics.synthetic import write_run
 from testbed.report.balance import balance_table, collisions_table
-from testbed.model.topology import LinkParams, leaf_spine
+from testbed.model.generators import leaf_spine
+from testbed.model.topology import LinkParams
 
 T0 = 1000.0
 RATE_BPS = 10_000_000
@@ -292,7 +293,7 @@ def test_tables_render(run):
 def test_synthetic_run_with_traced_paths(tmp_path):
     """The synthetic run's paths.json (labels and links, no hops or hosts) and counters."""
     run = write_run(tmp_path / "syn", ("mrc", "rc"), world_size=4, duration_s=2.0, extras=True)
-    from testbed.model.topology import fat_tree
+    from testbed.model.generators import fat_tree
     tp = fat_tree(4, host_link=LinkParams(10_000_000), fabric_link=LinkParams(10_000_000))
     for name in ("mrc", "rc"):
         tr = loading.load_transport(run, name)

@@ -10,7 +10,8 @@ from testbed.cluster.placement import place
 from testbed.model.cluster import Cluster, Server
 from testbed.cluster.servers import load_servers
 from testbed.fabric.vxlan import inner_mtu, mtu_problems, tunnel_ends
-from testbed.model.topology import LinkParams, Role, fat_tree, leaf_spine
+from testbed.model.generators import fat_tree, leaf_spine
+from testbed.model.topology import LinkParams, Role
 from testbed.spec.yamlread import SpecError
 
 GOOD = """\
@@ -216,7 +217,7 @@ class _Shard:
 def _remote_agents(offsets):
     from types import SimpleNamespace
 
-    from testbed.cluster.remote import RemoteAgents
+    from testbed.cluster.remote_agents import RemoteAgents
     fabric = SimpleNamespace(shards={"s1": _Shard(), "s2": _Shard()},
                              placement=SimpleNamespace(where={"h0": "s1", "h1": "s2"}))
     jobs = [{"agent": 0, "host": "h0"}, {"agent": 1, "host": "h1"}]

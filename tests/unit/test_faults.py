@@ -23,7 +23,8 @@ from testbed.faults import (
     transition,
 )
 from testbed.fabric.netlink import NetlinkBatchError
-from testbed.model.topology import LinkParams, fat_tree
+from testbed.model.generators import fat_tree
+from testbed.model.topology import LinkParams
 
 LINK = "a0_0-c0_0"
 

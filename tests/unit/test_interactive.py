@@ -13,7 +13,8 @@ from mininet.log import lg, output
 from testbed import interactive as ia
 from testbed.faults import Blackhole, LinkState, Loss, Rate, Reconverge
 from testbed.spec import load_topology
-from testbed.model.topology import LinkParams, fat_tree
+from testbed.model.generators import fat_tree
+from testbed.model.topology import LinkParams
 from testbed.fabric.kernel import features
 
 TINY = load_topology(Path(__file__).parents[2] / "topologies" / "tiny.yaml", features=features())

@@ -188,7 +188,8 @@ def test_the_qp_timeout_follows_the_fabrics_base_rtt():
     """16 (67 ms, issue 11's calibration) on fat-tree-k4 at 5 Mbit/s, 15 (33.5 ms) at 10; never
     below MIN_QP_TIMEOUT however fast the fabric; a scenario's qp override wins."""
     from testbed.spec.jobs import MIN_QP_TIMEOUT
-    from testbed.model.topology import LinkParams, fat_tree
+    from testbed.model.generators import fat_tree
+    from testbed.model.topology import LinkParams
 
     for rate, want in ((5_000_000, 16), (10_000_000, 15), (1_000_000_000, MIN_QP_TIMEOUT), (1_000_000, 18)):
         lp = LinkParams(rate, 32, mtu=9000)
@@ -209,7 +210,8 @@ def test_the_sack_hold_coalesces_two_frames_within_a_quarter_of_the_rto_floor():
     from agents.mrc import QP, QPAttr, QPConfig, bring_up
     from agents.mrc.rto import mrc_timeout_s
     from testbed.spec.jobs import ack_coalesce_s, job_mtu
-    from testbed.model.topology import LinkParams, fat_tree
+    from testbed.model.generators import fat_tree
+    from testbed.model.topology import LinkParams
 
     assert ack_coalesce_s(4212, 10e6, mrc_timeout_s(15)) == pytest.approx(1.5 * 4212 * 8 / 10e6, abs=1e-6)
     assert ack_coalesce_s(9014, 1e6, mrc_timeout_s(16)) == pytest.approx(0.25 * mrc_timeout_s(16), abs=1e-6)

@@ -14,7 +14,8 @@ import ipaddress
 import pytest
 
 from testbed.fabric import routing
-from testbed.model.topology import LinkParams, Role, Topology, fat_tree, leaf_spine
+from testbed.model.generators import fat_tree, leaf_spine
+from testbed.model.topology import LinkParams, Role, Topology
 
 LP = LinkParams(10_000_000, 32)
 

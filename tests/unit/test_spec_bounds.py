@@ -10,8 +10,10 @@ from testbed import spec
 from testbed.spec import topofile
 from testbed.model.kernel import KernelFeatures
 from testbed.spec import SpecError, load_file
-from testbed.model.topology import LinkParams, fat_tree, footprint, ifname_problem, leaf_spine
-from testbed.spec.yamlread import MAX_FILE_BYTES, expanded_size, flow_depth_line
+from testbed.model.addressing import ifname_problem
+from testbed.model.generators import fat_tree, leaf_spine
+from testbed.model.topology import LinkParams, footprint
+from testbed.spec.yamlsafe import MAX_FILE_BYTES, expanded_size, flow_depth_line
 
 FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo", "netem"}), seg6_next_csid=True, nftables=True)
 CLASSES = "link_classes: {host: {rate: 1Mbit}, fabric: {rate: 1Mbit}}\n"
@@ -43,7 +45,7 @@ def test_footprint_of_the_shipped_k8_fits_this_machine():
 
 
 def test_building_is_linear_in_links():
-    topo = fat_tree(40, host_link=P, fabric_link=P)  # 48,000 links (its build time belongs in `make bench`)
+    topo = fat_tree(40, host_link=P, fabric_link=P)  # 48,000 links: duplicate names are counted once, not per link
     assert len(topo.links) == 48000
 
 

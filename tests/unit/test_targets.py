@@ -9,7 +9,8 @@ from testbed.spec import SpecError, load_scenario
 from testbed.spec.model import TimelineEvent
 from testbed.spec.selectors import FlowSelector, FlowTarget, TargetError, parse_selector
 from testbed.faults.targets import crossed_at, resolve, resolve_timeline
-from testbed.model.topology import LinkParams, fat_tree
+from testbed.model.generators import fat_tree
+from testbed.model.topology import LinkParams
 from testbed.fabric.kernel import features
 
 LP = LinkParams(10_000_000, 32)

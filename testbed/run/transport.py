@@ -1,5 +1,5 @@
-"""One transport of a scenario on one fabric (:class:`TransportRun`), and the whole scenario
-(:func:`run_scenario`: every transport in turn, each on a fresh fabric, with the same seed).
+"""One transport of a scenario on one fresh fabric (:class:`TransportRun`); the whole scenario
+is :func:`testbed.run.scenario.run_scenario`.
 
 For each transport:
 
@@ -10,7 +10,7 @@ For each transport:
    per agent; one runtime per core by default, ``agent_processes`` in the scenario), or one
    process per agent in its host's namespace (``agent_processes: per-host``). On a fabric
    over servers the servers' workers start them and relay their control channel
-   (:class:`testbed.cluster.remote.RemoteAgents`);
+   (:class:`testbed.cluster.remote_agents.RemoteAgents`);
 3. when every rank is ``ready``, send ``start`` (the barrier; time zero of the
    timeline) and play the timeline (:mod:`testbed.faults.timeline`): every typed step (link
    down/up, loss, blackhole, rate, routing reconvergence after ``reconverge_after``)
@@ -36,37 +36,33 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import resource
-import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from agents.protocol import Done, Event, Failed, Iteration, Message, Ready, Sample, Start, Stop
 
 from testbed.fabric.backend import FabricBackend
+from testbed.fabric.kernel import features
 from testbed.fabric.local import Fabric
 from testbed.faults import FaultInjector, LinkState, Reconverge
-from testbed.spec.jobs import build_all_jobs, write_jobs
-from testbed.fabric.kernel import features
-from testbed.spec import Scenario, transport_variant
-from testbed.spec.scenfile import PER_HOST
 from testbed.faults.timeline import Step, Timeline, sweep_warmups
-from testbed.model.topology import Topology
-from testbed.run.control import ControlServer, control_socket_path
-from testbed.run.progress import Display, Progress
-from testbed.rundir import records
-from testbed.rundir.records import TransportRecords, agent_log, new_run_dir, write_manifest
-from testbed.run.manifest import base_manifest
-from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
 from testbed.model.errors import TestbedFailure
+from testbed.model.topology import Topology
+from testbed.run.agents import default_agent_processes, start_local_agents
+from testbed.run.control import ControlServer, control_socket_path
+from testbed.run.priority import RunnerPriority
+from testbed.run.progress import Display, Progress
+from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
+from testbed.rundir import records
+from testbed.rundir.records import TransportRecords, agent_log
+from testbed.spec import Scenario, transport_variant
+from testbed.spec.jobs import build_all_jobs, write_jobs
+from testbed.spec.scenfile import PER_HOST
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[2]
 
 STOP_GRACE_S = 3.0          # agents get this long to exit after "stop", s
 OUTCOMES = ("done", "failed", "timeout", "crashed", "error", "interrupted")
@@ -76,96 +72,13 @@ class RunnerError(TestbedFailure):
     """The testbed (not the transport under test) failed during a run."""
 
 
-RUNNER_AUTOGROUP_NICE = -20
-"""Nice value of the runner's scheduler autogroup while the agents run.
-
-With ``kernel.sched_autogroup_enabled`` (1 on Debian) CFS first shares the CPU between
-autogroups (sessions) and every agent is a session of its own (``mnexec`` starts it with
-``setsid``), so on a saturated machine the runner got 1/(agents + 1) of it whatever its own
-nice value: on fat-tree-k8 (128 agents, 1 Mbit/s) its samplers missed 904 of ~1000 ticks of
-100 ms (coverage 5.6%) with 2% of a core, and renicing its threads to -10 or -20 changed
-nothing. The autogroup's nice (``/proc/self/autogroup``, sched(7)) sets its weight: at -20
-it is 86.7 nice-0 tasks, so the runner gets what it needs (a few percent of a core, the
-fidelity table's "runner CPU") before the agents, and no more.
-
-A process in the root autogroup (started by a daemon that never called ``setsid``, as a CI
-job may be) reads an empty ``/proc/self/autogroup`` and cannot set its nice; its threads
-then compete one by one with the agents' autogroups, so each thread's own nice is set
-instead (same value, same weight). Restored when the transport ends; skipped (logged) where
-neither is possible."""
-
-AUTOGROUP = "/proc/self/autogroup"
-
-
-def _autogroup_nice(nice: int) -> int | None:
-    """Set this process's autogroup nice value; the previous one, or None if not possible
-    (no autogroup support, the root autogroup, or not permitted)."""
-    try:
-        with open(AUTOGROUP) as f:
-            before = int(f.read().split("nice")[1])
-        with open(AUTOGROUP, "w") as f:
-            f.write(str(nice))
-    except (OSError, IndexError, ValueError) as exc:
-        log.debug("runner autogroup nice not set: %s", exc)
-        return None
-    return before
-
-
-def _threads_nice(nice: int | dict[int, int]) -> dict[int, int]:
-    """Set the nice value of every thread of this process (an int), or of the threads named
-    in ``{tid: nice}``; returns ``{tid: previous nice}`` of the threads changed. Threads the
-    runner starts afterwards inherit the nice of the thread that starts them (sched(7))."""
-    if isinstance(nice, dict):
-        wanted = nice
-    else:
-        wanted = {int(t): nice for t in os.listdir("/proc/self/task")}
-    before: dict[int, int] = {}
-    for tid, value in wanted.items():
-        try:
-            prev = os.getpriority(os.PRIO_PROCESS, tid)
-            os.setpriority(os.PRIO_PROCESS, tid, value)
-        except OSError as exc:      # thread gone, or not permitted
-            log.debug("runner thread %d nice not set: %s", tid, exc)
-            continue
-        before[tid] = prev
-    return before
-
-
-class RunnerPriority:
-    """Raise the runner's CPU share while agents run (:data:`RUNNER_AUTOGROUP_NICE`), and
-    put it back. ``how`` says which knob was used: "autogroup", "threads" or None."""
-
-    def __init__(self) -> None:
-        self.how: str | None = None
-        self._autogroup: int | None = None
-        self._threads: dict[int, int] = {}
-
-    def raise_(self, nice: int = RUNNER_AUTOGROUP_NICE) -> str | None:
-        self._autogroup = _autogroup_nice(nice)
-        if self._autogroup is not None:
-            self.how = "autogroup"
-        else:
-            self._threads = _threads_nice(nice)
-            self.how = "threads" if self._threads else None
-        if self.how is None:
-            log.info("runner priority not raised (no autogroup nice, no thread nice)")
-        return self.how
-
-    def restore(self) -> None:
-        if self._autogroup is not None:
-            _autogroup_nice(self._autogroup)
-        if self._threads:
-            _threads_nice(self._threads)
-        self._autogroup, self._threads, self.how = None, {}, None
-
-
 def _own_cpu_s() -> float:
     """CPU seconds (user + system, every thread) the runner process has used so far."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
 
 
-# -- one transport -------------------------------------------------------------------
+
 class TransportRun:
     """One transport of a scenario on a fresh fabric; :meth:`run` returns the outcome."""
 
@@ -293,21 +206,9 @@ class TransportRun:
                           "servers": {r: p.server for r, p in self.procs.items()}})
             return
         self.server = ControlServer(sock, allowed_pids=lambda: (p.pid for p in self.procs.values()))
-        kw = dict(stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO), env=agent_env())
         n = self.agent_processes
-        groups = [[a] for a in range(len(jobs))] if n is None else runtime_groups(len(jobs), n)
-        for i, members in enumerate(groups):   # one process per agent, or host runtimes
-            argv = agent_command(self.python, self.fabric, jobs, [p.resolve() for p in paths], members,
-                                 runtime=n is not None)
-            log_path = (agent_log(self.dir, jobs[members[0]]["agent"]) if n is None
-                        else self.dir / records.AGENT_LOGS_DIR / f"runtime{i}.log")
-            logf = open(log_path, "wb", opener=records.private_opener)
-            self.logs.append(logf)
-            proc = self.fabric.popen(jobs[members[0]]["host"], argv, stdout=logf, **kw)
-            for a in members:
-                if n is not None:   # each rank's log is its runtime's
-                    agent_log(self.dir, jobs[a]["agent"]).symlink_to(log_path.name)
-                self.procs[jobs[a]["agent"]] = proc
+        groups = start_local_agents(self.fabric, jobs, paths, self.dir, python=self.python, processes=n,
+                                    procs=self.procs, logs=self.logs)
         self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()},
                       **({"runtimes": [[jobs[a]["agent"] for a in members] for members in groups]}
                          if n is not None else {})})
@@ -509,108 +410,3 @@ class TransportRun:
                 f.close()
             self.progress.status = status
             self.refresh()
-
-
-def default_agent_processes() -> int:
-    """One host runtime per core this process may run on (``sched_getaffinity``). Measured on
-    fat-tree-k4 with 2 cores (``make bench``, fabric ceiling): at the same link rate two
-    runtimes use about half the CPU of one process per agent (mrc at 5 and 10 Mbit/s: CPU
-    p95 0.36 and 0.53 against 0.73 and 0.75) with higher busbw, and keep kernel TCP valid
-    up to 100 Mbit/s against 20; mrc and rc stay valid up to 10 Mbit/s either way (at 20
-    the agents' timer lateness p99 is 2.7-3.9 ms against 7.1-8.1, around a 3.1 ms bound)."""
-    return max(1, len(os.sched_getaffinity(0)))
-
-
-def agent_env() -> dict:
-    """The environment of agent processes: this one's, with the repository on PYTHONPATH."""
-    return {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-def agent_command(python: str, fabric, jobs: list[dict], paths: list, members: list[int], *,
-                  runtime: bool) -> list[str]:
-    """argv of the process that runs ``jobs[m]`` (job files ``paths[m]``) for ``members``: one
-    agent (``runtime`` False, one member), or a host runtime, each job with its host's
-    namespace (``/proc/<pid of the host's shell>/ns/net`` on ``fabric``)."""
-    argv = [python, "-m", "agents"]
-    for m in members:
-        argv += ["--job", str(paths[m])]
-        if runtime:
-            argv += ["--netns", f"/proc/{fabric.nodes[jobs[m]['host']].pid}/ns/net"]
-    return argv
-
-
-def runtime_groups(agents: int, processes: int) -> list[list[int]]:
-    """Agents 0..agents-1 dealt round-robin onto ``min(processes, agents)`` host runtimes
-    (agent ``a`` to runtime ``a % processes``): the list of each runtime's agents."""
-    n = max(1, min(processes, agents))
-    return [list(range(i, agents, n)) for i in range(n)]
-
-
-# -- the whole scenario ----------------------------------------------------------------
-@dataclass
-class RunResult:
-    run_dir: Path
-    status: dict[str, str]
-    reasons: dict[str, str]
-    interrupted: bool = False
-    signal: int | None = None
-    """The signal that interrupted the run (SIGINT for Ctrl-C, SIGTERM), None if none did."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived: stop as for Ctrl-C (teardown, partial results), exit 143 not 130."""
-    signum = signal.SIGTERM
-
-
-def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=None,
-                 transports: list[str] | None = None, qp_overrides: dict | None = None,
-                 live: bool = True, fabric_factory: Callable | None = None,
-                 agent_processes: int | str | None = None) -> RunResult:
-    """Run every transport of ``scenario`` (or ``transports``), each on a fresh fabric; write the
-    run directory. ``console``: a rich Console (default: stdout); ``live``: a live progress
-    table when it is a terminal. Ctrl-C / SIGTERM stop the run after tearing down and keep
-    what was gathered (``interrupted`` True). Raises nothing for transport outcomes (see the
-    module docstring). ``fabric_factory``: see :class:`TransportRun`; ``agent_processes``:
-    host runtimes instead of the scenario's ``agent_processes``."""
-    run_dir = new_run_dir(scenario, runs_root)
-    manifest = base_manifest(scenario)
-    write_manifest(run_dir, manifest)
-    wl = scenario.workload
-    rows = [Progress(t, len(wl.hosts), wl.measured_iterations, list(wl.sizes_bytes), status="waiting",
-                     collective=wl.collective)
-            for t in (transports or scenario.transports)]
-    result = RunResult(run_dir, {}, {})
-    display = Display(rows, console, live=live)
-    display.note(f"run directory: {run_dir}")
-    old_term = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        display.start()
-        for row in rows:
-            t = row.transport
-            manifest["transports"].append(t)
-            write_manifest(run_dir, manifest)
-            row.t_launch = time.monotonic()
-            runner = TransportRun(scenario, t, run_dir, display, row, qp_overrides=qp_overrides,
-                                  fabric_factory=fabric_factory, agent_processes=agent_processes)
-            try:
-                status = runner.run()
-            except KeyboardInterrupt as exc:
-                result.interrupted = True
-                result.signal = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
-                status = "interrupted"
-            result.status[t], result.reasons[t] = status, runner.reason
-            manifest["status"][t] = {"status": status, "reason": runner.reason}
-            write_manifest(run_dir, manifest)
-            display.outcome(t, status, runner.reason)
-            if result.interrupted:
-                break
-    finally:
-        manifest["finished_at"] = time.time()
-        write_manifest(run_dir, manifest)
-        display.stop()
-        signal.signal(signal.SIGTERM, old_term)
-    return result
-
-
-def _sigterm(signum, frame):
-    raise Terminated
