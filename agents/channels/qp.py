@@ -256,7 +256,7 @@ class QPChannel:
 _SUMMED = ("tx_packets", "tx_bytes", "retransmissions", "retransmitted_bytes", "timeouts",
            "lost_packets", "acked_bytes", "inflight_bytes", "cwnd_bytes", "rx_packets",
            "rx_bytes", "rx_duplicates", "rx_ooo", "rx_out_of_window", "rx_access_errors",
-           "bad_packets")
+           "bad_packets", "cnp_sent", "cnp_received")
 
 
 def _aggregate(stats: list[dict]) -> dict:
