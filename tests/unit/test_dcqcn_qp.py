@@ -141,3 +141,11 @@ def test_two_qps_through_a_marking_bottleneck_cut_and_share_it_fairly():
     goodput = [(a.requester.acked_bytes - x) * 8 / (4.0 - t0) for (a, _), x in zip(pairs, acked0)]
     assert sum(goodput) > 0.75 * rate
     assert 0.8 < goodput[0] / goodput[1] < 1.25
+
+
+def test_samples_report_no_window_for_a_rate_based_controller():
+    """A sample's cwnd_bytes is JSON for reports that refuse infinities (summary.json)."""
+    from agents.channels.qp import _window
+    a, _ = pair(dcqcn_config())
+    nscc = QP(5, rng=random.Random(5), config=QPConfig(transport=Transport.RC))
+    assert _window([a, a]) is None and _window([nscc]) == nscc.cc.cwnd_bytes
