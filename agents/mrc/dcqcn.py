@@ -109,8 +109,9 @@ class DCQCN(CongestionControl):
 
     ``rate_bps``: line rate (bits/s), the start rate (DCQCN has no slow start: flows start
     at line rate, paper section 3.1) and the ceiling. ``base_rtt_s``: the fabric's base RTT;
-    with it, every parameter left None comes from :func:`scaled_params`; without it, the
-    paper's unscaled values (microseconds, R_AI/R_HAI relative to line rate).
+    every parameter left None comes from :func:`scaled_params` for it, or, without it, for
+    :data:`REF_RTT_S` (the paper's microsecond timers; B, R_AI, R_HAI still relative to line
+    rate). DCQCN does not react to loss (RoCE expects PFC): ``on_packets_lost`` keeps the rate.
 
     On a CNP (:meth:`on_cnp`), equation (1)::
 

@@ -76,8 +76,8 @@ class Dumbbell:
         self._drain()
         for _ in range(max_steps):
             t = self._next_time()
-            if t is None or t > until:
-                self.now = until if t is not None or until != math.inf else self.now
+            if t is None or t > until:      # as MultipathNetwork.run: idle keeps the clock
+                self.now = min(until, self.now) if t is None else until
                 return self.now
             self.now = t = max(t, self.now)
             while self._heap and self._heap[0][0] <= t:
