@@ -200,6 +200,8 @@ class QP:
         self._events.append(QPError(now, self.qpn, reason))
         self.requester.flush_writes(now)
         self.responder.stop()
+        self._cnp_out.clear()
+        self._pace_at = None
 
     # ---- API ---------------------------------------------------------------
     def post_write(self, *, wr_id: int, local, remote_offset: int, imm: int | None = None) -> None:
@@ -294,7 +296,9 @@ class QP:
                 self.evs.expire_skips(now)
 
     def get_timer(self) -> float | None:
-        """Earliest absolute deadline (seconds) at which handle_timer must run, or None."""
+        """Earliest absolute deadline (seconds) at which handle_timer must run, or None; with a
+        paced controller (DCQCN) also the time its next packet may leave (then
+        :meth:`datagrams_to_send` has it)."""
         if self.state in (QPState.RST, QPState.INIT, QPState.ERR):
             return None
         t = self.responder.deadline
