@@ -3,7 +3,9 @@
 Source: Zhu et al., "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015
 (below "the paper"), section 3 (the algorithm: CP, NP and RP) and its parameter
 discussion; the rate-increase state machine is QCN's (IEEE 802.1Qau), which the paper
-adopts. The three roles:
+adopts. Section and equation numbers and the paper's constants were checked against the
+paper's descriptions in secondary sources (QCN, the mlx5 and ns-3 DCQCN models), not
+against the PDF itself: re-check them before quoting. The three roles:
 
 * CP (congestion point, the switch): RED-like ECN marking, in the fabric (the switch
   program; :class:`agents.mrc.sim.PathSpec` ``ecn_kmin_bytes``/``ecn_kmax_bytes``/``ecn_pmax``
