@@ -32,7 +32,8 @@ Job spec (JSON object; unknown keys rejected, every problem reported with its ke
             see ECN below), and QPConfig emulation
             parameters "time_scale", "min_rto_s", "initial_rto_s", "cc", "cc_params", "sack_every",
             "ack_delay_s", "reorder_threshold", "probe_interval_s", "probe_timeout_s",
-            "probe_successes", "skip_timeout_s", "max_burst"},
+            "probe_successes", "skip_timeout_s", "max_burst", "cnp_interval_s" (DCQCN's CNPs,
+            0 = none)},
      "connect_timeout_s": 10.0, "linger_s": 2.0}
     PEER = {"rank", "host" (== world[rank]), "ecmp_addr",
             "evs": [{"ev_id", "address", "links": [...],

@@ -30,7 +30,7 @@ QP_ATTR_KEYS = {"mpr": "mpr", "mpr_dest": "mpr_dest", "max_wimm": "max_wimm",
 QP_CONFIG_KEYS = {"time_scale": float, "min_rto_s": float, "initial_rto_s": float, "sack_every": int,
                   "ack_delay_s": float, "ack_coalesce_s": float, "reorder_threshold": int, "probe_interval_s": float,
                   "probe_timeout_s": float, "probe_successes": int, "skip_timeout_s": float,
-                  "cc": str, "cc_params": dict, "max_burst": int}
+                  "cc": str, "cc_params": dict, "max_burst": int, "cnp_interval_s": float}
 """Job-spec ``qp`` keys -> :class:`agents.mrc.QPConfig` fields (emulation parameters)."""
 QP_CHANNEL_KEYS = {"ev_min_active": int, "ecn": bool}
 """Job-spec ``qp`` keys the channel applies itself: ``ev_min_active`` (INIT's EV floor) and

@@ -227,7 +227,7 @@ class QPChannel:
                         "retransmits": sum(qp.requester.rtx_packets for qp in qps),
                         "retransmitted_bytes": sum(qp.requester.rtx_bytes for qp in qps),
                         "rtt_s": sum(rtts) / len(rtts) if rtts else None,
-                        "cwnd_bytes": sum(qp.cc.cwnd_bytes for qp in qps), "evs": evs})
+                        "cwnd_bytes": _window(qps), "evs": evs})
         for c in self.rx:
             out.append({"peer": c.peer.host, "peer_rank": c.peer.rank, "dir": "rx",
                         "bytes": sum(qp.responder.rx_bytes for qp in c.qps), "retransmits": 0,
@@ -256,7 +256,14 @@ class QPChannel:
 _SUMMED = ("tx_packets", "tx_bytes", "retransmissions", "retransmitted_bytes", "timeouts",
            "lost_packets", "acked_bytes", "inflight_bytes", "cwnd_bytes", "rx_packets",
            "rx_bytes", "rx_duplicates", "rx_ooo", "rx_out_of_window", "rx_access_errors",
-           "bad_packets")
+           "bad_packets", "cnp_sent", "cnp_received")
+
+
+def _window(qps: list[QP]) -> float | None:
+    """The connection's congestion window in bytes, None without one (a rate-based controller
+    such as DCQCN: its window is infinite, which JSON reports cannot carry)."""
+    total = sum(qp.cc.cwnd_bytes for qp in qps)
+    return total if total != float("inf") else None
 
 
 def _aggregate(stats: list[dict]) -> dict:

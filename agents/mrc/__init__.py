@@ -40,7 +40,8 @@ share. Live counters are the halves' (``qp.requester.acked_bytes``,
 
 Metrics: ``qp.stats()`` returns a JSON-ready dict: ``state``, ``tx_packets``,
 ``tx_bytes``, ``retransmissions``, ``retransmitted_bytes``, ``timeouts``, ``lost_packets``,
-``acked_bytes``, ``inflight_bytes``, ``cwnd_bytes``, ``srtt_s``, responder
+``acked_bytes``, ``inflight_bytes``, ``cwnd_bytes``, ``srtt_s``, ``cnp_sent``,
+``cnp_received`` (DCQCN's CNPs, :mod:`agents.mrc.dcqcn`), responder
 counters (``rx_packets``, ``rx_bytes``, ``rx_duplicates``, ``rx_ooo``,
 ``rx_cum_psn``) and ``evs``: per EV ``{state, packets_sent, bytes_sent,
 packets_acked, packets_lost, retransmits, rtt_last_s, rtt_min_s,
@@ -49,7 +50,9 @@ rtt_samples, probes_sent, probes_ok}``. EV state changes arrive as
 the controller call is ``qp.set_ev_state(ev, EVState.DENIED | EVState.GOOD, now)``.
 
 RC baseline: ``QPConfig(transport=Transport.RC)``; only the first EV of the
-profile is used (pinned path), go-back-N, same timeout/retry rules.
+profile is used (pinned path), go-back-N, same timeout/retry rules. RoCE's DCQCN:
+``QPConfig(transport=Transport.RC, cc="dcqcn", cc_params={"rate_bps": ..., "base_rtt_s": ...},
+cnp_interval_s=...)`` on both ends (:mod:`agents.mrc.dcqcn`).
 """
 from .cc import NSCC, CongestionControl, FixedWindow, available as cc_available, \
     create as cc_create, register as cc_register

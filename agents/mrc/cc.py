@@ -7,7 +7,8 @@ from a 10-packet window, so a caller need not know the link rate.
 
 Interface in the style of aioquic's ``quic/congestion/base.py``: a base class
 with keyword-only callbacks and a registry by name (the name the OCP MRC CC
-profile uses: ``mrc_ctl.h`` lists ``"uet-1.0-nscc"``).
+profile uses: ``mrc_ctl.h`` lists ``"uet-1.0-nscc"``). ``"dcqcn"`` (RoCEv2's rate-based
+controller, paced, driven by CNPs) lives in :mod:`agents.mrc.dcqcn`.
 
 Signals
 -------
@@ -90,6 +91,15 @@ class CongestionControl:
 
     def on_packets_lost(self, *, now: float, lost_bytes: int, trimmed: bool = False) -> None:
         pass
+
+    def on_cnp(self, *, now: float) -> None:
+        """A RoCEv2 CNP arrived (the responder saw CE marks: :mod:`agents.mrc.dcqcn`)."""
+
+    def next_send_time(self, *, now: float, size_bytes: int) -> float:
+        """Earliest time (s) a packet of ``size_bytes`` may be sent; a window controller
+        returns ``now``. The QP paces only when a subclass overrides this (no cost
+        otherwise) and then wakes at the returned time (:meth:`agents.mrc.qp.QP.get_timer`)."""
+        return now
 
 
 class FixedWindow(CongestionControl):

@@ -1,4 +1,4 @@
-"""MRC wire format: data (WRITE / WRITE_WITH_IMM), SACK, NACK, EV probe request/response.
+"""MRC wire format: data (WRITE / WRITE_WITH_IMM), SACK, NACK, EV probe request/response, CNP.
 
 Every packet starts with the same 8-byte prefix and ends with a CRC-32
 trailer (:func:`crc32`, zlib's CRC-32) over every byte before it (the role of
@@ -29,6 +29,10 @@ NACK (24 bytes + CRC)
 PROBE_REQ / PROBE_RSP (28 bytes + CRC)
     prefix, probe_id u16, pad u16 (zero), req_ev u32, rsp_ev u32,
     timestamp_ns u64 (set by the requester, echoed by the responder).
+CNP (16 bytes + CRC), type 0x81 as RoCEv2's CNP opcode (IBTA RoCEv2 annex A17)
+    prefix (sub and flags zero), ev u32 (the EV the CE-marked packet came on),
+    psn u32 (its PSN). Sent by a responder whose ``cnp_interval_s`` is set
+    (:mod:`agents.mrc.dcqcn`).
 
 PSNs are 32 bits and never wrap in this emulation (a QP carries fewer than
 2**32 packets in any run); 2**32 - 1 is reserved.
@@ -57,6 +61,7 @@ CRC = struct.Struct("!I")
 SACK_HDR = struct.Struct("!BBBBIIIQIQIQ")
 NACK_HDR = struct.Struct("!BBBBIIIQ")
 PROBE_HDR = struct.Struct("!BBBBIHHIIQ")
+CNP_HDR = struct.Struct("!BBBBIII")
 
 CRC_BYTES = CRC.size
 DATA_OVERHEAD_BYTES = DATA_HDR.size + IMM.size + CRC_BYTES
@@ -89,6 +94,7 @@ class PacketType(enum.IntEnum):
     NACK = 3
     PROBE_REQ = 4
     PROBE_RSP = 5
+    CNP = 0x81
 
 
 class Opcode(enum.IntEnum):
@@ -194,7 +200,16 @@ class ProbePacket:
     response: bool = False
 
 
-Packet = DataPacket | SackPacket | NackPacket | ProbePacket
+@dataclass(frozen=True, slots=True)
+class CnpPacket:
+    """RoCEv2 congestion notification: CE-marked data arrived on ``ev`` (latest ``psn``)."""
+
+    dest_qpn: int
+    ev: int
+    psn: int
+
+
+Packet = DataPacket | SackPacket | NackPacket | ProbePacket | CnpPacket
 
 
 def _seal(header_and_body: bytes) -> bytes:
@@ -241,7 +256,14 @@ def encode(pkt: Packet) -> bytes:
         ptype = 5 if pkt.response else 4
         return _seal(PROBE_HDR.pack(VERSION, ptype, 0, 0, pkt.dest_qpn, pkt.probe_id, 0,
                                     pkt.req_ev, pkt.rsp_ev, pkt.timestamp_ns))
+    if isinstance(pkt, CnpPacket):
+        return encode_cnp(pkt.dest_qpn, pkt.ev, pkt.psn)
     raise TypeError(f"not an MRC packet: {type(pkt).__name__}")
+
+
+def encode_cnp(dest_qpn: int, ev: int, psn: int) -> bytes:
+    """One CNP as bytes (layout in the module docstring); struct.error on out-of-range fields."""
+    return _seal(CNP_HDR.pack(VERSION, PacketType.CNP, 0, 0, dest_qpn, ev, psn))
 
 
 def peek_dest_qpn(data: bytes) -> int:
@@ -356,4 +378,12 @@ def parse(data: bytes) -> Packet:
             raise ProtocolError("malformed EV probe")
         check_crc(data)
         return ProbePacket(qpn, probe_id, req_ev, rsp_ev, ts, response=(ptype == 5))
+    if ptype == PacketType.CNP:
+        if len(data) != CNP_HDR.size + CRC_BYTES:
+            raise ProtocolError("CNP has the wrong length")
+        ver, _, sub, flags, qpn, ev, psn = CNP_HDR.unpack_from(data)
+        if ver != VERSION or sub or flags or psn > MAX_PSN:
+            raise ProtocolError("malformed CNP")
+        check_crc(data)
+        return CnpPacket(qpn, ev, psn)
     raise ProtocolError(f"unknown packet type {ptype}")

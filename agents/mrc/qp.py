@@ -36,6 +36,7 @@ from typing import Iterable
 
 from . import cc as cc_mod
 from . import packet as pk
+from .dcqcn import CnpPacer
 from .ev import EVSet, EVState
 from .requester import Requester
 from .responder import Responder
@@ -88,6 +89,8 @@ class QP:
         self._bad_packets = 0
         self.cc = cc_mod.create(self.config.cc, mss_bytes=self.config.payload_bytes,
                                 **self.config.cc_params)
+        # A rate-based controller paces sends; window controllers skip the pacing path.
+        self._paced = type(self.cc).next_send_time is not cc_mod.CongestionControl.next_send_time
         self._build(memory)
 
     def _build(self, memory) -> None:
@@ -98,6 +101,10 @@ class QP:
                                    rtt=self._rtt, events=self._events, on_error=self._enter_error)
         self.responder = Responder(qpn=self.qpn, config=cfg, transport=self.transport,
                                    events=self._events, memory=memory)
+        self._cnp = CnpPacer(cfg.cnp_interval_s) if cfg.cnp_interval_s > 0 else None
+        self._cnp_out: list[tuple[bytes, int]] = []
+        self._pace_at: float | None = None
+        self.cnp_received = 0
 
     # ---- state machine ---------------------------------------------------
     @property
@@ -193,6 +200,8 @@ class QP:
         self._events.append(QPError(now, self.qpn, reason))
         self.requester.flush_writes(now)
         self.responder.stop()
+        self._cnp_out.clear()
+        self._pace_at = None
 
     # ---- API ---------------------------------------------------------------
     def post_write(self, *, wr_id: int, local, remote_offset: int, imm: int | None = None) -> None:
@@ -226,6 +235,8 @@ class QP:
             ptype = data[1] if len(data) > 1 else 0
             if ptype == 1:                       # DATA
                 self.responder.on_data(data, now, ecn)
+                if ecn and self._cnp is not None:
+                    self._on_ce(data, now)
             elif ptype == 2:                     # SACK
                 if state is _RTS:
                     self.requester.on_sack(pk.unpack_sack(data), now)
@@ -240,9 +251,21 @@ class QP:
                         self.responder.on_probe_req(pkt)
                 elif isinstance(pkt, pk.NackPacket) and state is _RTS:
                     self.requester.on_nack(pkt, now)
+                elif isinstance(pkt, pk.CnpPacket) and state is _RTS:
+                    self.cnp_received += 1
+                    self.cc.on_cnp(now=now)
         except pk.ProtocolError as exc:
             self._bad_packets += 1
             log.debug("qpn %d: dropped bad datagram: %s", self.qpn, exc)
+
+    def _on_ce(self, data: bytes, now: float) -> None:
+        """DCQCN's notification point: a valid CE-marked data packet for this QP arrived; send a
+        CNP back on its EV unless one went within ``config.cnp_interval_s``
+        (:class:`agents.mrc.dcqcn.CnpPacer`)."""
+        if pk.peek_dest_qpn(data) != self.qpn or not self._cnp.on_ce(now):
+            return
+        psn, ev = int.from_bytes(data[8:12], "big"), int.from_bytes(data[12:16], "big")
+        self._cnp_out.append((pk.encode_cnp(self.dest_qpn, ev, psn), ev))
 
     def receive_datagrams(self, datagrams, now: float) -> None:
         """Process ``datagrams`` (bytes, in arrival order) as :meth:`receive_datagram` would one by
@@ -273,7 +296,9 @@ class QP:
                 self.evs.expire_skips(now)
 
     def get_timer(self) -> float | None:
-        """Earliest absolute deadline (seconds) at which handle_timer must run, or None."""
+        """Earliest absolute deadline (seconds) at which handle_timer must run, or None; with a
+        paced controller (DCQCN) also the time its next packet may leave (then
+        :meth:`datagrams_to_send` has it)."""
         if self.state in (QPState.RST, QPState.INIT, QPState.ERR):
             return None
         t = self.responder.deadline
@@ -283,6 +308,8 @@ class QP:
                 times.append(self.requester.probe_deadline())
                 times.extend(i.skip_until for i in self.evs.info.values()
                              if i.state is EVState.SKIP)
+            if self._pace_at is not None:
+                times.append(self._pace_at)
             for d in times:
                 if d is not None and (t is None or d < t):
                     t = d
@@ -291,10 +318,34 @@ class QP:
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, int]]:
         """Datagrams to put on the wire now, as (bytes, EV id) pairs."""
         out = self.responder.take_output()
+        if self._cnp_out:
+            out += self._cnp_out
+            self._cnp_out = []
         if self.state is QPState.RTS:
             self.requester.send_probes(now, out)
-            self.requester.send_data(now, out)
+            if self._paced:
+                self._send_paced(now, out)
+            else:
+                self.requester.send_data(now, out)
         return out
+
+    def _send_paced(self, now: float, out: list) -> None:
+        """Data one packet at a time while the controller's pacing allows
+        (:meth:`agents.mrc.cc.CongestionControl.next_send_time`); when it holds a packet
+        back, its time becomes a deadline of :meth:`get_timer`."""
+        req, cc, size, burst = self.requester, self.cc, self.config.payload_bytes, \
+            self.config.max_burst
+        self._pace_at = None
+        while len(out) < burst:
+            t = cc.next_send_time(now=now, size_bytes=size)
+            if t > now:
+                if not req.idle:
+                    self._pace_at = t
+                return
+            n = len(out)
+            req.send_data(now, out, limit=1)
+            if len(out) == n:                     # nothing to send, or window/EVs hold it
+                return
 
     def next_event(self):
         """Pop the next event (WorkCompletion, EVEvent, QPError) or None."""
@@ -332,6 +383,8 @@ class QP:
             "ev_floor_held": self.evs.floor_held if self.evs else 0,
             "evs": self.evs.stats() if self.evs else {},
             "cc": {"name": self.cc.name, **(self.cc.counters() if hasattr(self.cc, "counters") else {})},
+            "cnp_sent": self._cnp.sent if self._cnp is not None else 0,
+            "cnp_received": self.cnp_received,
         }
 
 

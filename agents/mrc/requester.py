@@ -197,8 +197,10 @@ class Requester:
         if self._cc_sent is not None:
             self._cc_sent(now=now, size_bytes=length)
 
-    def send_data(self, now: float, out: list) -> None:
-        budget = self.config.max_burst
+    def send_data(self, now: float, out: list, limit: int | None = None) -> None:
+        """Append data packets to ``out`` (retransmissions first) up to ``config.max_burst``
+        entries in ``out``, or ``limit`` more packets (pacing sends one at a time)."""
+        budget = self.config.max_burst if limit is None else min(self.config.max_burst, len(out) + limit)
         rtx_heap = self._rtx
         if rtx_heap:
             cc = self.cc

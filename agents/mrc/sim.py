@@ -5,7 +5,11 @@ FIFO link of ``rate_bps`` (serialisation) plus a one-way ``delay_s``, with
 random ``loss``, ``duplicate`` and ``reorder`` (a reordered packet gets
 ``reorder_delay_s`` extra delay) probabilities, an optional drop-tail queue
 limit ``queue_bytes``, and ``down`` intervals [(t_down, t_up), ...] during
-which every packet sent or arriving is dropped (t_up may be ``inf``).
+which every packet sent or arriving is dropped (t_up may be ``inf``),
+and optional RED-style ECN marking (DCQCN's CP, Zhu et al. SIGCOMM 2015 section
+3.1): a packet that finds ``q`` bytes queued ahead of it is CE-marked with
+probability 0 up to ``ecn_kmin_bytes``, rising linearly to ``ecn_pmax`` at
+``ecn_kmax_bytes``, and 1 above; the receiving QP gets ``ecn=True``.
 All randomness comes from one ``random.Random(seed)``: a run replays exactly.
 
 The loop is event-driven: the fake clock jumps to the next of path
@@ -35,13 +39,28 @@ class PathSpec:
     reorder_delay_s: float = 0.0
     queue_bytes: int | None = None
     down: tuple[tuple[float, float], ...] = ()
+    ecn_kmin_bytes: int | None = None
+    ecn_kmax_bytes: int | None = None
+    ecn_pmax: float = 1.0
 
     def __post_init__(self):
         if self.rate_bps <= 0 or self.delay_s < 0:
             raise ValueError("rate_bps must be > 0 and delay_s >= 0")
-        for p in (self.loss, self.duplicate, self.reorder):
+        for p in (self.loss, self.duplicate, self.reorder, self.ecn_pmax):
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"probability {p} outside [0, 1]")
+        if (self.ecn_kmin_bytes is None) != (self.ecn_kmax_bytes is None) or \
+                self.ecn_kmin_bytes is not None and not 0 <= self.ecn_kmin_bytes <= self.ecn_kmax_bytes:
+            raise ValueError("ECN marking needs 0 <= ecn_kmin_bytes <= ecn_kmax_bytes (both or neither)")
+
+    def mark_probability(self, queue_bytes: float) -> float:
+        """CE-mark probability of a packet finding ``queue_bytes`` queued (0 without marking)."""
+        kmin, kmax = self.ecn_kmin_bytes, self.ecn_kmax_bytes
+        if kmin is None or queue_bytes <= kmin:
+            return 0.0
+        if queue_bytes > kmax:
+            return 1.0
+        return self.ecn_pmax * (queue_bytes - kmin) / (kmax - kmin)
 
     def is_down(self, t: float) -> bool:
         return any(a <= t < b for a, b in self.down)
@@ -56,6 +75,7 @@ class LinkCounters:
     dropped_queue: int = 0
     duplicated: int = 0
     reordered: int = 0
+    ce_marked: int = 0
 
 
 class _Link:
@@ -113,6 +133,11 @@ class MultipathNetwork:
         if spec.loss and rng.random() < spec.loss:
             c.dropped_loss += 1
             return
+        ce = False
+        if spec.ecn_kmin_bytes is not None:
+            p = spec.mark_probability((start - now) * spec.rate_bps / 8)
+            ce = p > 0 and rng.random() < p
+            c.ce_marked += ce
         arrive = link.busy_until + spec.delay_s
         if spec.reorder and rng.random() < spec.reorder:
             arrive += spec.reorder_delay_s
@@ -122,7 +147,7 @@ class MultipathNetwork:
             c.duplicated += 1
         for k in range(copies):
             self._seq += 1
-            heapq.heappush(self._heap, (arrive + k * 1e-7, self._seq, direction, i, data))
+            heapq.heappush(self._heap, (arrive + k * 1e-7, self._seq, direction, i, data, ce))
 
     def _drain(self) -> None:
         for direction, qp in ((0, self.a), (1, self.b)):
@@ -140,13 +165,13 @@ class MultipathNetwork:
         self.now = t
         heap = self._heap
         while heap and heap[0][0] <= t:
-            _, _, direction, i, data = heapq.heappop(heap)
+            _, _, direction, i, data, ce = heapq.heappop(heap)
             link = self.links[(direction, i)]
             if link.spec.is_down(t):
                 link.counters.dropped_down += 1
                 continue
             link.counters.delivered += 1
-            (self.b if direction == 0 else self.a).receive_datagram(data, t)
+            (self.b if direction == 0 else self.a).receive_datagram(data, t, ecn=ce)
         for qp in (self.a, self.b):
             deadline = qp.get_timer()
             if deadline is not None and deadline <= t:

@@ -150,7 +150,10 @@ class QPConfig:
     :class:`agents.mrc.cc.NSCC`; ``"fixed"`` is the unbounded window),
     ``max_burst`` datagrams per ``datagrams_to_send`` call, ``initial_rto_s``
     (the RTO before the first RTT sample when above the floor: RFC 6298 rule 2.1's 1 s;
-    0 keeps the floor, as the simulator's tests do).
+    0 keeps the floor, as the simulator's tests do), ``cnp_interval_s`` (DCQCN's notification
+    point: the responder answers CE-marked data with a RoCEv2 CNP, at most one per this many
+    seconds per QP; 0, the default, sends none. Set it on both ends of a ``"dcqcn"`` QP
+    pair, :func:`agents.mrc.dcqcn.scaled_cnp_interval_s`; other controllers ignore CNPs).
 
     RTO: the mapping above is the floor of an RFC 6298 estimator
     (``SRTT + 4 * RTTVAR``), see :mod:`agents.mrc.rto`.
@@ -176,6 +179,7 @@ class QPConfig:
     cc: str = "uet-1.0-nscc"
     cc_params: dict = field(default_factory=dict)
     max_burst: int = 256
+    cnp_interval_s: float = 0.0
 
     def validate(self) -> None:
         if self.payload_bytes <= 0 or self.sack_every < 1 or self.reorder_threshold < 1:
@@ -188,6 +192,8 @@ class QPConfig:
             raise ValueError("probe_successes, probe_interval_s and max_burst must be positive")
         if self.ooo_threshold < 1 or self.ev_loss_run < 1 or self.ooo_time_frac < 0:
             raise ValueError("ooo_threshold and ev_loss_run must be >= 1, ooo_time_frac >= 0")
+        if self.cnp_interval_s < 0:
+            raise ValueError("cnp_interval_s must be >= 0 (0: no CNPs)")
         if self.min_rto_s > 0:
             self.check_ack_delay(self.min_rto_s, "min_rto_s")
 

@@ -62,7 +62,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
     p.add_argument("--runs-dir", default="runs", type=Path, help="where run directories go (default: runs)")
     p.add_argument("--transport", action="append", type=_transport, dest="transports", metavar="TRANSPORT",
-                   help=f"run only this transport ({', '.join(TRANSPORTS)} or rc-x<N>; repeatable; "
+                   help=f"run only this transport ({', '.join(TRANSPORTS)}, rc-x<N>, rc-dcqcn or rc-dcqcn-x<N>; "
+                        "repeatable; "
                         "default: the scenario's list)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write PNG plots")
     p.add_argument("--trials", type=int, default=None, metavar="N",

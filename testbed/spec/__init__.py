@@ -33,7 +33,8 @@ Scenario file
 -------------
 ``name``?, ``description``?, ``topology`` (path, relative to the scenario's
 directory first, then the current directory), ``transports`` (non-empty,
-unique, from ``mrc rc tcp``, or ``rc-x<N>``: RC with N QPs per connection, 1 <= N <= 64), ``seed`` (int >= 0), ``timeout`` (duration),
+unique, from ``mrc rc tcp``, or ``rc-x<N>``: RC with N QPs per connection, 1 <= N <= 64, or
+``rc-dcqcn``/``rc-dcqcn-x<N>``: the same with DCQCN, :func:`parse_transport`), ``seed`` (int >= 0), ``timeout`` (duration),
 ``reconverge_after``? (duration), ``trials``? (int >= 1: seeds seed, seed+1, ..., each on
 fresh fabrics), ``agent_processes``? (int 1..256: that many host runtimes serve every agent,
 each on one loop, :mod:`agents.runtime`; ``per-host``: one process per agent; absent: one
@@ -80,7 +81,8 @@ from agents.protocol import TRANSPORTS
 from testbed.model.kernel import KernelFeatures
 from testbed.model.topology import Topology
 from testbed.spec.yamlread import Problem, Reader, SpecError
-from testbed.spec.common import ACTIONS, COLLECTIVES, MAX_REFERRED_PROBLEMS, ORDERS, SCENARIO_KEYS, transport_variant
+from testbed.spec.common import (ACTIONS, COLLECTIVES, MAX_REFERRED_PROBLEMS, ORDERS, SCENARIO_KEYS, TransportName,
+                                 parse_transport, transport_variant)
 from testbed.spec.model import Scenario, TimelineEvent, Workload
 from testbed.spec.scenfile import load_scenario
 from testbed.spec.timelinefile import timeline_warnings
@@ -88,7 +90,8 @@ from testbed.spec.topofile import load_topology
 
 __all__ = ["Problem", "SpecError", "Scenario", "Workload", "TimelineEvent", "load_topology",
            "load_scenario", "load_file", "is_scenario", "timeline_warnings", "TRANSPORTS", "ACTIONS",
-           "COLLECTIVES", "ORDERS", "transport_variant", "MAX_REFERRED_PROBLEMS", "Path"]
+           "COLLECTIVES", "ORDERS", "transport_variant", "parse_transport", "TransportName",
+           "MAX_REFERRED_PROBLEMS", "Path"]
 
 # -- either -------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from yaml.nodes import MappingNode, Node
 
@@ -45,23 +45,46 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "perm
 #: ``workload.order``: ``listed`` (the hosts as given, ``all`` in topology order), ``random``
 #: (seeded shuffle) or ``rail`` (hosts grouped by their position under their edge switch).
 ORDERS = ("listed", "random", "rail")
-#: RC with N QPs per connection (NCCL_IB_QPS_PER_CONNECTION) as a transport variant ``rc-x<N>``.
-RC_VARIANT_RE = re.compile(r"rc-x([1-9][0-9]?)")
+#: RC variants: N QPs per connection (NCCL_IB_QPS_PER_CONNECTION) ``rc-x<N>``, and RoCE's DCQCN
+#: congestion control ``rc-dcqcn`` / ``rc-dcqcn-x<N>``.
+RC_VARIANT_RE = re.compile(r"rc(?P<dcqcn>-dcqcn)?(?:-x(?P<qps>[1-9][0-9]?))?")
 MAX_RC_QPS = 64
+TRANSPORT_FORMS = "rc-x<N> for RC with N QPs per connection, rc-dcqcn[-x<N>] for RC with DCQCN"
+
+
+@dataclass(frozen=True)
+class TransportName:
+    """A parsed transport name: ``base`` (what the agents run: one of
+    :data:`agents.protocol.TRANSPORTS`), ``qps`` per connection, and ``cc``: the congestion
+    control it implies (``"dcqcn"``), or None for the job's default."""
+
+    base: str
+    qps: int = 1
+    cc: str | None = None
+
+
+def parse_transport(name: str) -> TransportName:
+    """The one parser of transport names: ``"rc-x8"`` -> ``TransportName("rc", 8)``,
+    ``"rc-dcqcn-x4"`` -> ``TransportName("rc", 4, "dcqcn")``, ``"mrc"`` -> ``TransportName("mrc")``.
+    Raises ValueError for a name that is neither a transport of :data:`agents.protocol.TRANSPORTS`
+    nor an RC variant with 1 <= N <= :data:`MAX_RC_QPS`."""
+    from agents.protocol import TRANSPORTS
+    if name in TRANSPORTS:
+        return TransportName(name)
+    m = RC_VARIANT_RE.fullmatch(name)
+    if m and (m["dcqcn"] or m["qps"]) and int(m["qps"] or 1) <= MAX_RC_QPS:
+        return TransportName("rc", int(m["qps"] or 1), "dcqcn" if m["dcqcn"] else None)
+    raise ValueError(f"{name!r} is not a transport ({', '.join(TRANSPORTS)}, or {TRANSPORT_FORMS}, "
+                     f"1 <= N <= {MAX_RC_QPS})")
 
 
 def transport_variant(name: str) -> tuple[str, int]:
-    """``(base transport, QPs per connection)`` of a transport name: ``"rc-x8"`` -> ``("rc", 8)``,
-    ``"mrc"`` -> ``("mrc", 1)``. Raises ValueError for a name that is neither a transport of
-    :data:`agents.protocol.TRANSPORTS` nor ``rc-x<N>`` with 1 <= N <= :data:`MAX_RC_QPS`."""
-    from agents.protocol import TRANSPORTS
-    if name in TRANSPORTS:
-        return name, 1
-    m = RC_VARIANT_RE.fullmatch(name)
-    if m and 1 <= int(m.group(1)) <= MAX_RC_QPS:
-        return "rc", int(m.group(1))
-    raise ValueError(f"{name!r} is not a transport ({', '.join(TRANSPORTS)}, or rc-x<N> for RC with "
-                     f"N QPs per connection, 1 <= N <= {MAX_RC_QPS})")
+    """``(base transport, QPs per connection)`` of a transport name (:func:`parse_transport`):
+    ``"rc-x8"`` -> ``("rc", 8)``, ``"mrc"`` -> ``("mrc", 1)``. Raises ValueError."""
+    t = parse_transport(name)
+    return t.base, t.qps
+
+
 #: Timeline bounds: more events than this is a generated file gone wrong; a flap
 #: toggles a link through tc/ip (~ms each), so a period below 10ms is not a flap.
 MAX_TIMELINE_EVENTS = 1000

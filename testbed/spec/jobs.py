@@ -15,6 +15,9 @@ permutation sends to ``targets[r]`` (a seeded derangement). Per transport:
   plain address with a per-QP UDP source port as entropy (RoCEv2 practice: the source
   port is the flow label the switches hash), so routing reconvergence
   (``reconverge_after``) can move it.
+* ``rc-dcqcn`` (``rc-dcqcn-x<N>``): the same RC QPs with DCQCN (:mod:`agents.mrc.dcqcn`,
+  :func:`dcqcn_qp`): paced at a rate cut by CNPs, which the receiving QPs send for CE-marked
+  data, every timer scaled to the fabric's base RTT.
 * ``tcp``: kernel TCP between the ECMP addresses, connecting from the same seeded port
   as rc's QP 0 (``send_to[i].src_port``), so one seed gives one set of ECMP paths.
 
@@ -35,6 +38,8 @@ import math
 import random
 from pathlib import Path
 
+from agents.mrc.dcqcn import scaled_cnp_interval_s
+from agents.mrc.packet import payload_bytes_for_mtu
 from agents.mrc.rto import mrc_timeout_s
 from agents.mrc.types import MAX_ACK_DELAY_RTO_FRACTION
 from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT  # noqa: F401 (re-exported)
@@ -91,6 +96,17 @@ def base_rtt_s(topo: Topology, links: list[str] | tuple[str, ...], mtu: int) -> 
     fabric parameter (UET 1.0 congestion management: the unloaded RTT of the longest path)."""
     per_link = [topo.link_by_name[name].params.rate_bps for name in links]
     return sum(((mtu + ETHERNET_HEADER_BYTES) * 8 + SACK_BYTES * 8) / rate for rate in per_link) + SOFTWARE_RTT_S
+
+def dcqcn_qp(rate_bps: float, base_rtt: float, mtu: int) -> dict:
+    """The ``qp`` keys of a DCQCN job: cc ``"dcqcn"`` sized by the line rate ``rate_bps`` (bits/s)
+    and the fabric's base RTT ``base_rtt`` (s), as NSCC is (the RP's timers, byte counter and
+    rate steps scale from them: :func:`agents.mrc.dcqcn.scaled_params`), paced on the wire
+    size (``overhead_bytes``: an ``mtu`` frame's headers and Ethernet header beyond its
+    payload), and the CNP interval of the receiving QPs (the paper's 50 us, scaled alike)."""
+    overhead = mtu + ETHERNET_HEADER_BYTES - payload_bytes_for_mtu(mtu)
+    return {"cc": "dcqcn", "cnp_interval_s": round(scaled_cnp_interval_s(base_rtt), 6),
+            "cc_params": {"rate_bps": rate_bps, "base_rtt_s": base_rtt, "overhead_bytes": overhead}}
+
 
 ROCE_PMTU_BYTES = 4096   # largest RoCEv2 path MTU (IBTA: 256..4096 bytes of payload)
 SAMPLE_INTERVAL_S = 0.02
@@ -210,11 +226,12 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
                qp_overrides: dict | None = None, port_offset: int = 0, ecmp_salt: str = "") -> list[dict]:
     """Job spec dicts of ``scenario.workload``, one per rank in rank order (the format is in
     :mod:`agents.__main__`). ``transport`` may be a variant (``rc-x8``: RC with 8 QPs per
-    connection). ``qp_overrides`` replace :data:`QP_DEFAULTS` keys; ``port_offset`` is added to
+    connection; ``rc-dcqcn[-x<N>]``: with DCQCN, :func:`dcqcn_qp`). ``qp_overrides`` replace :data:`QP_DEFAULTS` keys; ``port_offset`` is added to
     the agents' UDP and TCP ports, ``ecmp_salt`` to the entropy ports' seed (see
     :func:`build_all_jobs`). Raises ValueError for an unknown transport."""
-    from testbed.spec import transport_variant
-    base, qps = transport_variant(transport)
+    from testbed.spec import parse_transport
+    name = parse_transport(transport)
+    base, qps = name.base, name.qps
     topo, wl = scenario.topology, scenario.workload
     hosts = list(wl.hosts)
     n = len(hosts)
@@ -231,7 +248,8 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
     # min_rto_s 0: the RTO's floor is the mrc.h timeout's (>= 33.5 ms), which bounds the SACK hold.
     qp = {**QP_DEFAULTS, "timeout": timeout, "min_rto_s": 0.0,
           "ack_coalesce_s": ack_coalesce_s(mtu + ETHERNET_HEADER_BYTES, rate, mrc_timeout_s(timeout)),
-          "cc_params": {"rate_bps": rate, "base_rtt_s": base_rtt}, **(qp_overrides or {})}
+          "cc_params": {"rate_bps": rate, "base_rtt_s": base_rtt},
+          **(dcqcn_qp(rate, base_rtt, mtu) if name.cc == "dcqcn" else {}), **(qp_overrides or {})}
     if base in ("mrc", "rc") and any(link.params.ecn_threshold_pkts for link in topo.links):
         qp.setdefault("ecn", True)   # switches mark CE: send ECT(0), read CE, NSCC takes ECN
 

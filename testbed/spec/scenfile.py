@@ -14,8 +14,11 @@ from agents.protocol import TRANSPORTS
 from testbed.model.kernel import KernelFeatures
 from testbed.model.topology import Topology
 from testbed.model.units import show
-from testbed.spec.yamlread import Reader, SpecError, join, line_of
-from testbed.spec.common import COLLECTIVES, JOB_NAME_RE, ORDERS, transport_variant, SCENARIO_KEYS, _WORKLOAD_REQUIRED, SCENARIO_NAME_RE, ELEMENT_BYTES, MAX_WORKLOAD_BYTES, MAX_ITERATIONS, MAX_EVS, MAX_REFERRED_PROBLEMS, _sorted, _not_a_mapping, _did_you_mean, _explain_missing
+from testbed.spec.yamlread import Problem, Reader, SpecError, join, line_of
+from testbed.spec.common import (COLLECTIVES, JOB_NAME_RE, ORDERS, parse_transport, transport_variant, SCENARIO_KEYS,
+                                 _WORKLOAD_REQUIRED, SCENARIO_NAME_RE, ELEMENT_BYTES, MAX_WORKLOAD_BYTES,
+                                 MAX_ITERATIONS, MAX_EVS, MAX_REFERRED_PROBLEMS, _sorted, _not_a_mapping,
+                                 _did_you_mean, _explain_missing)
 from testbed.spec.model import Scenario, Workload
 from testbed.spec.timelinefile import _timeline, timeline_warnings
 from testbed.spec.topofile import load_topology
@@ -117,7 +120,7 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
         return None
     if r.problems or None in (name, topo, transports, seed, timeout_s, workload, timeline, trials):
         return None
-    warnings = timeline_warnings(r, timeline, timeout_s)
+    warnings = timeline_warnings(r, timeline, timeout_s) + _dcqcn_warnings(r, transports, topo)
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
                     reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs),
                     agent_processes=agent_processes)
@@ -192,6 +195,16 @@ def _transports(r: Reader, node: Node | None) -> tuple[str, ...] | None:
         if t is not None and t in out[:i]:
             r.error(items[i], join("transports", i), f"duplicate transport {t!r}")
     return tuple(out) if None not in out and len(set(out)) == len(out) else None
+
+
+def _dcqcn_warnings(r: Reader, transports: tuple[str, ...], topo: Topology) -> tuple[Problem, ...]:
+    """A DCQCN transport cuts its rate only on CNPs, which need CE marks: warn when no link marks."""
+    if any(link.params.ecn_threshold_pkts for link in topo.links):
+        return ()
+    return tuple(Problem(r.file, r.line_for(join("transports", i)), join("transports", i),
+                         f"warning: {t} on a fabric that marks no ECN (no link has 'ecn'): DCQCN gets "
+                         "no CNPs and paces at line rate")
+                 for i, t in enumerate(transports) if parse_transport(t).cc == "dcqcn")
 
 
 def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | None,

@@ -98,7 +98,7 @@ BAD = [
           "reconverge_after, timeline, trials, workload, jobs, agent_processes)"]),
     ("transports", HEAD.replace("[mrc, rc]", "[mrc, roce, mrc]"),
      ["2: transports[1]: 'roce' is not a transport (mrc, rc, tcp, or rc-x<N> for RC with N QPs per connection, "
-      "1 <= N <= 64)", "2: transports[2]: duplicate transport 'mrc'"]),
+      "rc-dcqcn[-x<N>] for RC with DCQCN, 1 <= N <= 64)", "2: transports[2]: duplicate transport 'mrc'"]),
     ("no transports", HEAD.replace("[mrc, rc]", "[]"), ["2: transports: must name at least one of mrc, rc, tcp"]),
     ("units", HEAD.replace("60s", "60").replace("1KiB", "1 KiB"),
      ["4: timeout: 60 is not a duration (examples: 50us, 10ms, 2.5s, 1m)",
