@@ -109,12 +109,14 @@ class FaultInjector:
         self._dirty.add(name)
         try:
             for port in self._local_ports(link):
-                self._nft(port.node, nft.transition(name, port.ifname, old, new), f"{op} {name}")
+                self._nft(port.node, nft.transition(name, port.ifname, old.at_end(port.node), new.at_end(port.node)),
+                          f"{op} {name}")
                 done.append(port)
         except (FaultError, _Gone) as exc:
             for port in done:   # put the ends already changed back
                 try:
-                    self._nft(port.node, nft.transition(name, port.ifname, new, old), f"undo {op} {name}")
+                    self._nft(port.node, nft.transition(name, port.ifname, new.at_end(port.node),
+                                                        old.at_end(port.node)), f"undo {op} {name}")
                 except (FaultError, _Gone) as undo_exc:
                     log.error("%s: could not undo %s on %s: %s", name, op, port.node, undo_exc)
             if isinstance(exc, _Gone):
@@ -139,20 +141,26 @@ class FaultInjector:
         (self._down.discard if up else self._down.add)(name)
         self.journal.append((time.monotonic(), "link_up" if up else "link_down", name, bool(up)))
 
-    def set_loss(self, link: str, percent: float) -> None:
-        """Drop ``percent`` % (0 < percent <= 100, resolution 1e-4 %) of packets in both directions.
+    def set_loss(self, link: str, percent: float, into: str | None = None) -> None:
+        """Drop ``percent`` % (0 < percent <= 100, resolution 1e-4 %) of packets in both directions,
+        or with ``into`` only those travelling into that node (a one-way, gray failure).
 
         Replaces any earlier loss on ``link``. Raises KeyError (unknown link),
-        ValueError (percent out of range), FaultError (nftables refused).
+        ValueError (percent out of range, ``into`` not an end of the link), FaultError
+        (nftables refused).
         """
         nft.loss_threshold(percent)
-        cur = self._state.get(self._link(link).name, FaultState())
-        self._apply_nft(link, dataclasses.replace(cur, loss_pct=float(percent)), "loss", float(percent))
+        lk = self._link(link)
+        if into is not None and into not in (lk.a.node, lk.b.node):
+            raise ValueError(f"{link}: {into!r} is not an end of the link")
+        cur = self._state.get(lk.name, FaultState())
+        self._apply_nft(link, dataclasses.replace(cur, loss_pct=float(percent), loss_into=into), "loss",
+                        float(percent))
 
     def clear_loss(self, link: str) -> None:
         """Remove the loss of ``link`` (no-op if none). Raises KeyError, FaultError."""
         cur = self._state.get(self._link(link).name, FaultState())
-        self._apply_nft(link, dataclasses.replace(cur, loss_pct=None), "clear_loss", None)
+        self._apply_nft(link, dataclasses.replace(cur, loss_pct=None, loss_into=None), "clear_loss", None)
 
     def set_blackhole(self, link: str, on: bool) -> None:
         """Drop every packet in both directions of ``link`` (``on``) or stop doing so.
@@ -213,7 +221,7 @@ class FaultInjector:
 
     _appliers: dict[type, Callable[["FaultInjector", Any], None]] = {
         LinkState: lambda self, c: self.set_link(c.link, c.up),
-        Loss: lambda self, c: self.set_loss(c.link, c.percent) if c.percent else self.clear_loss(c.link),
+        Loss: lambda self, c: self.set_loss(c.link, c.percent, c.into) if c.percent else self.clear_loss(c.link),
         Rate: lambda self, c: self.set_rate(c.link, c.rate_bps),
         Blackhole: lambda self, c: self.set_blackhole(c.link, c.on),
         Reconverge: lambda self, c: self.fabric.reconverge(),
@@ -235,6 +243,8 @@ class FaultInjector:
         else:
             rec = {"kind": "fault", "action": step.action, "link": change.link, "phase": step.phase,
                    "step": change.kind, "value": change.value, "index": step.index, **drops}
+            if isinstance(change, Loss) and change.into:
+                rec["into"] = change.into
         self.record(rec)
         return rec
 
@@ -259,6 +269,8 @@ class FaultInjector:
             link = self._link(name)
             totals = {LOSS_COUNTER: 0, BLACKHOLE_COUNTER: 0}
             for port in self._local_ports(link):
+                if not self._state[name].at_end(port.node).active:   # a one-way loss's other end has no table
+                    continue
                 try:
                     listing = self._nft(port.node, [{"list": {"counters": {"family": "netdev",
                                                                             "table": table_name(name)}}}],

@@ -62,14 +62,23 @@ def table_name(link: str) -> str:
 
 @dataclass(frozen=True)
 class FaultState:
-    """nftables faults of one link: loss in percent (None: no loss) and blackhole."""
+    """nftables faults of one link: loss in percent (None: no loss), the node whose end drops it
+    (``loss_into``: only packets travelling into that node are lost, a gray failure of one
+    direction; None: both directions) and blackhole."""
 
     loss_pct: float | None = None
     blackhole: bool = False
+    loss_into: str | None = None
 
     @property
     def active(self) -> bool:
         return self.loss_pct is not None or self.blackhole
+
+    def at_end(self, node: str) -> "FaultState":
+        """What the end on ``node`` drops: a one-way loss only on the receiving end's ingress."""
+        if self.loss_into is None or self.loss_into == node:
+            return FaultState(self.loss_pct, self.blackhole)
+        return FaultState(None, self.blackhole)
 
 
 def transition(link: str, ifname: str, old: FaultState, new: FaultState) -> list[dict]:

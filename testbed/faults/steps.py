@@ -31,18 +31,21 @@ class LinkState:
 
 @dataclass(frozen=True)
 class Loss:
-    """Drop ``percent`` % (0 < percent <= 100) of ``link``'s packets both ways; None: no loss."""
+    """Drop ``percent`` % (0 < percent <= 100) of ``link``'s packets; None: no loss.
+    ``into``: only packets travelling into that node (one direction); None: both ways."""
 
     kind: ClassVar[str] = "loss"
     link: str
     percent: float | None
+    into: str | None = None
 
     @property
     def value(self) -> float | None:
         return self.percent
 
     def describe(self) -> str:
-        return "loss off" if self.percent is None else f"loss {self.percent}%"
+        way = f" into {self.into}" if self.into else ""
+        return "loss off" if self.percent is None else f"loss {self.percent}%{way}"
 
 
 @dataclass(frozen=True)

@@ -41,19 +41,6 @@ from testbed.model.topology import Role, Topology
 from testbed.spec.selectors import UNREPAIRED, FlowTarget, TargetError, hop_roles
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
 def unrepaired_links(topo: Topology, tf: TracedFlow, ecmp: dict) -> set[str]:
     """Links of every switch-to-switch hop of ``tf`` whose sending switch has a single
     shortest-path next hop to the flow's last switch (no local repair there)."""
@@ -141,8 +128,18 @@ def resolve_timeline(timeline, traced: list[TracedFlow], topo: Topology, *,
         if e.target is not None:
             index = first_index.setdefault(e.target, i)
             link, labels = resolve(e.target, traced, topo, seed=seed, index=index)
-            e = dataclasses.replace(e, link=link)
+            e = dataclasses.replace(e, link=link, direction=_way(e, link, labels, traced))
             resolved.append({"index": i, "action": e.action, "target": str(e.target), "link": link,
-                             "flows": labels})
+                             "flows": labels, **({"direction": e.direction} if e.direction else {})})
         events.append(e)
     return tuple(events), resolved
+
+
+def _way(e, link: str, labels: list[str], traced: list[TracedFlow]) -> str | None:
+    """``"<from>-><to>"`` for a ``forward``/``reverse`` loss on ``link``: the way the first
+    crossing data flow (by label) goes over it, or the opposite; the event's own otherwise."""
+    if e.direction not in ("forward", "reverse"):
+        return e.direction
+    hop = next(h for tf in traced if tf.flow.label == labels[0] for h in tf.hops if h.link == link)
+    a, b = (hop.node, hop.next) if e.direction == "forward" else (hop.next, hop.node)
+    return f"{a}->{b}"

@@ -119,7 +119,7 @@ class Timeline:
                 step(c * e.period_s, LinkState(e.link, up=False), "apply")
                 step(c * e.period_s + e.period_s / 2, LinkState(e.link, up=True), "revert")
         else:
-            apply, revert = {"loss": (Loss(e.link, e.loss_pct), Loss(e.link, None)),
+            apply, revert = {"loss": (Loss(e.link, e.loss_pct, e.loss_into), Loss(e.link, None)),
                              "rate": (Rate(e.link, e.rate_bps), Rate(e.link, None)),
                              "blackhole": (Blackhole(e.link, True), Blackhole(e.link, False))}[e.action]
             step(0.0, apply, "apply")

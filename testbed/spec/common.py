@@ -23,7 +23,7 @@ TRIM_HEADER_QUEUE_PKTS = 64
 MAX_HOST_NICS = 0x8000
 ACTIONS = ("link_down", "link_up", "flap", "loss", "rate", "blackhole")
 SCENARIO_KEYS = ("transports", "timeline", "workload", "jobs")
-_ACTION_KEYS = {"flap": (["link", "period", "count"], []), "loss": (["link", "percent"], ["duration"]),
+_ACTION_KEYS = {"flap": (["link", "period", "count"], []), "loss": (["link", "percent"], ["duration", "direction"]),
                 "rate": (["link", "rate"], ["duration"]), "blackhole": (["link"], ["duration"])}
 _WORKLOAD_REQUIRED = ["collective", "hosts", "min_bytes", "max_bytes", "factor", "iterations", "warmup"]
 

@@ -66,7 +66,11 @@ class TimelineEvent:
     plus ``after_s``), ``action`` (one of ACTIONS), resolved ``link`` name and
     its ``selector`` text if it was chosen by one. Action parameters: flap
     ``period_s`` (one down+up cycle) and ``count``; loss ``loss_pct``; rate
-    ``rate_bps``; loss/rate/blackhole optional ``duration_s`` (auto-revert).
+    ``rate_bps``; loss/rate/blackhole optional ``duration_s`` (auto-revert); loss optional
+    ``direction``: ``"<from>-><to>"`` (node names: only packets travelling into ``<to>`` are
+    lost), or with a flow target ``"forward"`` (the way the selected data flow crosses the link)
+    or ``"reverse"`` (the opposite way: its acknowledgements), resolved to ``"<from>-><to>"``
+    with the link; None: both ways.
     ``target``: a :class:`testbed.faults.targets.FlowTarget` when the link is given by the
     flows crossing it; ``link`` is then None until the runner resolves it on the
     running fabric (:func:`testbed.faults.targets.resolve`)."""
@@ -83,6 +87,12 @@ class TimelineEvent:
     rate_bps: int | None = None
     duration_s: float | None = None
     target: "FlowTarget | None" = None
+    direction: str | None = None
+
+    @property
+    def loss_into(self) -> str | None:
+        """The node whose incoming packets a one-way loss drops (None: both ways, or unresolved)."""
+        return self.direction.split("->")[1] if self.direction and "->" in self.direction else None
 
 
 @dataclass(frozen=True)

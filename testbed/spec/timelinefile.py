@@ -69,7 +69,35 @@ def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.
             r.error(m[action], apath, feats.lacks("loss", "nftables (numgen) or sch_netem"))
             ok = False
     link = _link_ref(r, ref_node, ref_path, topo, rng, fields, workload, names)
+    if action == "loss" and "direction" in am and link is not None:
+        ok = _direction(r, am["direction"], join(apath, "direction"), topo, link, fields) and ok
     return TimelineEvent(link=link or None, **fields) if ok and link is not None else None
+
+
+def _direction(r: Reader, node: Node, path: str, topo: Topology | None, link: str, fields: dict) -> bool:
+    """A one-way loss: ``both``, ``forward``/``reverse`` (a flow target's), or ``<from>-><to>``."""
+    text = r.text(node, path)
+    if text is None or topo is None:
+        return False
+    if text == "both":
+        return True
+    if text in ("forward", "reverse"):
+        if "target" not in fields:
+            r.error(node, path, f"{show(text)} needs a flow target (link: {{crossed_by: ...}}); give "
+                                f"'<from>-><to>' for a named link")
+            return False
+        fields["direction"] = text
+        return True
+    ends = text.split("->")
+    lk = topo.link_by_name.get(link) if link else None
+    if len(ends) != 2:
+        r.error(node, path, f"{show(text)} is not both, forward, reverse or '<from>-><to>'")
+        return False
+    if lk is not None and sorted(ends) != sorted((lk.a.node, lk.b.node)):
+        r.error(node, path, f"{show(text)}: the ends of {link} are {lk.a.node} and {lk.b.node}")
+        return False
+    fields["direction"] = text
+    return True
 
 
 def _trigger(r: Reader, node: Node, m: dict[str, Node], path: str, fields: dict,

@@ -335,3 +335,20 @@ def test_link_down_up_is_owned_by_the_injector_and_reverted(k4):
     assert [(r["kind"], r.get("step"), r.get("phase")) for r in recs] == [
         ("fault", "link", "apply"), ("reconverge", None, None), ("fault", "link", "revert"), ("fault", "all", "revert")]
     assert recs[1]["links_down"] == [FABRIC_LINK]
+
+
+def test_one_way_loss_drops_only_packets_into_the_named_end(k4):
+    """A gray failure: 100 % loss into c0_0 on a0_0-c0_0 loses exactly the EVs that cross the
+    link from a0_0 to c0_0; those crossing from c0_0 to a0_0 arrive."""
+    lf = FaultInjector(k4)
+    try:
+        lf.set_loss(FABRIC_LINK, 100, into="c0_0")
+        result = probe(k4, ecmp=False)
+        into_core = {k for k, ev in result.evs.items() if FABRIC_LINK in ev.links
+                     and ev.switches.index("a0_0") < ev.switches.index("c0_0")}
+        assert into_core and result.lost_evs() == into_core
+        assert lf.counters()[FABRIC_LINK]["loss_dropped"] >= len(into_core)
+    finally:
+        lf.revert_all()
+    for node, _ in link_ends(k4, FABRIC_LINK):
+        assert nft_tables(k4, node) == []
