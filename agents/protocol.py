@@ -23,9 +23,22 @@ Wire format: newline-delimited JSON objects over a Unix stream socket, each with
     agent -> runner  {"type": "event", "rank", "t", "kind": "ev_state", "peer", "dir",
                       "qpn", "ev_id", "old", "new", "cause"}
     agent -> runner  {"type": "event", "rank", "t", "kind": "qp_error", "reason"}
+    agent -> runner  {"type": "event", "rank", "t", "kind": "ev_command", "peer", "ev_id", "cause",
+                      "reason"}  a controller command applied ("reason": "ok") or refused (why)
     agent -> runner  {"type": "done", "rank", "summary": {...}}  every write acknowledged
     agent -> runner  {"type": "failed", "rank", "reason"}
     runner -> agent  {"type": "stop"}                 at any time: exit promptly
+
+The controller (:mod:`testbed.controller`, a process of its own) talks to the runner on the
+same socket; the runner forwards every agent's events to it and relays its commands::
+
+    controller -> runner  {"type": "hello", "role": "controller"}   first, once connected
+    runner -> controller  every agent's {"type": "event", ...} as received
+    runner -> controller  {"type": "operator", "op", "link", "index"}  a timeline action
+                          (ev_deny, ev_allow, ev_replace of the EVs that cross ``link``)
+    controller -> runner  {"type": "command", "rank", "peer", "op", "ev_id", "new_ev_id",
+                           "reason"}   relayed to agent ``rank`` (op: deny, allow, replace)
+    runner -> controller  {"type": "stop"}
 
 ``rank`` in an agent's message is the job spec's ``agent`` id (by default the agent's
 rank in its job; the runner gives the agents of several jobs distinct ids). A sample has
@@ -58,7 +71,10 @@ TRANSPORTS = ("mrc", "rc", "tcp")
 """Transports an agent runs: MRC (multipath), RoCE-style RC (one path, go-back-N), kernel TCP."""
 MAX_LINE_BYTES = 1 << 20
 """Longest control message, newline excluded, bytes."""
-EVENT_KINDS = ("ev_state", "qp_error")
+EVENT_KINDS = ("ev_state", "qp_error", "ev_command")
+COMMAND_OPS = ("deny", "allow", "replace")
+"""Controller commands: MODIFY_EV_STATE to DENIED, MODIFY_EV_STATE back to GOOD, REPLACE_EV
+(``mrc_ctl.h`` ``enum mrc_ctl_ev_op``) on the profile of the agent's connection to ``peer``."""
 
 
 class ProtocolError(ValueError):
@@ -138,7 +154,10 @@ class Sample(_Message):
 @dataclass(frozen=True)
 class Event(_Message):
     """``kind`` "ev_state" (an EV transition: ``peer``, ``dir``, ``qpn``, ``ev_id``, ``old``,
-    ``new``, ``cause``) or "qp_error" (``reason``). Raises ValueError if a field is missing."""
+    ``new``, ``cause``; optional ``drop_count``: losses charged to the EV, ``plane``: the NIC
+    port it leaves by), "qp_error" (``reason``) or "ev_command" (a controller command on the
+    connection to ``peer``: ``cause`` its op, ``ev_id``, ``reason`` "ok" or why it was refused).
+    Raises ValueError if a field is missing."""
 
     TYPE: ClassVar[str] = "event"
     rank: int
@@ -152,10 +171,13 @@ class Event(_Message):
     new: str | None = None
     cause: str | None = None
     reason: str | None = None
+    drop_count: int | None = None
+    plane: int | None = None
+    new_ev_id: int | None = None
 
     def __post_init__(self):
         need = {"ev_state": ("peer", "dir", "qpn", "ev_id", "old", "new", "cause"),
-                "qp_error": ("reason",)}.get(self.kind)
+                "qp_error": ("reason",), "ev_command": ("peer", "ev_id", "cause", "reason")}.get(self.kind)
         if need is None:
             raise ValueError(f"event kind must be one of {', '.join(EVENT_KINDS)}, got {self.kind!r}")
         missing = [n for n in need if getattr(self, n) is None]
@@ -182,12 +204,65 @@ class Stop(_Message):
     TYPE: ClassVar[str] = "stop"
 
 
-Message = Union[Ready, Start, Iteration, Sample, Event, Done, Failed, Stop]
+@dataclass(frozen=True)
+class Hello(_Message):
+    """The controller's first message: which role the connection has."""
+
+    TYPE: ClassVar[str] = "hello"
+    role: str
+
+    def __post_init__(self):
+        if self.role != "controller":
+            raise ValueError(f"role must be 'controller', got {self.role!r}")
+
+
+@dataclass(frozen=True)
+class Command(_Message):
+    """A controller command for agent ``rank``'s connection to ``peer`` (a host name): ``op`` one
+    of :data:`COMMAND_OPS` on EV ``ev_id`` (replace: by ``new_ev_id``); ``reason`` for the journal."""
+
+    TYPE: ClassVar[str] = "command"
+    rank: int
+    peer: str
+    op: str
+    ev_id: int
+    reason: str
+    new_ev_id: int | None = None
+
+    def __post_init__(self):
+        if self.op not in COMMAND_OPS:
+            raise ValueError(f"op must be one of {', '.join(COMMAND_OPS)}, got {self.op!r}")
+        if (self.op == "replace") != (self.new_ev_id is not None):
+            raise ValueError("new_ev_id goes with op replace, and only with it")
+
+
+@dataclass(frozen=True)
+class Operator(_Message):
+    """A timeline action for the controller: ``op`` (deny, allow, replace) every EV crossing
+    ``link``; ``index``: the timeline event's."""
+
+    TYPE: ClassVar[str] = "operator"
+    op: str
+    link: str
+    index: int
+
+    def __post_init__(self):
+        if self.op not in COMMAND_OPS:
+            raise ValueError(f"op must be one of {', '.join(COMMAND_OPS)}, got {self.op!r}")
+
+
+Message = Union[Ready, Start, Iteration, Sample, Event, Done, Failed, Stop, Hello, Command, Operator]
 AGENT_MESSAGES = (Ready, Iteration, Sample, Event, Done, Failed)
-"""What an agent sends (the runner's framer accepts these)."""
-RUNNER_MESSAGES = (Start, Stop)
-"""What the runner sends (an agent's framer accepts these)."""
-MESSAGES = AGENT_MESSAGES + RUNNER_MESSAGES
+"""What an agent sends."""
+CONTROLLER_MESSAGES = (Hello, Command)
+"""What the controller sends."""
+RUNNER_INBOUND = AGENT_MESSAGES + CONTROLLER_MESSAGES
+"""What the runner's framer accepts: the agents' and the controller's messages."""
+RUNNER_MESSAGES = (Start, Stop, Command)
+"""What the runner sends an agent (an agent's framer accepts these)."""
+TO_CONTROLLER = (Event, Operator, Stop)
+"""What the runner sends the controller (the controller's framer accepts these)."""
+MESSAGES = AGENT_MESSAGES + CONTROLLER_MESSAGES + (Start, Stop, Operator)
 
 _FIELDS = {cls: tuple((f.name, f.default is None) for f in dataclasses.fields(cls))
            for cls in (*MESSAGES, LoopStats)}

@@ -15,8 +15,8 @@ reads it.
 
 from testbed.faults.injector import FaultError, FaultInjector
 from testbed.faults.nft import BLACKHOLE_COUNTER, LOSS_COUNTER, LOSS_MOD, FaultState, loss_threshold, table_name, transition
-from testbed.faults.steps import FAULTS, Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
+from testbed.faults.steps import FAULTS, Blackhole, Change, EVAction, LinkState, Loss, Rate, Reconverge, Step
 
 __all__ = ["BLACKHOLE_COUNTER", "FAULTS", "LOSS_COUNTER", "LOSS_MOD", "Blackhole", "Change", "FaultError",
-           "FaultInjector", "FaultState", "LinkState", "Loss", "Rate", "Reconverge", "Step",
+           "EVAction", "FaultInjector", "FaultState", "LinkState", "Loss", "Rate", "Reconverge", "Step",
            "loss_threshold", "table_name", "transition"]

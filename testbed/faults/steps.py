@@ -92,7 +92,24 @@ class Reconverge:
         return "routing reconverged"
 
 
-Change = Union[LinkState, Loss, Rate, Blackhole, Reconverge]
+@dataclass(frozen=True)
+class EVAction:
+    """An operator action for the MRC controller: ``op`` (deny, allow, replace) every EV that
+    crosses ``link``. Not a fault on the link: the controller acts on the agents' EV profiles."""
+
+    kind: ClassVar[str] = "ev_action"
+    link: str
+    op: str
+
+    @property
+    def value(self) -> str:
+        return self.op
+
+    def describe(self) -> str:
+        return f"controller: {self.op} the EVs crossing it"
+
+
+Change = Union[LinkState, Loss, Rate, Blackhole, Reconverge, EVAction]
 """Every change a step makes."""
 FAULTS = (LinkState, Loss, Rate, Blackhole)
 """The changes that are faults on a link (every kind but :class:`Reconverge`)."""

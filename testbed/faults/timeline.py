@@ -22,6 +22,8 @@ ends it; :mod:`testbed.metrics` reads the same words):
 * ``loss`` / ``rate`` / ``blackhole``: a :class:`Loss` / :class:`Rate` / :class:`Blackhole`
   apply at T; with ``duration`` a revert at ``T + duration`` (loss None, rate None:
   the topology's, blackhole off).
+* ``ev_deny`` / ``ev_allow`` / ``ev_replace``: one :class:`EVAction` (apply), for the
+  controller (the runner sends it; no link changes).
 * :class:`Reconverge` steps are scheduled by :meth:`Timeline.link_changed`
   ``reconverge_after_s`` after each link state change: routing converges on the
   state the fabric is in *then* (a flap shorter than the delay is never seen).
@@ -33,7 +35,7 @@ import heapq
 import itertools
 from typing import Iterable
 
-from testbed.faults.steps import Blackhole, Change, LinkState, Loss, Rate, Reconverge, Step
+from testbed.faults.steps import Blackhole, Change, EVAction, LinkState, Loss, Rate, Reconverge, Step
 from testbed.spec import TimelineEvent
 
 __all__ = ["Step", "Timeline", "sweep_warmups"]
@@ -114,6 +116,8 @@ class Timeline:
 
         if e.action in ("link_down", "link_up"):
             step(0.0, LinkState(e.link, up=e.action == "link_up"), "apply")
+        elif e.action.startswith("ev_"):
+            step(0.0, EVAction(e.link, e.action.removeprefix("ev_")), "apply")
         elif e.action == "flap":
             for c in range(e.count):
                 step(c * e.period_s, LinkState(e.link, up=False), "apply")

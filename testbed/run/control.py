@@ -26,7 +26,7 @@ import struct
 from pathlib import Path
 from typing import Callable, Iterable
 
-from agents.protocol import AGENT_MESSAGES, LineFramer, Message, ProtocolError, encode
+from agents.protocol import RUNNER_INBOUND, Command, Hello, LineFramer, Message, ProtocolError, encode
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ SUN_PATH_MAX = 107          # sockaddr_un.sun_path without the NUL (unix(7))
 SOCKET_MODE = 0o600
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (unix(7), SO_PEERCRED)
 MAX_ANCESTRY = 16           # parent links followed from a peer towards an allowed PID
+CONTROLLER = -1             # by_rank key of the controller's connection (its Hello names it)
 
 
 def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
@@ -112,7 +113,7 @@ class ControlServer:
                     conn.close()
                     continue
                 conn.setblocking(False)
-                self.framers[conn] = LineFramer(AGENT_MESSAGES)
+                self.framers[conn] = LineFramer(RUNNER_INBOUND)
                 self.sel.register(conn, selectors.EVENT_READ)
                 continue
             self._read(key.fileobj, out)
@@ -150,7 +151,8 @@ class ControlServer:
         try:
             msgs = self.framers[conn].feed(data)
         except ProtocolError as exc:
-            ranks = sorted({r for r, c in self.by_rank.items() if c is conn} | {m.rank for m in exc.messages})
+            ranks = sorted({r for r, c in self.by_rank.items() if c is conn}
+                           | {m.rank for m in exc.messages if not isinstance(m, (Hello, Command))})
             log.warning("control: dropping the connection of rank(s) %s: %s", ranks or "?", exc)
             self._accept(conn, exc.messages, out)
             self._drop(conn)
@@ -159,7 +161,14 @@ class ControlServer:
 
     def _accept(self, conn: socket.socket, msgs: list[Message], out: list[Message]) -> None:
         for msg in msgs:
-            self.by_rank.setdefault(msg.rank, conn)
+            if isinstance(msg, Hello):
+                self.by_rank.setdefault(CONTROLLER, conn)
+            elif isinstance(msg, Command):
+                if self.by_rank.get(CONTROLLER) is not conn:
+                    log.warning("control: a command from a connection that is not the controller's: dropped")
+                    continue
+            else:
+                self.by_rank.setdefault(msg.rank, conn)
             out.append(msg)
 
     def _drop(self, conn: socket.socket) -> None:
@@ -184,8 +193,18 @@ class ControlServer:
             return False
 
     def broadcast(self, msg: Message) -> None:
+        """``msg`` to every agent (not the controller)."""
         for rank in list(self.by_rank):
-            self.send(rank, msg)
+            if rank != CONTROLLER:
+                self.send(rank, msg)
+
+    @property
+    def has_controller(self) -> bool:
+        return CONTROLLER in self.by_rank
+
+    def to_controller(self, msg: Message) -> bool:
+        """``msg`` to the controller; False if it is not connected."""
+        return self.send(CONTROLLER, msg)
 
     def close(self) -> None:
         for conn in list(self.framers):

@@ -37,21 +37,22 @@ from __future__ import annotations
 import json
 import logging
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-from agents.protocol import Done, Event, Failed, Iteration, Message, Ready, Sample, Start, Stop
+from agents.protocol import Command, Done, Event, Failed, Hello, Iteration, Message, Operator, Ready, Sample, Start, Stop
 
 from testbed.fabric.backend import FabricBackend
 from testbed.fabric.kernel import features
 from testbed.fabric.local import Fabric
-from testbed.faults import FaultInjector, LinkState, Reconverge
+from testbed.faults import EVAction, FaultInjector, LinkState, Reconverge
 from testbed.faults.timeline import Step, Timeline, sweep_warmups
 from testbed.model.errors import TestbedFailure
 from testbed.model.topology import Topology
-from testbed.run.agents import default_agent_processes, start_local_agents
+from testbed.run.agents import agent_env, default_agent_processes, start_local_agents
 from testbed.run.control import ControlServer, control_socket_path
 from testbed.run.priority import RunnerPriority
 from testbed.run.progress import Display, Progress
@@ -108,6 +109,8 @@ class TransportRun:
         #: the agents on other servers (a fabric with ``start_agents``), else None
         self.remote = None
         self.procs: dict[int, object] = {}
+        #: the controller process (:mod:`testbed.controller`) on an mrc run of a scenario with one
+        self.controller = None
         self.ticker: Ticker | None = None
         self.logs: list = []
         self.ready: set[int] = set()
@@ -205,13 +208,27 @@ class TransportRun:
             self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()},
                           "servers": {r: p.server for r, p in self.procs.items()}})
             return
-        self.server = ControlServer(sock, allowed_pids=lambda: (p.pid for p in self.procs.values()))
+        self.server = ControlServer(sock, allowed_pids=lambda: [p.pid for p in self.procs.values()]
+                                    + ([self.controller.pid] if self.controller else []))
+        if self.scenario.controller and transport_variant(self.transport)[0] == "mrc":
+            self._start_controller(sock)
         n = self.agent_processes
         groups = start_local_agents(self.fabric, jobs, paths, self.dir, python=self.python, processes=n,
                                     procs=self.procs, logs=self.logs)
         self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()},
                       **({"runtimes": [[jobs[a]["agent"] for a in members] for members in groups]}
                          if n is not None else {})})
+
+    def _start_controller(self, sock: str) -> None:
+        """The controller process, its own log ``controller.log`` and decisions ``controller.jsonl``."""
+        log_file = open(self.dir / "controller.log", "ab", opener=records.private_opener)
+        self.logs.append(log_file)
+        self.controller = subprocess.Popen(
+            [self.python, "-m", "testbed.controller", "--socket", sock, "--jobs", str(self.dir / "jobs"),
+             "--policy", self.scenario.controller, "--log", str(self.dir / "controller.jsonl")],
+            stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=agent_env())
+        self.journal({"kind": "controller", "phase": "spawned", "pid": self.controller.pid,
+                      "policy": self.scenario.controller})
 
     @property
     def agent_processes(self) -> int | None:
@@ -262,6 +279,13 @@ class TransportRun:
                 return
 
     def _on_message(self, msg: Message) -> None:
+        if isinstance(msg, Hello):
+            self.journal({"kind": "controller", "phase": "connected"})
+            self._maybe_start()
+            return
+        if isinstance(msg, Command):
+            self._relay(msg)
+            return
         if not 0 <= msg.rank < len(self.world):
             log.warning("control message from agent %d, not one of this run's: %r", msg.rank, msg)
             return
@@ -278,14 +302,30 @@ class TransportRun:
 
     def _on_event(self, msg: Event) -> None:
         self.events.write(records.event_record(msg))
+        if self.controller is not None and msg.kind != "qp_error":
+            self.server.to_controller(msg)
         if msg.kind == "qp_error":
             self.say(f"rank {msg.rank}: {msg.reason}", head="QP error", head_style="red")
 
     def _on_ready(self, msg: Ready) -> None:
         self.ready.add(msg.rank)
         self.journal({"kind": "agent", "rank": msg.rank, "status": "ready"})
-        if len(self.ready) == len(self.world) and not self.started:
+        self._maybe_start()
+
+    def _maybe_start(self) -> None:
+        """Start once every rank is ready and the controller (if any) is connected."""
+        if len(self.ready) == len(self.world) and not self.started \
+                and (self.controller is None or self.server.has_controller):
             self._start()
+
+    def _relay(self, cmd: Command) -> None:
+        """A controller command: journaled, then sent to its agent."""
+        sent = 0 <= cmd.rank < len(self.world) and self.server.send(cmd.rank, cmd)
+        self.journal({"kind": "controller", "op": cmd.op, "rank": cmd.rank, "peer": cmd.peer,
+                      "ev_id": cmd.ev_id, "new_ev_id": cmd.new_ev_id, "reason": cmd.reason, "sent": sent})
+        self.say(f"rank {cmd.rank} -> {cmd.peer}: {cmd.op} EV {cmd.ev_id}"
+                 + (f" by EV {cmd.new_ev_id}" if cmd.new_ev_id is not None else "") + f" ({cmd.reason})",
+                 head="controller")
 
     def _on_done(self, msg: Done) -> None:
         self.done.add(msg.rank)
@@ -315,6 +355,11 @@ class TransportRun:
             self.records.links.write({"t": t, **rec})
 
     def _check_processes(self) -> None:
+        if self.controller is not None and (code := self.controller.poll()) is not None and not self.status:
+            self.status = "crashed"
+            self.reason = f"the controller exited with status {code}; see {self.dir / 'controller.log'}"
+            self.journal({"kind": "controller", "phase": "exited", "exit": code})
+            return
         for rank, proc in self.procs.items():
             code = proc.poll()
             if code is not None and rank not in self.done and rank not in self.failed:
@@ -343,9 +388,18 @@ class TransportRun:
 
     # -- faults ------------------------------------------------------------------------
     def _apply(self, step: Step) -> None:
-        """Apply a due timeline step through the injector (which journals it) and show it."""
-        self.faults.apply_step(step)
+        """Apply a due timeline step through the injector (which journals it) and show it; an
+        EV action goes to the controller (no controller on this transport: journaled as skipped)."""
         change = step.change
+        if isinstance(change, EVAction):
+            sent = self.controller is not None and self.server.to_controller(
+                Operator(change.op, change.link, step.index))
+            self.journal({"kind": "controller", "source": "timeline", "action": step.action,
+                          "link": change.link, "index": step.index, "sent": sent})
+            self.say(f"{change.link}: {change.describe()}" + ("" if sent else " (no controller on this run)"),
+                     head=step.action)
+            return
+        self.faults.apply_step(step)
         if isinstance(change, Reconverge):
             self.say(f"routing reconverged around {', '.join(sorted(self.faults.links_down)) or 'no failed link'}")
             return
@@ -372,6 +426,8 @@ class TransportRun:
         try:
             if self.server is not None:
                 self.server.broadcast(Stop())
+                if self.controller is not None:
+                    self.server.to_controller(Stop())
                 deadline = time.monotonic() + STOP_GRACE_S
                 while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
                     for msg in self.server.poll(0.05):

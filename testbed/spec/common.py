@@ -21,10 +21,14 @@ _CLASS_KEYS = ["rate", "queue", "delay", "loss", "mtu", "ecn", "trim"]
 TRIM_HEADER_QUEUE_PKTS = 64
 #: Host NIC uSIDs 0x1000.. are limited to 0x8000 NICs (topology.py's plan).
 MAX_HOST_NICS = 0x8000
-ACTIONS = ("link_down", "link_up", "flap", "loss", "rate", "blackhole")
+ACTIONS = ("link_down", "link_up", "flap", "loss", "rate", "blackhole", "ev_deny", "ev_allow", "ev_replace")
+EV_ACTIONS = ("ev_deny", "ev_allow", "ev_replace")
+"""Timeline actions for the MRC controller: deny, allow or replace the EVs that cross a link."""
+CONTROLLER_POLICIES = ("none", "replace")
 SCENARIO_KEYS = ("transports", "timeline", "workload", "jobs")
 _ACTION_KEYS = {"flap": (["link", "period", "count"], []), "loss": (["link", "percent"], ["duration", "direction"]),
-                "rate": (["link", "rate"], ["duration"]), "blackhole": (["link"], ["duration"])}
+                "rate": (["link", "rate"], ["duration"]), "blackhole": (["link"], ["duration"]),
+                **{a: (["link"], []) for a in ("ev_deny", "ev_allow", "ev_replace")}}
 _WORKLOAD_REQUIRED = ["collective", "hosts", "min_bytes", "max_bytes", "factor", "iterations", "warmup"]
 
 #: A scenario name names its run directory: no '/', no '..', nothing a shell would trip on.

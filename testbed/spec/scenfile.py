@@ -18,7 +18,7 @@ from testbed.spec.yamlread import Problem, Reader, SpecError, join, line_of
 from testbed.spec.common import (COLLECTIVES, JOB_NAME_RE, ORDERS, parse_transport, transport_variant, SCENARIO_KEYS,
                                  _WORKLOAD_REQUIRED, SCENARIO_NAME_RE, ELEMENT_BYTES, MAX_WORKLOAD_BYTES,
                                  MAX_ITERATIONS, MAX_EVS, MAX_REFERRED_PROBLEMS, _sorted, _not_a_mapping,
-                                 _did_you_mean, _explain_missing)
+                                 _did_you_mean, _explain_missing, CONTROLLER_POLICIES, EV_ACTIONS)
 from testbed.spec.model import Scenario, Workload
 from testbed.spec.timelinefile import _timeline, timeline_warnings
 from testbed.spec.topofile import load_topology
@@ -63,7 +63,7 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
         return None
     m = r.mapping(root, "", ["topology", "transports", "seed", "timeout"],
                   ["name", "description", "reconverge_after", "timeline", "trials", "workload", "jobs",
-                   "agent_processes"])
+                   "agent_processes", "controller"])
     if m is None:
         return None
     found = [k for k in SCENARIO_KEYS if k in m]
@@ -116,6 +116,7 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     jobs = _jobs(r, m, topo, seed)
     workload = jobs[0] if jobs else None
     timeline = _timeline(r, m.get("timeline"), topo, seed, timeout_s, workload, feats)
+    controller = _controller(r, m.get("controller"), timeline)
     if "agent_processes" in m and agent_processes is None:
         return None
     if r.problems or None in (name, topo, transports, seed, timeout_s, workload, timeline, trials):
@@ -123,7 +124,27 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     warnings = timeline_warnings(r, timeline, timeout_s) + _dcqcn_warnings(r, transports, topo)
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
                     reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs),
-                    agent_processes=agent_processes)
+                    agent_processes=agent_processes, controller=controller)
+
+
+def _controller(r: Reader, node: Node | None, timeline) -> str | None:
+    """``controller: {policy: none|replace}``; the ``ev_*`` timeline actions need one."""
+    policy = None
+    if node is not None:
+        cm = r.mapping(node, "controller", ["policy"], [])
+        if cm is not None and "policy" in cm:
+            policy = r.text(cm["policy"], "controller.policy")
+            if policy is not None and policy not in CONTROLLER_POLICIES:
+                r.error(cm["policy"], "controller.policy", f"unknown policy {show(policy)} (one of: "
+                                                           f"{', '.join(CONTROLLER_POLICIES)})")
+                policy = None
+    for i, e in enumerate(timeline or ()):
+        if e.action in EV_ACTIONS and policy is None and node is None:
+            path = join(join("timeline", i), e.action)
+            r.problems.append(Problem(r.file, r.line_for(path), path,
+                                      f"{e.action} is a controller action: add 'controller: {{policy: none}}' "
+                                      f"(or replace) to the scenario"))
+    return policy
 
 
 def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None) -> list[Workload] | None:

@@ -234,7 +234,7 @@ def timeline_warnings(r: Reader, timeline: tuple[TimelineEvent, ...], timeout_s:
     out: list[Problem] = []
     spans = []  # (index, base, link, start, end)
     for i, e in enumerate(timeline):
-        if e.link is None:
+        if e.link is None or e.action.startswith("ev_"):   # controller actions are not link faults
             continue
         base, start = _when(e)
         if e.action == "link_up":

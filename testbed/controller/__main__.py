@@ -1,0 +1,5 @@
+import sys
+
+from testbed.controller.process import main
+
+sys.exit(main())
