@@ -450,7 +450,8 @@ class RemoteAgents:
         ``samples/rank<a>.jsonl`` and ``logs/rank<a>.log`` per agent (times moved onto this
         clock). Returns ``{server: {"cpu": [records], "sched": [records]}}`` (moved too; each CPU
         record tagged with its ``server``). A server that cannot answer is logged and skipped."""
-        from testbed.rundir import records
+        from testbed.rundir import names as records
+        from testbed.rundir import write as rundir_write
         out = {}
         for name in sorted(set(self.where.values())):
             try:
@@ -461,10 +462,10 @@ class RemoteAgents:
             offset = self.offsets.get(name, 0.0)
             for rank, files in got["ranks"].items():
                 rank = int(rank)
-                path = records.samples_file(transport_dir, rank)
+                path = rundir_write.samples_file(transport_dir, rank)
                 path.parent.mkdir(records.DIR_MODE, parents=True, exist_ok=True)
                 path.write_text("".join(_moved_line(line, offset) for line in files["samples"].splitlines(True)))
-                log_path = records.agent_log(transport_dir, rank)
+                log_path = rundir_write.agent_log(transport_dir, rank)
                 log_path.parent.mkdir(records.DIR_MODE, parents=True, exist_ok=True)
                 log_path.write_text(files["log"])
             out[name] = {kind: [json.loads(_moved_line(line, offset)) for line in got[kind].splitlines()

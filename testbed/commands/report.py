@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from testbed.metrics import MetricsError
-from testbed.rundir.loading import collecting
+from testbed.rundir.damage import collecting
 from testbed.report import load_summary, print_damage, render
 
 EXIT_DAMAGED = 3

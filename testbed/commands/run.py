@@ -30,7 +30,7 @@ from rich.markup import escape
 from testbed.cluster.placement import PLACERS
 from testbed.fabric.kernel import features
 from testbed.metrics import MetricsError
-from testbed.rundir.loading import collecting
+from testbed.rundir.damage import collecting
 from testbed.report import print_damage, render
 from testbed.run import run_scenario
 from testbed.spec import TRANSPORTS, SpecError, load_scenario, transport_variant

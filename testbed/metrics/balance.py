@@ -2,7 +2,7 @@
 and the fabric links where traced flows collide.
 
 Everything needed is already in a run directory: the link counters (``links.jsonl``,
-cumulative ``tx_bytes`` per link end: a :class:`~testbed.rundir.loading.LinkTable`), the
+cumulative ``tx_bytes`` per link end: a :class:`~testbed.rundir.tables.LinkTable`), the
 iteration events (the measured window), the traced paths (``paths.json``,
 :mod:`testbed.fabric.paths`) and the topology the run used (link rates, node roles), which
 :func:`load_run_topology` reads again from the file the manifest names, checked against the
@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from testbed.rundir.loading import LinkTable, TransportRecords
+from testbed.rundir.load import TransportRecords
+from testbed.rundir.tables import LinkTable
 
 if TYPE_CHECKING:
     from testbed.model.topology import Topology

@@ -12,7 +12,9 @@ from testbed.metrics.collectives import _stats, completion, expected_measured_it
 from testbed.metrics.definitions import DEFINITIONS, LINK_BIN_S
 from testbed.metrics.fidelity import busiest_links, cpu_fidelity, emulation_validity
 from testbed.metrics.kpis import boundary_warnings, ev_links, ev_retirements, false_retirements, fault_windows, faulted_iteration, flow_kpis, iteration_spans, p_nearest_rank, worst_recovery, worst_stall
-from testbed.rundir.loading import FlowKey, TransportRecords, job_names, load_manifest, load_transport, scenario_name
+from testbed.rundir.load import TransportRecords, job_names, load_transport
+from testbed.rundir.read import load_manifest, scenario_name
+from testbed.rundir.tables import FlowKey
 from testbed.metrics.recovery import active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time, time_to_detect
 from testbed.metrics.series import FlowSeries, aggregate_goodput_bps, bin_edges, flow_samples, link_series
 

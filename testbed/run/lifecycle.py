@@ -23,7 +23,7 @@ For each transport:
    passes or the user interrupts; then revert every fault still applied, stop the
    agents and tear the fabric down, keeping everything gathered.
 
-The run directory and its record formats are in :mod:`testbed.rundir.records`.
+The run directory and its record formats are in :mod:`testbed.rundir.schemas`.
 
 Outcomes per transport (``status``): ``done`` (every rank finished), ``failed`` (an
 agent reported a failure, e.g. a QP in ERR: the job would crash), ``timeout``,
@@ -59,11 +59,11 @@ from testbed.faults.timeline import Step, Timeline, sweep_warmups
 from testbed.model.topology import Topology
 from testbed.run.control import ControlServer, control_socket_path
 from testbed.run.progress import Display, Progress
-from testbed.rundir import records
-from testbed.rundir.records import TransportRecords, agent_log, new_run_dir, write_manifest
 from testbed.run.manifest import base_manifest
 from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
 from testbed.model.errors import TestbedFailure
+from testbed.rundir.names import AGENT_LOGS_DIR, DIR_MODE, PATHS, SAMPLES_DIR
+from testbed.rundir.write import TransportWriter, agent_log, event_record, iteration_record, merge_samples, new_run_dir, private_opener, sample_record, samples_file, write_atomic, write_manifest
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ class TransportRun:
         #: (a :class:`testbed.cluster.sharded.ShardedFabric` spreads it over servers)
         self.fabric_factory = fabric_factory or (lambda topo, netem: Fabric(topo, have_netem=netem))
         self.dir = run_dir / transport
-        self.records = TransportRecords(self.dir)
+        self.records = TransportWriter(self.dir)
         self.progress = progress
         self.python, self.qp_overrides = python, qp_overrides
         self.agent_processes_override = agent_processes
@@ -261,7 +261,7 @@ class TransportRun:
             events, traced, resolved = trace_and_resolve(self.fabric, self.scenario, self.transport)
         except TargetError as exc:
             raise RunnerError(f"fault target: {exc}") from None
-        records.write_atomic(self.dir / records.PATHS, json.dumps(
+        write_atomic(self.dir / PATHS, json.dumps(
             {"transport": self.transport, "flows": [tf.to_dict() for tf in traced]}, indent=1) + "\n")
         for rec in resolved:
             self.journal({"kind": "target", **rec})
@@ -279,9 +279,9 @@ class TransportRun:
         run_id = f"{self.dir.parent.name}/{self.transport}"
         jobs = build_all_jobs(self.scenario, self.transport, run_id=run_id, control_socket=sock,
                               qp_overrides=self.qp_overrides)
-        (self.dir / records.SAMPLES_DIR).mkdir(records.DIR_MODE, exist_ok=True)
+        (self.dir / SAMPLES_DIR).mkdir(DIR_MODE, exist_ok=True)
         for job in jobs:   # samples go to files: the control socket carries events and progress
-            job["samples_path"] = str(records.samples_file(self.dir, job["agent"]).resolve())
+            job["samples_path"] = str(samples_file(self.dir, job["agent"]).resolve())
         paths = write_jobs(jobs, self.dir / "jobs")
         explicit = self.agent_processes_override or self.scenario.agent_processes
         remote = self.fabric.start_agents(jobs, None if explicit == PER_HOST else (explicit or 0))
@@ -300,8 +300,8 @@ class TransportRun:
             argv = agent_command(self.python, self.fabric, jobs, [p.resolve() for p in paths], members,
                                  runtime=n is not None)
             log_path = (agent_log(self.dir, jobs[members[0]]["agent"]) if n is None
-                        else self.dir / records.AGENT_LOGS_DIR / f"runtime{i}.log")
-            logf = open(log_path, "wb", opener=records.private_opener)
+                        else self.dir / AGENT_LOGS_DIR / f"runtime{i}.log")
+            logf = open(log_path, "wb", opener=private_opener)
             self.logs.append(logf)
             proc = self.fabric.popen(jobs[members[0]]["host"], argv, stdout=logf, **kw)
             for a in members:
@@ -367,16 +367,16 @@ class TransportRun:
         self._handlers[type(msg)](self, msg)
 
     def _on_sample(self, msg: Sample) -> None:   # an agent without samples_path (older specs)
-        self.samples.write(records.sample_record(msg))
+        self.samples.write(sample_record(msg))
 
     def _on_iteration(self, msg: Iteration) -> None:
-        self.events.write(records.iteration_record(msg))
+        self.events.write(iteration_record(msg))
         if msg.rank < self.primary:   # progress and at_iteration follow the first job
             self.progress.iteration(msg)
             self.timeline.iteration_done(msg.seq, time.monotonic())
 
     def _on_event(self, msg: Event) -> None:
-        self.events.write(records.event_record(msg))
+        self.events.write(event_record(msg))
         if msg.kind == "qp_error":
             self.say(f"rank {msg.rank}: {msg.reason}", head="QP error", head_style="red")
 
@@ -491,7 +491,7 @@ class TransportRun:
             self._revert_all()
             if self.remote is not None:
                 self._collect_remote()
-            merged = records.merge_samples(self.dir, self.samples, len(self.world))
+            merged = merge_samples(self.dir, self.samples, len(self.world))
             if merged["skipped"]:
                 log.warning("%s: %d lines of the agents' samples files were not samples (skipped)",
                             self.transport, merged["skipped"])

@@ -13,10 +13,10 @@ import pytest
 from rich.console import Console
 
 from testbed.metrics import balance
-from testbed.rundir import loading
 from testbed.metrics.synthetic import write_run
 from testbed.report.balance import balance_table, collisions_table
 from testbed.model.topology import LinkParams, leaf_spine
+from testbed.rundir.load import load_transport
 
 T0 = 1000.0
 RATE_BPS = 10_000_000
@@ -111,13 +111,13 @@ def run(tmp_path):
 
 
 def summary_of(run: Path, name: str, tp=None) -> dict:
-    tr = loading.load_transport(run, name)
+    tr = load_transport(run, name)
     return balance.balance_summary(tr, topo() if tp is None else tp, T0)
 
 
 # -- utilisation and spread ---------------------------------------------------------------
 def test_utilisation_over_the_measured_window_only(run):
-    tr = loading.load_transport(run, "rc")
+    tr = load_transport(run, "rc")
     lo, hi, source = balance.measured_window(tr.events, tr.links.t)
     assert (lo - T0, hi - T0, source) == (pytest.approx(1.0), pytest.approx(3.0), "measured_iterations")
     rows = balance.link_utilisation(tr.links, balance.directions(topo()), (lo, hi))
@@ -253,7 +253,7 @@ def test_paths_without_hops_walk_the_topology_or_go_by_position():
 
 # -- without a topology, the report's tables, the synthetic run --------------------------
 def test_without_topology_collisions_still_come_from_paths(run):
-    tr = loading.load_transport(run, "rc")
+    tr = load_transport(run, "rc")
     s = balance.balance_summary(tr, None, T0, topology_problem="topologies/x.yaml: not found")
     assert s["fabric"] is None and s["host"] is None
     assert s["problems"] == ["no utilisation: topologies/x.yaml: not found"]
@@ -295,7 +295,7 @@ def test_synthetic_run_with_traced_paths(tmp_path):
     from testbed.model.topology import fat_tree
     tp = fat_tree(4, host_link=LinkParams(10_000_000), fabric_link=LinkParams(10_000_000))
     for name in ("mrc", "rc"):
-        tr = loading.load_transport(run, name)
+        tr = load_transport(run, name)
         s = balance.balance_summary(tr, tp, 0.0)
         assert s["window_source"] == "measured_iterations"
         assert s["fabric"]["directions"] == 64 and 0 < s["fabric"]["mean"] < 1.5
