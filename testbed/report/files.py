@@ -15,8 +15,6 @@ import io
 import json
 import logging
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +22,11 @@ import numpy as np
 from testbed import metrics
 from testbed.metrics import rolling_median
 from testbed.rundir.damage import Damage, collecting, current_damage, problem
-from testbed.rundir.names import FILE_MODE, SAMPLES, SAMPLES_DIR, SUMMARY
+from testbed.rundir.names import SAMPLES, SAMPLES_DIR, SUMMARY
 from testbed.rundir.read import MAX_JSONL_BYTES, read_json, regular_file
 from testbed.rundir.schemas import SUMMARY_DOC
-from testbed.rundir.write import merge_samples, write_atomic
+from testbed.rundir.errors import RunDirWriteError
+from testbed.rundir.write import atomic_file, merge_samples, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -75,18 +74,10 @@ def _write_rows(f, prefix: tuple, columns: list[list[str]]) -> None:
 def _write_csv(path: Path, header: list[str], blocks) -> None:
     """``header`` then per block ``(prefix, columns)`` the rows of :func:`_write_rows`
     (csv.writer's dialect: comma, minimal quoting, CRLF); written atomically."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, FILE_MODE)
-        with open(fd, "w", newline="") as f:
-            f.write(_csv_line(header) + "\r\n")
-            for prefix, columns in blocks:
-                _write_rows(f, prefix, columns)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, f"the report's {Path(path).name}", newline="") as f:
+        f.write(_csv_line(header) + "\r\n")
+        for prefix, columns in blocks:
+            _write_rows(f, prefix, columns)
 
 
 def _flow_blocks(a: metrics.TransportAnalysis):
@@ -153,8 +144,8 @@ def _try_write(path: Path, write) -> bool:
     try:
         write(path)
         return True
-    except OSError as exc:
-        problem(path, None, f"cannot write: {exc.strerror or exc}")
+    except RunDirWriteError as exc:
+        problem(path, None, f"cannot write: {exc.strerror}")
         return False
 
 
@@ -223,7 +214,10 @@ def _load(run_dir: Path, recompute: bool, damage: "Damage") -> tuple[dict, bool]
     manifest = metrics.load_manifest(run_dir)   # raises RunDirError for a non-run directory
     for t in manifest["transports"]:   # a runner killed before it merged the agents' samples
         if (run_dir / t / SAMPLES_DIR).is_dir():
-            merge_samples(run_dir / t)
+            try:
+                merge_samples(run_dir / t)
+            except RunDirWriteError as exc:   # a full disk: the report reads what is merged
+                problem(run_dir / t / SAMPLES_DIR, None, f"not merged: {exc}")
     stored = _stored(run_dir)
     raw = all(_has_raw(run_dir, t) for t in manifest["transports"])
     if stored is not None and not recompute and (stored.get("definitions") == metrics.DEFINITIONS or not raw):

@@ -51,7 +51,7 @@ from agents.protocol import Done, Event, Failed, Iteration, Message, Ready, Samp
 from testbed.fabric.backend import FabricBackend
 from testbed.fabric.local import Fabric
 from testbed.faults import FaultInjector, LinkState, Reconverge
-from testbed.spec.jobs import build_all_jobs, write_jobs
+from testbed.spec.jobs import build_all_jobs
 from testbed.fabric.kernel import features
 from testbed.spec import Scenario, transport_variant
 from testbed.spec.scenfile import PER_HOST
@@ -63,7 +63,8 @@ from testbed.run.manifest import base_manifest
 from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
 from testbed.model.errors import TestbedFailure
 from testbed.rundir.names import AGENT_LOGS_DIR, DIR_MODE, PATHS, SAMPLES_DIR
-from testbed.rundir.write import TransportWriter, agent_log, event_record, iteration_record, merge_samples, new_run_dir, private_opener, sample_record, samples_file, write_atomic, write_manifest
+from testbed.rundir.errors import RunDirWriteError
+from testbed.rundir.write import TransportWriter, agent_log, event_record, iteration_record, merge_samples, new_run_dir, private_opener, sample_record, samples_file, write_atomic, write_jobs, write_manifest
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
@@ -229,6 +230,10 @@ class TransportRun:
         except Exception as exc:  # noqa: BLE001 - any testbed failure ends this transport, keeps data
             log.debug("transport %s", self.transport, exc_info=True)
             self.status, self.reason = "error", f"{type(exc).__name__}: {exc}"
+            write_error = RunDirWriteError.of(exc, self.dir)
+            if write_error is not None:   # the run directory cannot be written: the whole run ends
+                self.reason = str(write_error)
+                raise write_error from None
         finally:
             self._finish()
         return self.status
@@ -594,6 +599,9 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
                                   fabric_factory=fabric_factory, agent_processes=agent_processes)
             try:
                 status = runner.run()
+            except RunDirWriteError as exc:   # the run ends; what was written stays readable
+                manifest["status"][t] = {"status": "error", "reason": str(exc)}
+                raise
             except KeyboardInterrupt as exc:
                 result.interrupted = True
                 result.signal = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
@@ -606,9 +614,9 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
                 break
     finally:
         manifest["finished_at"] = time.time()
-        write_manifest(run_dir, manifest)
         display.stop()
         signal.signal(signal.SIGTERM, old_term)
+        write_manifest(run_dir, manifest)
     return result
 
 

@@ -1,35 +1,68 @@
-"""Writing a run directory: atomic documents, the JSONL writers, the agents' files."""
+"""Writing a run directory: atomic documents, the JSONL writers, the agents' files.
+
+Every write of a run directory goes through here, and an OS error on it (storage full,
+read-only file system, permission denied) becomes one :class:`RunDirWriteError` naming the
+path and what was being written (:func:`writing`)."""
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import json
 import os
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from agents.protocol import Event, Iteration, sample_record  # noqa: F401 (re-exported)
+from testbed.rundir.errors import RunDirWriteError
 from testbed.rundir.names import AGENT_LOGS_DIR, CPU, DIR_MODE, EVENTS, FILE_MODE, LINKS, MANIFEST, SAMPLES, SAMPLES_DIR, SCHED
 
 if TYPE_CHECKING:
     from testbed.spec import Scenario
 
 
-def write_atomic(path: Path, text: str | bytes, mode: int = FILE_MODE) -> None:
-    """Replace ``path`` with ``text`` atomically: a temporary file in the same directory
-    (created with ``mode``), flushed, then renamed (a reader sees the old or the new file)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+@contextlib.contextmanager
+def writing(path, what: str) -> Iterator[None]:
+    """Within the block, an OSError becomes a :class:`RunDirWriteError` naming ``path`` and ``what``."""
     try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        yield
+    except RunDirWriteError:
         raise
+    except OSError as exc:
+        raise RunDirWriteError(path, what, exc) from None
+
+
+def make_dir(path: Path, what: str = "a run directory", parents: bool = True) -> Path:
+    """``path`` created :data:`DIR_MODE` (parents too), if it is not there yet."""
+    with writing(path, what):
+        Path(path).mkdir(DIR_MODE, parents=parents, exist_ok=True)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path, what: str, mode: int = FILE_MODE, binary: bool = False, newline: str | None = None):
+    """A file object whose content replaces ``path`` atomically when the block ends: a
+    temporary file in the same directory (created with ``mode``), then renamed (a reader
+    sees the old or the new file; the temporary file is removed on any error)."""
+    path = Path(path)
+    with writing(path, what):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"newline": newline})) as f:
+                yield f
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def write_atomic(path: Path, text: str | bytes, mode: int = FILE_MODE, what: str | None = None) -> None:
+    """Replace ``path`` with ``text`` atomically (:func:`atomic_file`)."""
+    with atomic_file(path, what or Path(path).name, mode, isinstance(text, bytes)) as f:
+        f.write(text)
 
 
 def private_opener(path, flags):
@@ -88,6 +121,8 @@ def merge_samples(transport_dir: Path, writer: JsonlWriter | None = None, world:
     finally:
         if own:
             out.close()
+    if out.failed:   # not merged: the agents' files stay for a later merge (testbed report)
+        return {"files": len(files), "samples": 0, "skipped": skipped, "failed": True}
     for path in files:
         path.unlink()
     if d.is_dir() and not any(d.iterdir()):
@@ -96,34 +131,63 @@ def merge_samples(transport_dir: Path, writer: JsonlWriter | None = None, world:
 
 
 class JsonlWriter:
-    """Append-only JSONL file, flushed by :meth:`flush` (the runner flushes every tick)."""
+    """Append-only JSONL file, flushed by :meth:`flush` (the runner flushes every tick).
 
-    def __init__(self, path: Path):
-        self.path = path
-        self._f = open(path, "a", buffering=1 << 16, opener=private_opener)
+    An OS error while writing raises :class:`RunDirWriteError` once; the writer (and every
+    writer sharing its ``failed`` list, :class:`TransportWriter`) then drops what it is given,
+    so that the run's teardown is not interrupted again (``failed`` holds the error)."""
+
+    def __init__(self, path: Path, failed: list | None = None):
+        self.path = Path(path)
+        self.failed: list[RunDirWriteError] = [] if failed is None else failed
+        with self._writing():
+            self._f = open(path, "a", buffering=1 << 16, opener=private_opener)
+
+    @contextlib.contextmanager
+    def _writing(self):
+        try:
+            with writing(self.path, f"the {self.path.name} records"):
+                yield
+        except RunDirWriteError as exc:
+            self.failed.append(exc)
+            raise
 
     def write(self, record: dict) -> None:
-        self._f.write(json.dumps(record, separators=(",", ":")) + "\n")
+        if self.failed:
+            return
+        with self._writing():
+            self._f.write(json.dumps(record, separators=(",", ":")) + "\n")
 
     def flush(self) -> None:
-        self._f.flush()
+        if self.failed:
+            return
+        with self._writing():
+            self._f.flush()
 
     def close(self) -> None:
-        if not self._f.closed:
+        if self._f.closed:
+            return
+        if self.failed:   # what is still buffered cannot be written: drop it
+            with contextlib.suppress(OSError):
+                self._f.close()
+            return
+        with self._writing():
             self._f.close()
 
 
 class TransportWriter:
-    """The JSONL writers of one transport's directory (created with it), by file."""
+    """The JSONL writers of one transport's directory (created with it), by file. After the
+    first write error (:class:`RunDirWriteError`, raised once) every writer drops its records."""
 
     def __init__(self, directory: Path):
-        directory.mkdir(DIR_MODE, parents=True, exist_ok=True)
-        (directory / AGENT_LOGS_DIR).mkdir(DIR_MODE, exist_ok=True)
-        self.events = JsonlWriter(directory / EVENTS)
-        self.samples = JsonlWriter(directory / SAMPLES)
-        self.links = JsonlWriter(directory / LINKS)
-        self.cpu = JsonlWriter(directory / CPU)
-        self.sched = JsonlWriter(directory / SCHED)
+        make_dir(directory, "a transport directory")
+        make_dir(directory / AGENT_LOGS_DIR, "the agents' log directory")
+        self.failed: list[RunDirWriteError] = []
+        self.events = JsonlWriter(directory / EVENTS, self.failed)
+        self.samples = JsonlWriter(directory / SAMPLES, self.failed)
+        self.links = JsonlWriter(directory / LINKS, self.failed)
+        self.cpu = JsonlWriter(directory / CPU, self.failed)
+        self.sched = JsonlWriter(directory / SCHED, self.failed)
 
     @property
     def writers(self) -> tuple[JsonlWriter, ...]:
@@ -134,8 +198,15 @@ class TransportWriter:
             w.flush()
 
     def close(self) -> None:
+        """Close every writer (each is tried; the first error is raised after)."""
+        first = None
         for w in self.writers:
-            w.close()
+            try:
+                w.close()
+            except RunDirWriteError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
 
 # -- records from the agents' messages ----------------------------------------------
@@ -155,22 +226,43 @@ def new_run_dir(scenario: Scenario, runs_root: Path) -> Path:
     """``runs_root/<scenario>-<YYYYmmdd-HHMMSS>`` (a ``-N`` suffix if it exists), created
     :data:`DIR_MODE` (``runs_root`` itself, when created, too)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    Path(runs_root).mkdir(DIR_MODE, parents=True, exist_ok=True)
+    make_dir(runs_root, "the runs directory")
     base = Path(runs_root) / f"{scenario.name}-{stamp}"
     path, n = base, 1
     while True:
-        try:
-            path.mkdir(DIR_MODE)
-            break
-        except FileExistsError:
-            n += 1
-            path = base.with_name(f"{base.name}-{n}")
-    os.chmod(path, DIR_MODE)     # whatever the umask
+        with writing(path, "the run directory"):
+            try:
+                path.mkdir(DIR_MODE)
+                break
+            except FileExistsError:
+                n += 1
+                path = base.with_name(f"{base.name}-{n}")
+    with writing(path, "the run directory"):
+        os.chmod(path, DIR_MODE)     # whatever the umask
     return path
 
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:
     """Replace ``run_dir/manifest.json`` atomically (a reader never sees half a file)."""
-    write_atomic(Path(run_dir) / MANIFEST, json.dumps(manifest, indent=1, default=str))
+    write_atomic(Path(run_dir) / MANIFEST, json.dumps(manifest, indent=1, default=str), what="the manifest")
+
+
+def write_jobs(jobs: list[dict], directory: Path) -> list[Path]:
+    """Write the agents' job specs (:func:`testbed.spec.jobs.build_all_jobs`) as ``rank<a>.json``
+    files into ``directory`` (``a`` the agent id, the rank for a single job); returns their
+    paths in list order."""
+    make_dir(directory, "the job specs' directory")
+    paths = []
+    for job in jobs:
+        path = Path(directory) / f"rank{job.get('agent', job['rank'])}.json"
+        write_atomic(path, json.dumps(job, indent=1), what="a job spec")
+        paths.append(path)
+    return paths
+
+
+def write_text(path: Path, text: str, what: str) -> None:
+    """``path`` (created :data:`FILE_MODE`, its directory too) replaced by ``text`` (atomically)."""
+    make_dir(Path(path).parent, f"the directory of {what}")
+    write_atomic(path, text, what=what)
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from pathlib import Path
 
 from agents.mrc.rto import mrc_timeout_s
 from agents.mrc.types import MAX_ACK_DELAY_RTO_FRACTION
@@ -277,16 +276,3 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
             job["qps"] = qps
         jobs.append(job)
     return jobs
-
-
-def write_jobs(jobs: list[dict], directory: Path) -> list[Path]:
-    """Write ``rank<a>.json`` files into ``directory``, ``a`` the agent id (the rank for a
-    single job); returns their paths in list order."""
-    import json
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for job in jobs:
-        path = directory / f"rank{job.get('agent', job['rank'])}.json"
-        path.write_text(json.dumps(job, indent=1))
-        paths.append(path)
-    return paths
