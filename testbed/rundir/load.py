@@ -12,6 +12,7 @@ from testbed.rundir.damage import Damage, collecting, problem
 from testbed.rundir.read import _in_window, _windowed, iter_jsonl, read_json, time_window
 from testbed.rundir.schema import check_record
 from testbed.rundir.tables import LinkTable, SampleTable
+from testbed.rundir.upgrade import upgrade
 
 
 @dataclass
@@ -39,14 +40,14 @@ class TransportRecords:
 
 def job_names(jobs: list[dict]) -> list[str]:
     """The jobs of a run's job specs, in agent order (``["job0"]`` for a single job)."""
-    return list(dict.fromkeys(j.get("job", "job0") for j in jobs)) or ["job0"]
+    return list(dict.fromkeys(j["job"] for j in jobs)) or ["job0"]
 
 
 def _job_filter(jobs: list[dict], job: str):
     """``(keep(record) -> record | None, sched(record) -> record)`` restricting records to the
     agents of ``job`` and renaming their agent ids (``rank`` on the control socket) to the
     job's ranks; records without a ``rank`` (faults, targets, the runner's own) are kept."""
-    remap = {j.get("agent", j["rank"]): j["rank"] for j in jobs if j.get("job", "job0") == job}
+    remap = {j["agent"]: j["rank"] for j in jobs if j["job"] == job}
 
     def keep(record: dict) -> dict | None:
         if "rank" not in record:
@@ -84,14 +85,14 @@ def load_transport(run_dir: Path, name: str, job: str | None = None) -> Transpor
     def recs(fname: str) -> Iterator[dict]:
         return _windowed(iter_jsonl(d / fname), lo, hi, d / fname)
 
-    jobs, paths = _jobs(d / rec.JOBS_DIR), _paths(d / rec.PATHS)
+    jobs, paths = upgrade(manifest if isinstance(manifest, dict) else {}, _jobs(d / rec.JOBS_DIR))[1], _paths(d / rec.PATHS)
     samples, sched = recs(rec.SAMPLES), list(recs(rec.SCHED))
     if job is not None:
         keep, sched_of = _job_filter(jobs, job)
         events = [r for r in map(keep, events) if r is not None]
         samples = (r for r in map(keep, samples) if r is not None)
         sched = [sched_of(r) for r in sched]
-        jobs = sorted((j for j in jobs if j.get("job", "job0") == job), key=lambda j: j["rank"])
+        jobs = sorted((j for j in jobs if j["job"] == job), key=lambda j: j["rank"])
         paths = [f for f in paths if f.get("job", "job0") == job]
     return TransportRecords(name, events, SampleTable.from_records(samples),
                             LinkTable.from_records(recs(rec.LINKS)), list(recs(rec.CPU)), sched, jobs, paths)
@@ -124,7 +125,7 @@ def _jobs(d: Path) -> list[dict]:
             problem(d, None, "not a directory")
         return []
     jobs = [read_json(p, None, schemas.JOB) for p in sorted(d.glob("rank*.json"))]
-    return sorted((j for j in jobs if j is not None), key=lambda j: j.get("agent", j["rank"]))
+    return sorted((j for j in jobs if j is not None), key=lambda j: (j.get("agent", j["rank"]), j["rank"]))
 
 
 def _paths(path: Path) -> list[dict]:

@@ -18,6 +18,7 @@ from testbed.rundir import schemas
 from testbed.rundir.damage import problem
 from testbed.rundir.errors import RunDirError
 from testbed.rundir.schema import check_record
+from testbed.rundir.upgrade import upgrade
 
 log = logging.getLogger("testbed.metrics")
 
@@ -250,7 +251,7 @@ def load_manifest(run_dir: Path) -> dict:
         d = run_dir / name
         if d.exists() and not d.is_dir():
             problem(d, None, "not a directory")
-    return manifest
+    return upgrade(manifest)[0]
 
 
 def _checked(path: Path, doc: dict, fields: dict, prefix: str = "") -> dict:

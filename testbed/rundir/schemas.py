@@ -113,10 +113,11 @@ MANIFEST_FIELDS = {
     "world_size": Opt(Int(1, MAX_WORLD)), "host_link_rate_bps": Opt(Num(1, 1e15)),
     "host_bandwidth_bps": Opt(Num(1, 1e18)), "host_nics": Opt(Int(1, MAX_WORLD)), "workload": Opt(_WORKLOAD),
     "spec": Check("an object", lambda v: isinstance(v, dict)), "seed": Opt(Int()), "status": Opt(MapOf(ANY)), "planned_transports": Opt(ListOf(STR, 64)),
-    "started_at": Opt(TIME), "finished_at": Opt(TIME),
+    "started_at": Opt(TIME), "finished_at": Opt(TIME), "format": Opt(Int(1, 1 << 16, "a format number")),
 }
 """``manifest.json`` by top-level key (:func:`base_manifest`); the readers drop a bad key and go on.
-``scenario`` and ``spec`` (older runs), when objects, are checked as :data:`SCENARIO_FIELDS`."""
+``scenario`` and ``spec`` (format 1), when objects, are checked as :data:`SCENARIO_FIELDS`;
+``format``: :data:`testbed.rundir.upgrade.FORMAT` (absent: 1, :func:`testbed.rundir.upgrade.upgrade`)."""
 SCENARIO_FIELDS = {"name": STR, "workload": _WORKLOAD, "timeout_s": Num(0, 1e9)}
 SUMMARY_DOC = Obj({"transports": MapOf(Obj({"transport": STR, "completion": Obj({}), "iteration_s": Obj({})}), 64),
                    "comparison": ListOf(Obj({}), 64)}, {"damage": ListOf(STR, 1 << 16)})

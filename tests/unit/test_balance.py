@@ -17,6 +17,7 @@ from testbed.metrics.synthetic import write_run
 from testbed.report.balance import balance_table, collisions_table
 from testbed.model.topology import LinkParams, leaf_spine
 from testbed.rundir.load import load_transport
+from testbed.rundir.upgrade import upgrade
 
 T0 = 1000.0
 RATE_BPS = 10_000_000
@@ -233,10 +234,10 @@ def test_ev_coverage_counts_distinct_paths(run):
     assert (ev["evs_min"], ev["distinct_paths_max"]) == (4, 2)
     assert summary_of(run, "rc")["ev_paths"] is None
     evs = [{"ev_id": e, "links": ["x", f"p{e % 3}"]} for e in range(6)]
-    old_specs = [{"rank": r, "transport": "mrc", "next": {"evs": evs}} for r in range(2)]
-    assert balance.ev_coverage([], old_specs) == [{"qp": "mrc 0->1", "evs": 6, "distinct_paths": 3},
+    old_specs = [{"rank": r, "transport": "mrc", "next": {"evs": evs}} for r in range(2)]   # format 1
+    assert balance.ev_coverage([], upgrade({}, old_specs)[1]) == [{"qp": "mrc 0->1", "evs": 6, "distinct_paths": 3},
                                                   {"qp": "mrc 1->0", "evs": 6, "distinct_paths": 3}]
-    specs = [{"rank": 0, "transport": "mrc", "job": "job1", "send_to": [{"rank": 2, "evs": evs[:2]}]}]
+    specs = [{"rank": 0, "agent": 0, "transport": "mrc", "job": "job1", "send_to": [{"rank": 2, "evs": evs[:2]}]}]
     assert balance.ev_coverage([], specs) == [{"qp": "job1: mrc 0->2", "evs": 2, "distinct_paths": 2}]
 
 
