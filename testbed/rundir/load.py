@@ -85,7 +85,7 @@ def load_transport(run_dir: Path, name: str, job: str | None = None) -> Transpor
     def recs(fname: str) -> Iterator[dict]:
         return _windowed(iter_jsonl(d / fname), lo, hi, d / fname)
 
-    jobs, paths = upgrade(manifest if isinstance(manifest, dict) else {}, _jobs(d / rec.JOBS_DIR))[1], _paths(d / rec.PATHS)
+    jobs, paths = _jobs(d / rec.JOBS_DIR, manifest if isinstance(manifest, dict) else {}), _paths(d / rec.PATHS)
     samples, sched = recs(rec.SAMPLES), list(recs(rec.SCHED))
     if job is not None:
         keep, sched_of = _job_filter(jobs, job)
@@ -117,15 +117,28 @@ def _first_times(d: Path) -> list[float]:
     return out
 
 
-def _jobs(d: Path) -> list[dict]:
-    """The job specs ``jobs/rank<a>.json`` in agent order (:data:`testbed.rundir.schemas.JOB`;
-    ``a`` the agent id, the rank for a single job)."""
+def _jobs(d: Path, manifest: dict) -> list[dict]:
+    """The job specs ``jobs/rank<a>.json`` in agent order (``a`` the agent id, the rank for a
+    single job), brought to the current format (:func:`testbed.rundir.upgrade.upgrade`, by the
+    run's ``manifest``) and then checked (:data:`testbed.rundir.schemas.JOB`)."""
     if not d.is_dir():
         if d.exists():
             problem(d, None, "not a directory")
         return []
-    jobs = [read_json(p, None, schemas.JOB) for p in sorted(d.glob("rank*.json"))]
-    return sorted((j for j in jobs if j is not None), key=lambda j: (j.get("agent", j["rank"]), j["rank"]))
+    raw = [(p, read_json(p, None)) for p in sorted(d.glob("rank*.json"))]
+    for p, j in raw:
+        if j is not None and not (isinstance(j, dict) and isinstance(j.get("rank"), int)):
+            problem(p, None, check_record(schemas.JOB, j) or "rank: expected a rank")
+    raw = [(p, j) for p, j in raw if isinstance(j, dict) and isinstance(j.get("rank"), int)]
+    jobs = upgrade(manifest, [j for _, j in raw])[1]
+    good = []
+    for (p, _), j in zip(raw, jobs):
+        bad = check_record(schemas.JOB, j)
+        if bad is None:
+            good.append(j)
+        else:
+            problem(p, None, bad)
+    return sorted(good, key=lambda j: j["agent"])
 
 
 def _paths(path: Path) -> list[dict]:

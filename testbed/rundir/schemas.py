@@ -46,6 +46,9 @@ could not keep is not made up, so the gap shows in the records' ``t``.
 
 from __future__ import annotations
 
+import dataclasses
+
+from agents.jobspec import EVSpec, JobSpec, PeerSpec
 from testbed.rundir.names import CPU, EVENTS, LINKS, SAFE_NAME, SAMPLES, SCHED, safe_name
 from testbed.rundir.schema import ANY, BOOL, COUNTER, KEY, NUM, RANK, STR, TIME, Check, Int, ListOf, MapOf, Num, Obj, Opt
 
@@ -90,13 +93,25 @@ def event_schema(record) -> Obj:
     return EVENT_KINDS.get(kind, EVENT) if isinstance(kind, str) else EVENT
 
 
-_EV_PATH = Obj({"ev_id": KEY}, {"links": Opt(ListOf(STR, 1 << 10))})
-_PEER = Obj({}, {"evs": ListOf(_EV_PATH, 1 << 16), "host": STR, "rank": RANK})
-JOB = Obj({"rank": RANK}, {"world": ListOf(STR, 1 << 20), "next": _PEER, "prev": _PEER,
-                           "send_to": ListOf(_PEER, 1 << 16), "recv_from": ListOf(_PEER, 1 << 16),
-                           "collective": STR, "job": STR, "agent": RANK,
-                           "qp": Obj({}, {"cc_params": Obj({}, {"base_rtt_s": Opt(Num(0, 1e6))})})})
-"""``jobs/rank<r>.json`` (:mod:`testbed.spec.jobs`; the keys the metrics read)."""
+def _fields_of(cls, schema: Obj) -> Obj:
+    """``schema``, after checking that every key it types is a field of the dataclass ``cls``
+    (the job spec is defined once, in :mod:`agents.jobspec`: a renamed or dropped key fails here)."""
+    stale = set(schema.required) | set(schema.optional)
+    stale -= {f.name for f in dataclasses.fields(cls)}
+    if stale:
+        raise AssertionError(f"job spec schema: {sorted(stale)} are not {cls.__name__} fields")
+    return schema
+
+
+_EV_PATH = _fields_of(EVSpec, Obj({"ev_id": KEY}, {"links": Opt(ListOf(STR, 1 << 10))}))
+_PEER = _fields_of(PeerSpec, Obj({}, {"evs": ListOf(_EV_PATH, 1 << 16), "host": STR, "rank": RANK}))
+JOB = _fields_of(JobSpec, Obj({"rank": RANK, "job": STR, "agent": RANK},
+                              {"world": ListOf(STR, 1 << 20), "send_to": ListOf(_PEER, 1 << 16),
+                               "recv_from": ListOf(_PEER, 1 << 16), "collective": STR, "transport": STR,
+                               "qp": Obj({}, {"cc_params": Obj({}, {"base_rtt_s": Opt(Num(0, 1e6))})})}))
+"""``jobs/rank<r>.json``: an :class:`agents.jobspec.JobSpec` (``to_dict``), the keys the metrics
+read typed; checked after :func:`testbed.rundir.upgrade.upgrade` (format 1's ``next``/``prev``
+are gone by then)."""
 PATH_FLOW = Obj({"src_rank": RANK, "dst_rank": RANK}, {"kind": Opt(STR), "links": ListOf(STR, 1 << 10),
                                                        "job": STR})
 PATHS_DOC = Obj({}, {"flows": ListOf(ANY, 1 << 20)})

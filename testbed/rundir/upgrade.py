@@ -58,5 +58,6 @@ def _job_v2(job: dict) -> dict:
             job[side] = [job[old]]
         job.pop(old, None)
     job.setdefault("job", "job0")
-    job.setdefault("agent", job["rank"])
+    if "rank" in job:
+        job.setdefault("agent", job["rank"])
     return job
