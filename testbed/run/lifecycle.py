@@ -599,9 +599,12 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
                                   fabric_factory=fabric_factory, agent_processes=agent_processes)
             try:
                 status = runner.run()
-            except RunDirWriteError as exc:   # the run ends; what was written stays readable
-                manifest["status"][t] = {"status": "error", "reason": str(exc)}
-                raise
+            except (RunDirWriteError, OSError) as exc:   # the run ends; what was written stays readable
+                write_error = RunDirWriteError.of(exc, run_dir)
+                if write_error is None:
+                    raise
+                manifest["status"][t] = {"status": "error", "reason": str(write_error)}
+                raise write_error from None
             except KeyboardInterrupt as exc:
                 result.interrupted = True
                 result.signal = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT

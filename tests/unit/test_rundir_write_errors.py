@@ -133,3 +133,31 @@ def test_the_command_prints_the_first_write_error_in_one_line(tmp_path):
     assert status == 1 and text.count("\n") == 1 and "Traceback" not in text
     assert text == (f"testbed run: cannot write the events.jsonl records ({run}/mrc/events.jsonl): No space left on "
                     f"device [ENOSPC]; the run stopped early, what it wrote is kept (testbed report {run})\n")
+
+
+def test_run_scenario_ends_the_run_and_keeps_the_manifest(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from testbed.run import lifecycle
+    ran = []
+
+    class FullDisk:   # a transport whose runner could not write its records (after its teardown)
+        def __init__(self, scenario, t, run_dir, *a, **kw):
+            self.dir, self.reason = run_dir / t, ""
+            ran.append(t)
+
+        def run(self):
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.dir / "agents" / "rank0.log"))
+    wl = SimpleNamespace(hosts=["h0", "h1"], measured_iterations=1, sizes_bytes=(1024,), collective="all_reduce")
+    scenario = SimpleNamespace(name="s", workload=wl, transports=["mrc", "tcp"])
+    monkeypatch.setattr(lifecycle, "TransportRun", FullDisk)
+    monkeypatch.setattr(lifecycle, "base_manifest", lambda sc: {"format": 2, "scenario": {"name": "s"},
+                                                                "transports": [], "status": {}})
+    with pytest.raises(RunDirWriteError) as err:
+        lifecycle.run_scenario(scenario, runs_root=tmp_path, console=Console(file=io.StringIO()), live=False)
+    assert ran == ["mrc"]   # the run ended: tcp never started
+    assert "No space left on device [ENOSPC]" in str(err.value) and err.value.__cause__ is None
+    run_dir = next(tmp_path.iterdir())
+    manifest = load_manifest(run_dir)
+    assert manifest["status"]["mrc"] == {"status": "error", "reason": str(err.value)}
+    assert "finished_at" in manifest
