@@ -5,41 +5,12 @@ its ``--netns``), one process serves them all on one loop, each agent's sockets 
 host's namespace: a host runtime (:mod:`agents.runtime`; scenario key ``agent_processes``).
 Contract:
 
-Job spec (JSON object; unknown keys rejected, every problem reported with its key path)::
-
-    {"run_id": str, "rank": int, "world": [host, ...]  (the job's ranks, >= 2, distinct),
-     "host": str (== world[rank]), "transport": "mrc" | "rc" | "tcp" (protocol.TRANSPORTS),
-     "collective": "all_reduce" (default) | "all_gather" | "reduce_scatter" | "all_to_all"
-                   | "permutation"  (agents.collectives.COLLECTIVES),
-     "targets": [rank, ...]  (permutation only, required there: targets[r] = the rank r
-                              sends to; a permutation of 0..n-1 without a fixed point),
-     "agent": int >= 0  (default: rank; the ``rank`` of every control message: the
-                         runner's id for this agent, distinct over the jobs of a run),
-     "job": str  (default "job0"; a name for logs and the done summary),
-     "qps": int >= 1  (default 1; > 1 for rc only: QPs per connection,
-                       NCCL_IB_QPS_PER_CONNECTION),
-     "control_socket": "/abs/path.sock", "seed": int,
-     "sizes": [bytes, ...]  (each >= 4 * len(world); rounded down to float32 elements;
-                             nccl-tests' size column, see agents.collectives),
-     "iterations": int >= 1, "warmup": int >= 0,
-     "sample_interval_s": 0.01, "samples_path": "/abs/path.jsonl" (optional: samples go to this
-                                 file, one JSON object a line, not over the control socket),
-     "port": 4791 (this agent's UDP port, protocol.UDP_PORT), "mtu": 1500,
-     "bind_addr": this host's ECMP address, "tcp_port": 5201 (this agent's TCP port, protocol.TCP_PORT),
-     "send_to": [PEER, ...], "recv_from": [PEER, ...],
-     "qp": {"mpr", "mpr_dest", "max_wimm", "max_wimm_dest", "timeout", "retry_linear",
-            "retry_exp" (mrc.h attributes), "ev_min_active", "ecn" (bool, default false:
-            see ECN below), and QPConfig emulation
-            parameters "time_scale", "min_rto_s", "initial_rto_s", "cc", "cc_params", "sack_every",
-            "ack_delay_s", "reorder_threshold", "probe_interval_s", "probe_timeout_s",
-            "probe_successes", "skip_timeout_s", "max_burst", "cnp_interval_s" (DCQCN's CNPs,
-            0 = none)},
-     "connect_timeout_s": 10.0, "linger_s": 2.0}
-    PEER = {"rank", "host" (== world[rank]), "ecmp_addr",
-            "evs": [{"ev_id", "address", "links": [...],
-                     "src_port" (optional: ECMP entropy as UDP source port)}],
-            "port" (optional, default: ours), "tcp_port" (optional, default: ours),
-            "src_port" (optional, ``send_to`` peers only: the TCP source port to connect from)}
+Job spec: a JSON object whose keys are the fields of :class:`agents.jobspec.JobSpec` (peers:
+:class:`agents.jobspec.PeerSpec`, EVs: :class:`agents.jobspec.EVSpec`; the ``qp`` keys:
+:data:`agents.jobspec.QP_ATTR_KEYS`, :data:`~agents.jobspec.QP_CONFIG_KEYS`,
+:data:`~agents.jobspec.QP_CHANNEL_KEYS`), read by :func:`agents.jobspec.parse_job` (unknown keys
+rejected, every problem reported with its key path) and written by the runner with
+:meth:`agents.jobspec.JobSpec.to_dict`.
 
 The ranks of ``send_to`` and ``recv_from`` are exactly
 ``agents.collectives.peers(collective, rank, len(world), targets)``, in that

@@ -2,7 +2,10 @@
 
 Every problem is collected and reported together as one :class:`JobSpecError`
 naming the key path (``send_to[1].evs[2].address: expected str``). Unknown
-keys are rejected. The format is documented in :mod:`agents.__main__`.
+keys are rejected. This module is the job spec's one definition: :class:`JobSpec` (its
+fields are the keys), :func:`parse_job` (JSON -> JobSpec) and :meth:`JobSpec.to_dict`
+(JobSpec -> JSON; the runner, :mod:`testbed.spec.jobs`, builds JobSpec objects and writes
+this), with ``parse_job(spec.to_dict()) == spec``.
 
 Cross-checks: the ranks of ``send_to``/``recv_from`` are exactly
 :func:`agents.collectives.peers` of (collective, rank, n, targets), in that
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from agents.collectives import COLLECTIVES, COMPLETION_GATED, peers
@@ -57,6 +60,12 @@ class EVSpec:
     links: tuple[str, ...] = ()
     src_port: int | None = None
 
+    def to_dict(self) -> dict:
+        out = {"ev_id": self.ev_id, "address": self.address, "links": list(self.links)}
+        if self.src_port is not None:
+            out["src_port"] = self.src_port
+        return out
+
 
 @dataclass(frozen=True)
 class PeerSpec:
@@ -74,9 +83,35 @@ class PeerSpec:
     tcp_port: int | None = None
     src_port: int | None = None
 
+    def to_dict(self) -> dict:
+        out = {"rank": self.rank, "host": self.host, "ecmp_addr": self.ecmp_addr,
+               "evs": [ev.to_dict() for ev in self.evs]}
+        for key in ("port", "tcp_port", "src_port"):   # optional: absent when None
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
 
 @dataclass(frozen=True)
 class JobSpec:
+    """One agent's job: the JSON object's keys are these fields (:meth:`to_dict`, :func:`parse_job`).
+
+    ``run_id``; ``rank`` in the job's ``world`` (its hosts, >= 2, distinct; ``host`` ==
+    ``world[rank]``); ``transport`` (:data:`agents.protocol.TRANSPORTS`); ``control_socket``
+    (absolute path of the runner's Unix socket); ``seed``; ``sizes`` (bytes, each >= 4 *
+    len(world), rounded down to float32 elements: nccl-tests' size column), ``iterations`` >=
+    1 and ``warmup`` >= 0 per size; ``send_to`` / ``recv_from`` (:class:`PeerSpec`, exactly
+    :func:`agents.collectives.peers` of the collective, in that order); ``bind_addr`` (this
+    host's ECMP address); ``collective`` (:data:`agents.collectives.COLLECTIVES`);
+    ``targets`` (permutation only, required there: ``targets[r]`` the rank r sends to, a
+    permutation of 0..n-1 without a fixed point); ``agent`` (default: rank; the ``rank`` of
+    every control message, distinct over the jobs of a run); ``job`` (a name for logs and the
+    done summary); ``qps`` (> 1 for rc only: QPs per connection, NCCL_IB_QPS_PER_CONNECTION);
+    ``sample_interval_s``; ``samples_path`` (absolute; samples go to this file, one JSON object
+    a line, not over the control socket); ``port`` / ``tcp_port`` (this agent's UDP and TCP
+    ports); ``mtu``; ``qp`` (:data:`QP_ATTR_KEYS`, :data:`QP_CONFIG_KEYS`,
+    :data:`QP_CHANNEL_KEYS`); ``connect_timeout_s``; ``linger_s`` (after ``done``)."""
+
     run_id: str
     rank: int
     world: tuple[str, ...]
@@ -107,6 +142,25 @@ class JobSpec:
     @property
     def world_size(self) -> int:
         return len(self.world)
+
+    def to_dict(self) -> dict:
+        """The JSON object of this job spec (:func:`parse_job` reads it back to an equal JobSpec;
+        ``targets`` absent when None)."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("send_to", "recv_from"):
+                v = [p.to_dict() for p in v]
+            elif f.name == "targets":
+                if v is None:
+                    continue
+                v = list(v)
+            elif isinstance(v, tuple):
+                v = list(v)
+            elif f.name == "qp":
+                v = json.loads(json.dumps(v))   # a copy, JSON types
+            out[f.name] = v
+        return out
 
     def qp_attr_kwargs(self) -> dict:
         """``qp`` keys that are mrc.h QP attributes, under QPAttr field names."""
@@ -150,12 +204,9 @@ class _Checker:
             self.problems.append(f"{(path + '.') if path else ''}{key}: unknown key")
 
 
-_TOP = {"run_id", "rank", "world", "host", "transport", "control_socket", "seed", "sizes",
-        "iterations", "warmup", "sample_interval_s", "port", "mtu", "send_to", "recv_from",
-        "bind_addr", "qp", "tcp_port", "connect_timeout_s", "linger_s", "collective",
-        "targets", "agent", "job", "qps", "samples_path"}
-_PEER = {"rank", "host", "ecmp_addr", "evs", "port", "tcp_port", "src_port"}
-_EV = {"ev_id", "address", "links", "src_port"}
+_TOP = {f.name for f in fields(JobSpec)}     # the keys are the dataclasses' fields
+_PEER = {f.name for f in fields(PeerSpec)}
+_EV = {f.name for f in fields(EVSpec)}
 
 
 def _port(v) -> bool:

@@ -140,7 +140,7 @@ class RemoteAgents:
         ``samples/rank<a>.jsonl`` and ``logs/rank<a>.log`` per agent (times moved onto this
         clock). Returns ``{server: {"cpu": [records], "sched": [records]}}`` (moved too; each CPU
         record tagged with its ``server``). A server that cannot answer is logged and skipped."""
-        from testbed.rundir import records
+        from testbed.rundir.write import agent_log, samples_file, write_text
         out = {}
         for name in sorted(set(self.where.values())):
             try:
@@ -151,12 +151,10 @@ class RemoteAgents:
             offset = self.offsets.get(name, 0.0)
             for rank, files in got["ranks"].items():
                 rank = int(rank)
-                path = records.samples_file(transport_dir, rank)
-                path.parent.mkdir(records.DIR_MODE, parents=True, exist_ok=True)
-                path.write_text("".join(_moved_line(line, offset) for line in files["samples"].splitlines(True)))
-                log_path = records.agent_log(transport_dir, rank)
-                log_path.parent.mkdir(records.DIR_MODE, parents=True, exist_ok=True)
-                log_path.write_text(files["log"])
+                write_text(samples_file(transport_dir, rank),
+                           "".join(_moved_line(line, offset) for line in files["samples"].splitlines(True)),
+                           f"rank {rank}'s samples from {name}")
+                write_text(agent_log(transport_dir, rank), files["log"], f"rank {rank}'s log from {name}")
             out[name] = {kind: [json.loads(_moved_line(line, offset)) for line in got[kind].splitlines()
                                 if line.strip()] for kind in ("cpu", "sched")}
             for rec in out[name]["cpu"]:

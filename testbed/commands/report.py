@@ -24,7 +24,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from testbed.metrics import MetricsError
-from testbed.rundir.loading import collecting
+from testbed.rundir.damage import collecting
+from testbed.rundir.errors import RunDirWriteError
 from testbed.report import load_summary, print_damage, render
 
 EXIT_DAMAGED = 3
@@ -54,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n")
             else:
                 render(args.run_dir, Console(), recompute=args.recompute, rank=args.rank, plots=args.plots)
+        except RunDirWriteError as exc:   # a plot or output the run directory cannot take
+            err.print(f"[red]testbed report[/]: {escape(str(exc))}", soft_wrap=True)
+            return exc.exit_code
         except MetricsError as exc:  # RunDirError included
             if damage:
                 print_damage(damage, err)

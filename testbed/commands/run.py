@@ -30,7 +30,10 @@ from rich.markup import escape
 from testbed.cluster.placement import PLACERS
 from testbed.fabric.kernel import features
 from testbed.metrics import MetricsError
-from testbed.rundir.loading import collecting
+from testbed.rundir.damage import collecting
+from testbed.rundir.errors import RunDirWriteError
+from testbed.rundir.names import MANIFEST
+from testbed.rundir.write import make_dir, write_atomic
 from testbed.report import print_damage, render
 from testbed.run import run_scenario
 from testbed.spec import TRANSPORTS, SpecError, load_scenario, transport_variant
@@ -110,8 +113,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if trials > 1:
         return _run_trials(args, scenario, transports, trials, console, err)
-    result = run_scenario(scenario, runs_root=args.runs_dir, console=console, transports=transports,
-                          fabric_factory=args.fabric_factory, agent_processes=args.agent_processes)
+    try:
+        result = run_scenario(scenario, runs_root=args.runs_dir, console=console, transports=transports,
+                              fabric_factory=args.fabric_factory, agent_processes=args.agent_processes)
+    except RunDirWriteError as exc:
+        return write_failed(exc, err)
     status = interrupted_status(result.signal) if result.interrupted else 0
     if any(s in ("crashed", "error") for s in result.status.values()):
         status = status or 1
@@ -130,6 +136,17 @@ def run(args: argparse.Namespace) -> int:
         status = status or 1
     console.print(f"run directory: {result.run_dir}")
     return status
+
+
+def write_failed(exc: RunDirWriteError, err: Console) -> int:
+    """Report a run directory that could not be written (one line, no traceback: the first
+    write error of the chain, :meth:`RunDirWriteError.first`) and return its exit status. The
+    run stopped there with its fabric torn down; what it wrote before is kept."""
+    first = exc.first()
+    run_dir = next((d for d in (first.path, *first.path.parents) if (d / MANIFEST).is_file()), None)
+    err.print(f"[red]testbed run[/]: {escape(str(first))}; the run stopped early"
+              + (f", what it wrote is kept ([bold]testbed report {escape(str(run_dir))}[/])" if run_dir else ""))
+    return first.exit_code
 
 
 def interrupted_status(signum: int | None) -> int:
@@ -151,14 +168,20 @@ def _run_trials(args, scenario, transports: list[str], trials: int, console: Con
     from testbed.report.trials import trials_table
 
     parent = args.runs_dir / f"{scenario.name}-trials-{time.strftime('%Y%m%d-%H%M%S')}"
-    parent.mkdir(parents=True, exist_ok=False)
+    try:
+        make_dir(parent, "the trials directory")
+    except RunDirWriteError as exc:
+        return write_failed(exc, err)
     summaries, status = [], 0
     for i in range(trials):
         seed = scenario.seed + i
         sc = load_scenario(args.scenario, features=features(), seed=seed)
         console.print(f"[bold]trial {i + 1}/{trials}[/]: seed {seed}")
-        result = run_scenario(sc, runs_root=parent / f"seed-{seed}", console=console, transports=transports,
-                              fabric_factory=args.fabric_factory, agent_processes=args.agent_processes)
+        try:
+            result = run_scenario(sc, runs_root=parent / f"seed-{seed}", console=console, transports=transports,
+                                  fabric_factory=args.fabric_factory, agent_processes=args.agent_processes)
+        except RunDirWriteError as exc:
+            return write_failed(exc, err)
         if any(s in ("crashed", "error") for s in result.status.values()):
             status = status or 1
         try:
@@ -177,7 +200,10 @@ def _run_trials(args, scenario, transports: list[str], trials: int, console: Con
             break
     if summaries:
         agg = aggregate(summaries)
-        (parent / "trials.json").write_text(json.dumps(agg, indent=1, default=str) + "\n")
+        try:
+            write_atomic(parent / "trials.json", json.dumps(agg, indent=1, default=str) + "\n", what="the trials summary")
+        except RunDirWriteError as exc:
+            return write_failed(exc, err)
         console.print(trials_table(agg))
     console.print(f"trials directory: {parent}")
     return status

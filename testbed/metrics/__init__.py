@@ -12,12 +12,12 @@ arrays) except the ``load_*`` helpers. :mod:`testbed.report` writes the files.
 Modules (every public name is importable from :mod:`testbed.metrics` itself):
 
 - :mod:`~testbed.metrics.definitions`: bin widths, thresholds, :data:`DEFINITIONS`, errors.
-- :mod:`~testbed.rundir.loading`: manifest and JSONL parsing; samples and link counters
+- :mod:`~testbed.rundir.read`: manifest and JSONL parsing; samples and link counters
   become columns (:class:`SampleTable`, :class:`LinkTable`) while they are parsed. Every
-  record is checked against the run directory's schema (:mod:`testbed.rundir.records`): inside
+  record is checked against the run directory's schema (:mod:`testbed.rundir.schemas`): inside
   a :func:`collecting` block a damaged record, file or key is skipped and noted in a
   :class:`Damage` (``file:line: what is wrong``), outside one it raises :class:`MetricsError`;
-  records dated outside the run (:func:`~testbed.rundir.loading.time_window`) are dropped,
+  records dated outside the run (:func:`~testbed.rundir.read.time_window`) are dropped,
   so no absurd date or manifest value sizes an allocation.
 - :mod:`~testbed.metrics.series`: binning of cumulative counters, per-flow series,
   aggregate goodput, link throughput.
@@ -75,7 +75,10 @@ from testbed.model.nccl import bandwidths, bus_factor
 from testbed.metrics.collectives import completion, expected_measured_iterations, size_table
 from testbed.metrics.definitions import BIN_S, BUSIEST_LINKS, CPU_SATURATED_P95, DEFINITIONS, DETECTED_STATES, DIP_HORIZON_S, DISRUPTIVE, LINK_BIN_S, MIN_DIP_BINS, RECOVERY_FRACTION, SMOOTH_BINS, MetricsError, RunDirError
 from testbed.metrics.fidelity import busiest_links, cpu_fidelity
-from testbed.rundir.loading import Damage, FlowKey, LinkTable, SampleTable, TransportRecords, collecting, is_run_dir, iter_jsonl, load_jsonl, load_manifest, load_transport, scenario_name
+from testbed.rundir.damage import Damage, collecting
+from testbed.rundir.load import TransportRecords, load_transport
+from testbed.rundir.read import is_run_dir, iter_jsonl, load_jsonl, load_manifest, scenario_name
+from testbed.rundir.tables import FlowKey, LinkTable, SampleTable
 from testbed.metrics.recovery import active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time, time_to_detect
 from testbed.metrics.series import FlowSeries, aggregate_goodput_bps, bin_edges, binned_increments, flow_samples, last_in_bin, link_series, rolling_median
 from testbed.metrics.summary import TransportAnalysis, analyze_run, analyze_transport, comparison_row, run_t0, workload_window

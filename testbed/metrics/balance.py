@@ -2,7 +2,7 @@
 and the fabric links where traced flows collide.
 
 Everything needed is already in a run directory: the link counters (``links.jsonl``,
-cumulative ``tx_bytes`` per link end: a :class:`~testbed.rundir.loading.LinkTable`), the
+cumulative ``tx_bytes`` per link end: a :class:`~testbed.rundir.tables.LinkTable`), the
 iteration events (the measured window), the traced paths (``paths.json``,
 :mod:`testbed.fabric.paths`) and the topology the run used (link rates, node roles), which
 :func:`load_run_topology` reads again from the file the manifest names, checked against the
@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from testbed.rundir.loading import LinkTable, TransportRecords
+from testbed.rundir.load import TransportRecords
+from testbed.rundir.tables import LinkTable
 
 if TYPE_CHECKING:
     from testbed.model.topology import Topology
@@ -237,7 +238,7 @@ def _label_key(label: str) -> tuple:
 def ev_coverage(paths: list[dict], jobs: list[dict] = ()) -> list[dict]:
     """Per MRC QP (data flows labelled ``... ev<k>``), how many distinct paths its EVs cover:
     ``[{"qp", "evs", "distinct_paths"}]`` by QP. Without traced paths, from the job specs'
-    ``send_to[i].evs[].links`` (older specs: ``next``) of ``transport: mrc`` ranks (QP
+    ``send_to[i].evs[].links`` of ``transport: mrc`` ranks (QP
     ``"mrc r->s"``). Empty for a transport without EVs."""
     by_qp: dict[str, list[tuple]] = defaultdict(list)
     for f in paths:
@@ -245,12 +246,13 @@ def ev_coverage(paths: list[dict], jobs: list[dict] = ()) -> list[dict]:
         if f.get("kind", "data") == "data" and isinstance(label, str) and _EV_SUFFIX.search(label):
             by_qp[qp_of(label)].append(tuple(f.get("links") or ()))
     if not paths:
-        n = len(jobs)
+        n, several = len(jobs), len({job["job"] for job in jobs}) > 1
         for job in jobs:
             if job.get("transport") != "mrc":
                 continue
-            r, prefix = job["rank"], f"{job['job']}: " if "job" in job else ""
-            for peer in job.get("send_to") or [job.get("next") or {}]:
+            # labelled as testbed.fabric.paths labels flows: the job's name in a run of several
+            r, prefix = job["rank"], f"{job['job']}: " if several or job["job"] != "job0" else ""
+            for peer in job.get("send_to") or ():
                 qp = f"{prefix}mrc {r}->{peer.get('rank', (r + 1) % n)}"
                 by_qp[qp] = [tuple(ev.get("links") or ()) for ev in peer.get("evs", [])]
     return [{"qp": qp, "evs": len(p), "distinct_paths": len(set(p))}

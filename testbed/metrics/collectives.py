@@ -79,18 +79,13 @@ def size_table(events: list[dict], world_size: int, collective: str = "all_reduc
 
 def expected_measured_iterations(manifest: dict, job: int = 0) -> int | None:
     """Measured iterations the workload asks for (iterations * number of sweep sizes), from the
-    first ``workload`` mapping with min_bytes/max_bytes/factor/iterations found in the manifest
-    (top level, or under ``scenario``/``spec``); for ``job`` > 0 from ``scenario.jobs[job]``.
-    None if there is none."""
+    manifest's ``workload`` (an older run's: :func:`testbed.rundir.upgrade.upgrade`); for ``job`` > 0
+    from ``scenario.jobs[job]``. None if there is none."""
     if job:
         jobs = (manifest.get("scenario") or {}).get("jobs") if isinstance(manifest.get("scenario"), dict) else None
         w = jobs[job] if isinstance(jobs, list) and job < len(jobs) else None
         return _sweep_iterations(w)
-    for where in (manifest, manifest.get("scenario"), manifest.get("spec")):
-        w = where.get("workload") if isinstance(where, dict) else None
-        if isinstance(w, dict) and {"min_bytes", "max_bytes", "factor", "iterations"} <= w.keys():
-            return _sweep_iterations(w)
-    return None
+    return _sweep_iterations(manifest.get("workload"))
 
 
 def _sweep_iterations(w) -> int | None:

@@ -145,12 +145,11 @@ def fault_windows(faults: list[dict], t_end_s: float) -> list[dict]:
 def ev_links(jobs: list[dict]) -> dict[tuple, tuple[str, ...]]:
     """``(rank, dir, peer host, ev_id) -> links`` of every EV of the job specs: "tx" the
     requester's EVs towards each ``send_to`` peer, "rx" the responder's (SACK) EVs towards each
-    ``recv_from`` peer. (Job specs from before multi-peer jobs: ``next``/``prev``.)"""
+    ``recv_from`` peer."""
     out = {}
     for job in jobs:
-        for direction, side, old in (("tx", "send_to", "next"), ("rx", "recv_from", "prev")):
-            peers = job.get(side) or ([job[old]] if isinstance(job.get(old), dict) else [])
-            for peer in peers:
+        for direction, side in (("tx", "send_to"), ("rx", "recv_from")):
+            for peer in job.get(side) or ():
                 for ev in peer.get("evs", []):
                     out[(job["rank"], direction, peer.get("host"), ev["ev_id"])] = tuple(ev.get("links") or ())
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from testbed.metrics.definitions import BIN_S, SMOOTH_BINS
-from testbed.rundir.loading import FlowKey, FlowSeries, LinkTable, SampleTable
+from testbed.rundir.tables import FlowKey, FlowSeries, LinkTable, SampleTable
 
 
 def bin_edges(t0_s: float, t1_s: float, bin_s: float = BIN_S) -> np.ndarray:

@@ -12,7 +12,9 @@ from testbed.metrics.collectives import _stats, completion, expected_measured_it
 from testbed.metrics.definitions import DEFINITIONS, LINK_BIN_S
 from testbed.metrics.fidelity import busiest_links, cpu_fidelity, emulation_validity
 from testbed.metrics.kpis import boundary_warnings, ev_links, ev_retirements, false_retirements, fault_windows, faulted_iteration, flow_kpis, iteration_spans, p_nearest_rank, worst_recovery, worst_stall
-from testbed.rundir.loading import FlowKey, TransportRecords, job_names, load_manifest, load_transport, scenario_name
+from testbed.rundir.load import TransportRecords, job_names, load_transport
+from testbed.rundir.read import load_manifest, scenario_name
+from testbed.rundir.tables import FlowKey
 from testbed.metrics.recovery import active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time, time_to_detect
 from testbed.metrics.series import FlowSeries, aggregate_goodput_bps, bin_edges, flow_samples, link_series
 
@@ -166,7 +168,7 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
     crossing = {(p["src_rank"], p["dst_rank"]) for p in tr.paths
                 if p.get("kind") == "data" and faulted & set(p.get("links", ()))}
     evl = ev_links(jobs)
-    if not tr.paths:   # runs from before paths.json: an MRC flow crosses where its EVs do
+    if not tr.paths:   # no paths.json (a synthetic run): an MRC flow crosses where its EVs do
         rank_of = {h: r for r, h in enumerate(hosts)}
         crossing = {(r, rank_of.get(peer)) for (r, d, peer, _), links in evl.items()
                     if d == "tx" and faulted & set(links)}
@@ -175,7 +177,7 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
     rets = ev_retirements(trans, crossing_evs, window[1])
     detect = []
     for w in windows:
-        if not evl:   # no job specs (older or synthetic runs): EV paths unknown, any EV counts
+        if not evl:   # no job specs (a synthetic run): EV paths unknown, any EV counts
             detect.append(time_to_detect(trans, w["t_s"]))
             continue
         mine = {k for k, links in evl.items() if w["link"] in links}
@@ -238,14 +240,14 @@ def job_row(job: str, s: dict, busbw_fraction: float | None) -> dict:
 
 def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
     """Summary of a whole run (``scenario``, ``world_size``, ``host_link_rate_bps``,
-    ``host_bandwidth_bps`` and ``host_nics`` (runs from before they existed: the host link rate,
-    1), ``definitions``,
+    ``host_bandwidth_bps`` and ``host_nics`` (an older run's: :func:`testbed.rundir.upgrade.upgrade`),
+    ``definitions``,
     ``transports`` by name, ``comparison`` rows) and the per-transport analyses.
     Raises RunDirError / MetricsError."""
     manifest = load_manifest(run_dir)
     analyses = []
     rate = manifest.get("host_link_rate_bps")
-    host_bw = manifest.get("host_bandwidth_bps") or rate
+    host_bw = manifest.get("host_bandwidth_bps")
 
     def fraction(s: dict) -> float | None:
         bb = s["busbw_mbit_per_s"]
@@ -274,7 +276,7 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
         a.summary["busbw_fraction_of_host"] = fraction(a.summary)
     summary = {"scenario": scenario_name(manifest), "run_dir": str(run_dir),
                "world_size": manifest.get("world_size"), "host_link_rate_bps": rate,
-               "host_bandwidth_bps": host_bw, "host_nics": manifest.get("host_nics", 1),
+               "host_bandwidth_bps": host_bw, "host_nics": manifest.get("host_nics"),
                "definitions": DEFINITIONS, "transports": {a.name: a.summary for a in analyses},
                "comparison": [comparison_row(a.summary) for a in analyses]}
     return summary, analyses

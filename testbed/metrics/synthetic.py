@@ -189,7 +189,7 @@ def write_transport(d: Path, name: str, *, world_size: int = 16, duration_s: flo
 def write_extras(d: Path, name: str, *, world_size: int, duration_s: float, hosts: list[str],
                  link_names: list[tuple[str, str, str, str, str]]) -> None:
     """``sched.jsonl``, ``jobs/rank<r>.json`` and ``paths.json`` of one transport (the keys the
-    metrics read; :mod:`testbed.rundir.records`): every rank's EVs and data path cross the first
+    metrics read; :mod:`testbed.rundir.schemas`): every rank's EVs and data path cross the first
     links of the list, the faulted ``a0_0-c0_0`` for ranks divisible by 4."""
     hosts = [hosts[r % len(hosts)] for r in range(world_size)]
     n_ev = EV_COUNT.get(name, 4)

@@ -32,13 +32,13 @@ from rich.console import Console
 from rich.text import Text
 
 from testbed.report.evplot import STATE_COLOURS, ev_segments, plot_ev_timelines
-from testbed.rundir import loading
 from testbed.report.files import _cell, _float_cells, _load, _time_cells, _write_csv, load_summary, render_guard, write_outputs
 from testbed.report.fmt import fmt_count, fmt_num, fmt_pct, fmt_s, fmt_sig
 from testbed.report.layout import Grid
 from testbed.report.plots import fault_windows, plot_fault_flows, plot_goodput, plot_iteration_cdf
 from testbed.report.balance import balance_table, collisions_table
 from testbed.report.tables import busbw_by_size_table, comparison_table, jobs_table, links_table, nccl_tests_block, validity_table
+from testbed.rundir.damage import Damage, collecting, current_damage
 
 __all__ = [
     "STATE_COLOURS", "Grid", "busbw_by_size_table", "comparison_table", "jobs_table", "ev_segments", "fault_windows",
@@ -86,11 +86,11 @@ def render(run_dir: Path, console: Console, *, recompute: bool = False, rank: in
     """Print the tables of a run (:func:`render_tables`) and (re)write its PNGs
     (:func:`write_plots`), from the run directory's files only. Returns the summary.
     A damaged run directory renders what it can: the problems go to the enclosing
-    :func:`testbed.rundir.loading.collecting` block, else are printed after the tables.
+    :func:`testbed.rundir.damage.collecting` block, else are printed after the tables.
     Raises metrics.RunDirError for a non-run directory, metrics.MetricsError when a stored
     summary.json cannot be rendered."""
-    outer = loading.current_damage()
-    with loading.collecting(outer) as damage:
+    outer = current_damage()
+    with collecting(outer) as damage:
         summary, fresh = _load(Path(run_dir), recompute, damage)
         with render_guard(run_dir, fresh):
             render_tables(summary, console)
@@ -102,7 +102,7 @@ def render(run_dir: Path, console: Console, *, recompute: bool = False, rank: in
     return summary
 
 
-def print_damage(damage: "loading.Damage", console: Console) -> None:
+def print_damage(damage: "Damage", console: Console) -> None:
     """The problems of a damaged run directory, one per line (as ``file:line: what``)."""
     lines = damage.lines()
     console.print(Text.assemble(("damaged run directory", "red"), f": {len(lines)} problem(s)"))

@@ -4,7 +4,7 @@ Every output is written atomically (a temporary file in the run directory, then 
 crash never leaves half a file. ``summary.json`` carries ``checksum`` (SHA-256 of its canonical
 JSON without that key): a summary that does not match it was damaged or edited and is
 recomputed from the raw records when they are there. ``damage`` lists the problems met in the
-raw records (:class:`testbed.rundir.loading.Damage`) when there were any.
+raw records (:class:`testbed.rundir.damage.Damage`) when there were any.
 """
 
 from __future__ import annotations
@@ -15,16 +15,18 @@ import io
 import json
 import logging
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from testbed import metrics
-from testbed.rundir import loading
 from testbed.metrics import rolling_median
-from testbed.rundir import records as rec
+from testbed.rundir.damage import Damage, collecting, current_damage, problem
+from testbed.rundir.names import SAMPLES, SAMPLES_DIR, SUMMARY
+from testbed.rundir.read import MAX_JSONL_BYTES, read_json, regular_file
+from testbed.rundir.schemas import SUMMARY_DOC
+from testbed.rundir.errors import RunDirWriteError
+from testbed.rundir.write import atomic_file, merge_samples, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -72,18 +74,10 @@ def _write_rows(f, prefix: tuple, columns: list[list[str]]) -> None:
 def _write_csv(path: Path, header: list[str], blocks) -> None:
     """``header`` then per block ``(prefix, columns)`` the rows of :func:`_write_rows`
     (csv.writer's dialect: comma, minimal quoting, CRLF); written atomically."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, rec.FILE_MODE)
-        with open(fd, "w", newline="") as f:
-            f.write(_csv_line(header) + "\r\n")
-            for prefix, columns in blocks:
-                _write_rows(f, prefix, columns)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, f"the report's {Path(path).name}", newline="") as f:
+        f.write(_csv_line(header) + "\r\n")
+        for prefix, columns in blocks:
+            _write_rows(f, prefix, columns)
 
 
 def _flow_blocks(a: metrics.TransportAnalysis):
@@ -113,19 +107,19 @@ def _goodput_blocks(a: metrics.TransportAnalysis):
 def write_outputs(run_dir: Path) -> dict:
     """Analyse a run and write flows.csv, goodput.csv, links.csv, summary.json into ``run_dir``
     (each atomically). Returns the summary dict. Damaged records are skipped and listed in
-    ``damage`` (and in the :func:`testbed.rundir.loading.collecting` block around the call,
+    ``damage`` (and in the :func:`testbed.rundir.damage.collecting` block around the call,
     if any). Raises metrics.RunDirError if ``run_dir`` is no run directory."""
     run_dir = Path(run_dir)
-    with loading.collecting(loading.current_damage()) as damage:
+    with collecting(current_damage()) as damage:
         summary, analyses = metrics.analyze_run(run_dir)
     return _write(run_dir, summary, analyses, damage)
 
 
-def _write(run_dir: Path, summary: dict, analyses: list, damage: "loading.Damage") -> dict:
+def _write(run_dir: Path, summary: dict, analyses: list, damage: "Damage") -> dict:
     return _write_all(run_dir, summary, analyses, damage)[0]
 
 
-def _write_all(run_dir: Path, summary: dict, analyses: list, damage: "loading.Damage") -> tuple[dict, bool]:
+def _write_all(run_dir: Path, summary: dict, analyses: list, damage: "Damage") -> tuple[dict, bool]:
     """Write the CSV files and summary.json; (summary as written, all written?). A file that
     cannot be written (e.g. a directory in its place) is a problem, the others are written."""
     ok = True
@@ -141,7 +135,7 @@ def _write_all(run_dir: Path, summary: dict, analyses: list, damage: "loading.Da
     summary = _finite(json.loads(json.dumps(summary, default=_json_default)))
     summary["checksum"] = _checksum(summary)
     text = json.dumps(summary, indent=2, allow_nan=False) + "\n"
-    ok &= _try_write(run_dir / rec.SUMMARY, lambda p: rec.write_atomic(p, text))
+    ok &= _try_write(run_dir / SUMMARY, lambda p: write_atomic(p, text))
     log.info("wrote %s/{flows,goodput,links}.csv and summary.json", run_dir)
     return summary, ok
 
@@ -150,8 +144,8 @@ def _try_write(path: Path, write) -> bool:
     try:
         write(path)
         return True
-    except OSError as exc:
-        loading.problem(path, None, f"cannot write: {exc.strerror or exc}")
+    except RunDirWriteError as exc:
+        problem(path, None, f"cannot write: {exc.strerror}")
         return False
 
 
@@ -182,7 +176,7 @@ def _checksum(summary: dict) -> str:
 
 def _has_raw(run_dir: Path, name: str) -> bool:
     """True if transport ``name`` still has its raw agent samples (samples.jsonl)."""
-    return (run_dir / name / rec.SAMPLES).is_file()
+    return (run_dir / name / SAMPLES).is_file()
 
 
 def _stored(run_dir: Path) -> dict | None:
@@ -191,8 +185,8 @@ def _stored(run_dir: Path) -> dict | None:
     cannot be used is recomputed)."""
     if not (run_dir / "goodput.csv").is_file():
         return None
-    with loading.collecting(loading.Damage()):
-        summary = loading.read_json(run_dir / rec.SUMMARY, None, rec.SUMMARY_DOC)
+    with collecting(Damage()):
+        summary = read_json(run_dir / SUMMARY, None, SUMMARY_DOC)
     if summary is None or ("checksum" in summary and summary["checksum"] != _checksum(summary)):
         return None
     return summary
@@ -205,22 +199,25 @@ def load_summary(run_dir: Path, *, recompute: bool = False) -> dict:
     upgrade gets today's metrics). Good outputs are never replaced by worse ones: when raw records
     are missing or damaged and an intact summary.json (itself free of ``damage``) exists, it is
     kept and the problems are reported. The problems met (this time, or listed in summary.json's
-    ``damage``) go to the :func:`testbed.rundir.loading.collecting` block around the call, or
+    ``damage``) go to the :func:`testbed.rundir.damage.collecting` block around the call, or
     raise MetricsError without one. Raises metrics.RunDirError for a non-run directory."""
     run_dir = Path(run_dir)
-    with loading.collecting(loading.current_damage()) as damage:
+    with collecting(current_damage()) as damage:
         summary, fresh = _load(run_dir, recompute, damage)
-    if not loading.current_damage() and damage:
+    if not current_damage() and damage:
         raise metrics.MetricsError("\n".join(damage.lines()))
     return summary
 
 
-def _load(run_dir: Path, recompute: bool, damage: "loading.Damage") -> tuple[dict, bool]:
+def _load(run_dir: Path, recompute: bool, damage: "Damage") -> tuple[dict, bool]:
     """(summary, fresh: computed now); see :func:`load_summary`."""
     manifest = metrics.load_manifest(run_dir)   # raises RunDirError for a non-run directory
     for t in manifest["transports"]:   # a runner killed before it merged the agents' samples
-        if (run_dir / t / rec.SAMPLES_DIR).is_dir():
-            rec.merge_samples(run_dir / t)
+        if (run_dir / t / SAMPLES_DIR).is_dir():
+            try:
+                merge_samples(run_dir / t)
+            except RunDirWriteError as exc:   # a full disk: the report reads what is merged
+                problem(run_dir / t / SAMPLES_DIR, None, f"not merged: {exc}")
     stored = _stored(run_dir)
     raw = all(_has_raw(run_dir, t) for t in manifest["transports"])
     if stored is not None and not recompute and (stored.get("definitions") == metrics.DEFINITIONS or not raw):
@@ -231,19 +228,19 @@ def _load(run_dir: Path, recompute: bool, damage: "loading.Damage") -> tuple[dic
         if not raw:
             missing = [t for t in manifest["transports"] if not _has_raw(run_dir, t)]
             for t in missing:   # what is in samples.jsonl's place, if anything
-                loading.regular_file(run_dir / t / rec.SAMPLES, loading.MAX_JSONL_BYTES)
-            loading.problem(run_dir, None, f"no raw records of {', '.join(missing)}: summary.json and the CSV "
+                regular_file(run_dir / t / SAMPLES, MAX_JSONL_BYTES)
+            problem(run_dir, None, f"no raw records of {', '.join(missing)}: summary.json and the CSV "
                                            f"files kept as they were (not recomputed)")
             return stored, False
-        with loading.collecting(loading.Damage()) as trial:
+        with collecting(Damage()) as trial:
             summary, analyses = metrics.analyze_run(run_dir)
         for line in trial.lines():
             damage.note(line)
         if trial:
-            loading.problem(run_dir / rec.SUMMARY, None, "kept as it was: the raw records are damaged now")
+            problem(run_dir / SUMMARY, None, "kept as it was: the raw records are damaged now")
             return stored, False
         return _write_all(run_dir, summary, analyses, trial)
-    with loading.collecting(loading.current_damage()) as now:
+    with collecting(current_damage()) as now:
         summary, analyses = metrics.analyze_run(run_dir)
     return _write_all(run_dir, summary, analyses, now)
 

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 
 from testbed import metrics  # noqa: E402
 from testbed.report.fmt import fmt_s  # noqa: E402
+from testbed.rundir.write import atomic_file  # noqa: E402
 
 APPLY, RESTORE, RECONVERGE = "tab:red", "tab:blue", "tab:green"
 DETECT, FLOW_RECOVERED = "tab:orange", "tab:brown"
@@ -33,8 +34,13 @@ DPI = 110
 
 
 def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    """Write ``fig`` as the PNG ``path`` through the run directory's writer (atomic; an OS
+    error is a :class:`testbed.rundir.errors.RunDirWriteError`), then close it."""
+    try:
+        with atomic_file(path, f"the plot {Path(path).name}", binary=True) as f:
+            fig.savefig(f, dpi=DPI, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -8,7 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from testbed.rundir import records
+from testbed.rundir.names import AGENT_LOGS_DIR
+from testbed.rundir.write import agent_log, private_opener
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,13 +59,13 @@ def start_local_agents(fabric, jobs: list[dict], paths: list[Path], transport_di
     for i, members in enumerate(groups):
         argv = agent_command(python, fabric, jobs, [p.resolve() for p in paths], members,
                              runtime=processes is not None)
-        log_path = (records.agent_log(transport_dir, jobs[members[0]]["agent"]) if processes is None
-                    else transport_dir / records.AGENT_LOGS_DIR / f"runtime{i}.log")
-        logf = open(log_path, "wb", opener=records.private_opener)
+        log_path = (agent_log(transport_dir, jobs[members[0]]["agent"]) if processes is None
+                    else transport_dir / AGENT_LOGS_DIR / f"runtime{i}.log")
+        logf = open(log_path, "wb", opener=private_opener)
         logs.append(logf)
         proc = fabric.popen(jobs[members[0]]["host"], argv, stdout=logf, **kw)
         for a in members:
             if processes is not None:   # each rank's log is its runtime's
-                records.agent_log(transport_dir, jobs[a]["agent"]).symlink_to(log_path.name)
+                agent_log(transport_dir, jobs[a]["agent"]).symlink_to(log_path.name)
             procs[jobs[a]["agent"]] = proc
     return groups

@@ -12,6 +12,7 @@ from pathlib import Path
 from testbed import __version__
 from testbed.fabric.kernel import features
 from testbed.spec import Scenario
+from testbed.rundir.upgrade import FORMAT
 from testbed.spec.jobs import host_bandwidth_bps, host_link_rate_bps
 
 
@@ -33,7 +34,7 @@ def base_manifest(scenario: Scenario) -> dict:
     topo_bytes = Path(scenario.topology_path).read_bytes() if Path(scenario.topology_path).is_file() else b""
     hosts = scenario.workload.hosts
     return {
-        "scenario": scenario.to_dict(), "transports": [], "planned_transports": list(scenario.transports),
+        "format": FORMAT, "scenario": scenario.to_dict(), "transports": [], "planned_transports": list(scenario.transports),
         "world_size": len(hosts), "host_link_rate_bps": host_link_rate_bps(scenario),
         "host_bandwidth_bps": host_bandwidth_bps(scenario),
         "host_nics": min(len(scenario.topology.nics[h]) for h in hosts), "seed": scenario.seed,

@@ -7,7 +7,7 @@
   :class:`SchedSampler` -> ``sched.jsonl`` (how long each agent waited for a CPU: on a
   2-core machine emulating a fabric, the measure of emulation starvation).
 
-:class:`Ticker` keeps the period. Record formats are in :mod:`testbed.rundir.records`. Every
+:class:`Ticker` keeps the period. Record formats are in :mod:`testbed.rundir.schemas`. Every
 record carries the wall-clock time at which it was read, so a late tick shows as a gap.
 """
 

@@ -14,7 +14,8 @@ from typing import Callable
 from testbed.run.manifest import base_manifest
 from testbed.run.progress import Display, Progress
 from testbed.run.transport import TransportRun
-from testbed.rundir.records import new_run_dir, write_manifest
+from testbed.rundir.errors import RunDirWriteError
+from testbed.rundir.write import new_run_dir, write_manifest
 from testbed.spec import Scenario
 
 
@@ -65,6 +66,12 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
                                   fabric_factory=fabric_factory, agent_processes=agent_processes)
             try:
                 status = runner.run()
+            except (RunDirWriteError, OSError) as exc:   # the run ends; what was written stays readable
+                write_error = RunDirWriteError.of(exc, run_dir)
+                if write_error is None:
+                    raise
+                manifest["status"][t] = {"status": "error", "reason": str(write_error)}
+                raise write_error from None
             except KeyboardInterrupt as exc:
                 result.interrupted = True
                 result.signal = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
@@ -77,9 +84,9 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
                 break
     finally:
         manifest["finished_at"] = time.time()
-        write_manifest(run_dir, manifest)
         display.stop()
         signal.signal(signal.SIGTERM, old_term)
+        write_manifest(run_dir, manifest)
     return result
 
 

@@ -23,7 +23,7 @@ For each transport:
    passes or the user interrupts; then revert every fault still applied, stop the
    agents and tear the fabric down, keeping everything gathered.
 
-The run directory and its record formats are in :mod:`testbed.rundir.records`.
+The run directory and its record formats are in :mod:`testbed.rundir.schemas`.
 
 Outcomes per transport (``status``): ``done`` (every rank finished), ``failed`` (an
 agent reported a failure, e.g. a QP in ERR: the job would crash), ``timeout``,
@@ -57,10 +57,12 @@ from testbed.run.control import ControlServer, control_socket_path
 from testbed.run.priority import RunnerPriority
 from testbed.run.progress import Display, Progress
 from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
-from testbed.rundir import records
-from testbed.rundir.records import TransportRecords, agent_log
+from testbed.rundir.errors import RunDirWriteError
+from testbed.rundir.names import DIR_MODE, PATHS, SAMPLES_DIR
+from testbed.rundir.write import (TransportWriter, agent_log, event_record, iteration_record, merge_samples,
+                                  private_opener, sample_record, samples_file, write_atomic, write_jobs)
 from testbed.spec import Scenario, transport_variant
-from testbed.spec.jobs import build_all_jobs, write_jobs
+from testbed.spec.jobs import build_all_jobs
 from testbed.spec.scenfile import PER_HOST
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ class TransportRun:
         #: (a :class:`testbed.cluster.sharded.ShardedFabric` spreads it over servers)
         self.fabric_factory = fabric_factory or (lambda topo, netem: Fabric(topo, have_netem=netem))
         self.dir = run_dir / transport
-        self.records = TransportRecords(self.dir)
+        self.records = TransportWriter(self.dir)
         self.progress = progress
         self.python, self.qp_overrides = python, qp_overrides
         self.agent_processes_override = agent_processes
@@ -145,6 +147,10 @@ class TransportRun:
         except Exception as exc:  # noqa: BLE001 - any testbed failure ends this transport, keeps data
             log.debug("transport %s", self.transport, exc_info=True)
             self.status, self.reason = "error", f"{type(exc).__name__}: {exc}"
+            write_error = RunDirWriteError.of(exc, self.dir)
+            if write_error is not None:   # the run directory cannot be written: the whole run ends
+                self.reason = str(write_error)
+                raise write_error from None
         finally:
             self._finish()
         return self.status
@@ -177,7 +183,7 @@ class TransportRun:
             events, traced, resolved = trace_and_resolve(self.fabric, self.scenario, self.transport)
         except TargetError as exc:
             raise RunnerError(f"fault target: {exc}") from None
-        records.write_atomic(self.dir / records.PATHS, json.dumps(
+        write_atomic(self.dir / PATHS, json.dumps(
             {"transport": self.transport, "flows": [tf.to_dict() for tf in traced]}, indent=1) + "\n")
         for rec in resolved:
             self.journal({"kind": "target", **rec})
@@ -195,9 +201,9 @@ class TransportRun:
         run_id = f"{self.dir.parent.name}/{self.transport}"
         jobs = build_all_jobs(self.scenario, self.transport, run_id=run_id, control_socket=sock,
                               qp_overrides=self.qp_overrides)
-        (self.dir / records.SAMPLES_DIR).mkdir(records.DIR_MODE, exist_ok=True)
+        (self.dir / SAMPLES_DIR).mkdir(DIR_MODE, exist_ok=True)
         for job in jobs:   # samples go to files: the control socket carries events and progress
-            job["samples_path"] = str(records.samples_file(self.dir, job["agent"]).resolve())
+            job["samples_path"] = str(samples_file(self.dir, job["agent"]).resolve())
         paths = write_jobs(jobs, self.dir / "jobs")
         explicit = self.agent_processes_override or self.scenario.agent_processes
         remote = self.fabric.start_agents(jobs, None if explicit == PER_HOST else (explicit or 0))
@@ -221,7 +227,7 @@ class TransportRun:
 
     def _start_controller(self, sock: str) -> None:
         """The controller process, its own log ``controller.log`` and decisions ``controller.jsonl``."""
-        log_file = open(self.dir / "controller.log", "ab", opener=records.private_opener)
+        log_file = open(self.dir / "controller.log", "ab", opener=private_opener)
         self.logs.append(log_file)
         self.controller = subprocess.Popen(
             [self.python, "-m", "testbed.controller", "--socket", sock, "--jobs", str(self.dir / "jobs"),
@@ -292,16 +298,16 @@ class TransportRun:
         self._handlers[type(msg)](self, msg)
 
     def _on_sample(self, msg: Sample) -> None:   # an agent without samples_path (older specs)
-        self.samples.write(records.sample_record(msg))
+        self.samples.write(sample_record(msg))
 
     def _on_iteration(self, msg: Iteration) -> None:
-        self.events.write(records.iteration_record(msg))
+        self.events.write(iteration_record(msg))
         if msg.rank < self.primary:   # progress and at_iteration follow the first job
             self.progress.iteration(msg)
             self.timeline.iteration_done(msg.seq, time.monotonic())
 
     def _on_event(self, msg: Event) -> None:
-        self.events.write(records.event_record(msg))
+        self.events.write(event_record(msg))
         if self.controller is not None and msg.kind != "qp_error":
             self.server.to_controller(msg)
         if msg.kind == "qp_error":
@@ -448,7 +454,7 @@ class TransportRun:
             self._revert_all()
             if self.remote is not None:
                 self._collect_remote()
-            merged = records.merge_samples(self.dir, self.samples, len(self.world))
+            merged = merge_samples(self.dir, self.samples, len(self.world))
             if merged["skipped"]:
                 log.warning("%s: %d lines of the agents' samples files were not samples (skipped)",
                             self.transport, merged["skipped"])

@@ -1,4 +1,4 @@
-"""Scenario + topology -> one agent job spec per rank (pure; the format is in :mod:`agents.__main__`).
+"""Scenario + topology -> one agent job spec per rank (pure): :class:`agents.jobspec.JobSpec` objects, written as their ``to_dict()``.
 
 Rank order is ``workload.hosts`` (already ordered by ``workload.order``). Each rank's
 peers come from its collective (:func:`agents.collectives.peers`): the ring collectives
@@ -36,8 +36,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from pathlib import Path
 
+from agents.jobspec import EVSpec, JobSpec, PeerSpec
 from agents.mrc.dcqcn import scaled_cnp_interval_s
 from agents.mrc.packet import payload_bytes_for_mtu
 from agents.mrc.rto import mrc_timeout_s
@@ -213,19 +213,25 @@ def build_all_jobs(scenario: Scenario, transport: str, *, run_id: str, control_s
     from a seed salted with its name (job 0: unsalted, as a single-job scenario's)."""
     out: list[dict] = []
     for j, wl in enumerate(scenario.all_jobs):
-        specs = build_jobs(dataclasses.replace(scenario, workload=wl), transport, run_id=run_id,
-                           control_socket=control_socket, qp_overrides=qp_overrides,
-                           port_offset=j, ecmp_salt="" if j == 0 else f":{wl.name}")
+        specs = build_job_specs(dataclasses.replace(scenario, workload=wl), transport, run_id=run_id,
+                                control_socket=control_socket, qp_overrides=qp_overrides,
+                                port_offset=j, ecmp_salt="" if j == 0 else f":{wl.name}")
         for spec in specs:
-            spec["agent"], spec["job"] = len(out), wl.name
-            out.append(spec)
+            out.append(dataclasses.replace(spec, agent=len(out), job=wl.name).to_dict())
     return out
 
 
-def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socket: str,
-               qp_overrides: dict | None = None, port_offset: int = 0, ecmp_salt: str = "") -> list[dict]:
-    """Job spec dicts of ``scenario.workload``, one per rank in rank order (the format is in
-    :mod:`agents.__main__`). ``transport`` may be a variant (``rc-x8``: RC with 8 QPs per
+def build_jobs(scenario: Scenario, transport: str, **kw) -> list[dict]:
+    """Job spec dicts of ``scenario.workload`` (:meth:`agents.jobspec.JobSpec.to_dict` of
+    :func:`build_job_specs`), one per rank in rank order."""
+    return [spec.to_dict() for spec in build_job_specs(scenario, transport, **kw)]
+
+
+def build_job_specs(scenario: Scenario, transport: str, *, run_id: str, control_socket: str,
+                    qp_overrides: dict | None = None, port_offset: int = 0,
+                    ecmp_salt: str = "") -> list[JobSpec]:
+    """Job specs (:class:`agents.jobspec.JobSpec`) of ``scenario.workload``, one per rank in
+    rank order. ``transport`` may be a variant (``rc-x8``: RC with 8 QPs per
     connection; ``rc-dcqcn[-x<N>]``: with DCQCN, :func:`dcqcn_qp`). ``qp_overrides`` replace :data:`QP_DEFAULTS` keys; ``port_offset`` is added to
     the agents' UDP and TCP ports, ``ecmp_salt`` to the entropy ports' seed (see
     :func:`build_all_jobs`). Raises ValueError for an unknown transport."""
@@ -257,7 +263,7 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
     order = sorted(sends, key=lambda c: (peer_sets[c[0]][0].index(c[1]), c[0]))
     ports = connection_ports(f"{scenario.seed}{ecmp_salt}", order, qps)
 
-    def peer(me: int, other: int, towards: bool) -> dict:
+    def peer(me: int, other: int, towards: bool) -> PeerSpec:
         a, b = hosts[me], hosts[other]
         if base == "mrc":
             evs = ([_ev_dict(ev) for ev in qp_evs(topo, a, b, wl.evs, wl.evs_per_qp)] if towards
@@ -265,41 +271,22 @@ def build_jobs(scenario: Scenario, transport: str, *, run_id: str, control_socke
         else:  # towards a destination: our QPs' ports; back to a source: its QPs' ports
             conn = (me, other) if towards else (other, me)
             evs = _ecmp_evs(topo, b, [ports[(*conn, q)] for q in range(qps)])
-        out = {"rank": other, "host": b, "ecmp_addr": str(topo.nics[b][0].address), "evs": evs}
-        if base == "tcp" and towards:
-            out["src_port"] = ports[(me, other, 0)]
-        return out
+        return PeerSpec(rank=other, host=b, ecmp_addr=str(topo.nics[b][0].address),
+                        evs=tuple(EVSpec(e["ev_id"], e["address"], tuple(e["links"]), e.get("src_port"))
+                                  for e in evs),
+                        src_port=ports[(me, other, 0)] if base == "tcp" and towards else None)
 
     jobs = []
     for r, host in enumerate(hosts):
         send_to, recv_from = peer_sets[r]
-        job = {
-            "run_id": run_id, "rank": r, "world": hosts, "host": host, "transport": base,
-            "collective": wl.collective, "control_socket": control_socket, "seed": scenario.seed,
-            "sizes": list(wl.sizes_bytes), "iterations": wl.iterations, "warmup": wl.warmup,
-            "sample_interval_s": SAMPLE_INTERVAL_S, "port": UDP_PORT + port_offset,
-            "tcp_port": TCP_PORT + port_offset,
-            "mtu": mtu, "bind_addr": bind_address(topo, host),
-            "send_to": [peer(r, d, True) for d in send_to],
-            "recv_from": [peer(r, s, False) for s in recv_from],
-            "qp": qp, "connect_timeout_s": 10.0, "linger_s": 2.0,
-        }
-        if targets is not None:
-            job["targets"] = list(targets)
-        if base == "rc":
-            job["qps"] = qps
-        jobs.append(job)
+        jobs.append(JobSpec(
+            run_id=run_id, rank=r, agent=r, world=tuple(hosts), host=host, transport=base,
+            collective=wl.collective, control_socket=control_socket, seed=scenario.seed,
+            sizes=tuple(wl.sizes_bytes), iterations=wl.iterations, warmup=wl.warmup,
+            sample_interval_s=SAMPLE_INTERVAL_S, port=UDP_PORT + port_offset,
+            tcp_port=TCP_PORT + port_offset, mtu=mtu, bind_addr=bind_address(topo, host),
+            send_to=tuple(peer(r, d, True) for d in send_to),
+            recv_from=tuple(peer(r, s, False) for s in recv_from),
+            qp=qp, connect_timeout_s=10.0, linger_s=2.0,
+            targets=tuple(targets) if targets is not None else None, qps=qps))
     return jobs
-
-
-def write_jobs(jobs: list[dict], directory: Path) -> list[Path]:
-    """Write ``rank<a>.json`` files into ``directory``, ``a`` the agent id (the rank for a
-    single job); returns their paths in list order."""
-    import json
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for job in jobs:
-        path = directory / f"rank{job.get('agent', job['rank'])}.json"
-        path.write_text(json.dumps(job, indent=1))
-        paths.append(path)
-    return paths

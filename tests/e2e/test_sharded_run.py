@@ -26,7 +26,7 @@ from testbed.cluster.sharded import ShardedFabric, standin_underlay
 from testbed.fabric.kernel import features
 from testbed.report import load_summary
 from testbed.run import run_scenario
-from testbed.rundir.records import agent_log
+from testbed.rundir.write import agent_log
 from testbed.spec import load_scenario
 from tests.conftest import net_namespaces, root_interfaces
 from tests.e2e.conftest import REPO

@@ -13,11 +13,12 @@ import pytest
 from rich.console import Console
 
 from testbed.metrics import balance
-from testbed.rundir import loading
 from testbed.metrics.synthetic import write_run
 from testbed.report.balance import balance_table, collisions_table
 from testbed.model.generators import leaf_spine
 from testbed.model.topology import LinkParams
+from testbed.rundir.load import load_transport
+from testbed.rundir.upgrade import upgrade
 
 T0 = 1000.0
 RATE_BPS = 10_000_000
@@ -112,13 +113,13 @@ def run(tmp_path):
 
 
 def summary_of(run: Path, name: str, tp=None) -> dict:
-    tr = loading.load_transport(run, name)
+    tr = load_transport(run, name)
     return balance.balance_summary(tr, topo() if tp is None else tp, T0)
 
 
 # -- utilisation and spread ---------------------------------------------------------------
 def test_utilisation_over_the_measured_window_only(run):
-    tr = loading.load_transport(run, "rc")
+    tr = load_transport(run, "rc")
     lo, hi, source = balance.measured_window(tr.events, tr.links.t)
     assert (lo - T0, hi - T0, source) == (pytest.approx(1.0), pytest.approx(3.0), "measured_iterations")
     rows = balance.link_utilisation(tr.links, balance.directions(topo()), (lo, hi))
@@ -234,10 +235,10 @@ def test_ev_coverage_counts_distinct_paths(run):
     assert (ev["evs_min"], ev["distinct_paths_max"]) == (4, 2)
     assert summary_of(run, "rc")["ev_paths"] is None
     evs = [{"ev_id": e, "links": ["x", f"p{e % 3}"]} for e in range(6)]
-    old_specs = [{"rank": r, "transport": "mrc", "next": {"evs": evs}} for r in range(2)]
-    assert balance.ev_coverage([], old_specs) == [{"qp": "mrc 0->1", "evs": 6, "distinct_paths": 3},
+    old_specs = [{"rank": r, "transport": "mrc", "next": {"evs": evs}} for r in range(2)]   # format 1
+    assert balance.ev_coverage([], upgrade({}, old_specs)[1]) == [{"qp": "mrc 0->1", "evs": 6, "distinct_paths": 3},
                                                   {"qp": "mrc 1->0", "evs": 6, "distinct_paths": 3}]
-    specs = [{"rank": 0, "transport": "mrc", "job": "job1", "send_to": [{"rank": 2, "evs": evs[:2]}]}]
+    specs = [{"rank": 0, "agent": 0, "transport": "mrc", "job": "job1", "send_to": [{"rank": 2, "evs": evs[:2]}]}]
     assert balance.ev_coverage([], specs) == [{"qp": "job1: mrc 0->2", "evs": 2, "distinct_paths": 2}]
 
 
@@ -254,7 +255,7 @@ def test_paths_without_hops_walk_the_topology_or_go_by_position():
 
 # -- without a topology, the report's tables, the synthetic run --------------------------
 def test_without_topology_collisions_still_come_from_paths(run):
-    tr = loading.load_transport(run, "rc")
+    tr = load_transport(run, "rc")
     s = balance.balance_summary(tr, None, T0, topology_problem="topologies/x.yaml: not found")
     assert s["fabric"] is None and s["host"] is None
     assert s["problems"] == ["no utilisation: topologies/x.yaml: not found"]
@@ -296,7 +297,7 @@ def test_synthetic_run_with_traced_paths(tmp_path):
     from testbed.model.generators import fat_tree
     tp = fat_tree(4, host_link=LinkParams(10_000_000), fabric_link=LinkParams(10_000_000))
     for name in ("mrc", "rc"):
-        tr = loading.load_transport(run, name)
+        tr = load_transport(run, name)
         s = balance.balance_summary(tr, tp, 0.0)
         assert s["window_source"] == "measured_iterations"
         assert s["fabric"]["directions"] == 64 and 0 < s["fabric"]["mean"] < 1.5

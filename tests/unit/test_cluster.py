@@ -253,7 +253,7 @@ def test_remote_agents_relay_messages_on_the_runners_clock_and_exits():
 def test_collected_records_move_onto_the_runners_clock(tmp_path):
     import json
 
-    from testbed.rundir import records
+    from testbed.rundir import write as records
     fabric, agents = _remote_agents({"s1": -1.0, "s2": 0.0})
     torn = '{"t": 5.0, "rank": 0, "fl'
     replies = {"s1": {"ranks": {"0": {"samples": '{"t": 5.0, "rank": 0, "flows": []}\n' + torn, "log": "hello\n"}},

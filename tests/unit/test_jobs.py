@@ -230,3 +230,28 @@ def test_the_sack_hold_coalesces_two_frames_within_a_quarter_of_the_rto_floor():
     with pytest.raises(ValueError, match="ack_coalesce_s=.* exceeds 0.25"):
         bring_up(QP(1, rng=random.Random(1), config=QPConfig(**spec.qp_config_kwargs())), 0.0, evs=[0],
                  dest_qpn=2, attr=QPAttr(**spec.qp_attr_kwargs()))
+
+
+@pytest.mark.parametrize("transport", ["mrc", "rc-x4", "tcp"])
+@pytest.mark.parametrize("collective", ["all_reduce", "permutation"])
+def test_job_specs_round_trip_through_their_dict(scenario, transport, collective):
+    """The runner builds :class:`agents.jobspec.JobSpec` objects and writes their ``to_dict()``:
+    what the agent parses is the object the runner built, and back."""
+    from testbed.spec.jobs import build_all_jobs, build_job_specs
+    sc = _with(scenario, collective=collective)
+    specs = build_job_specs(sc, transport, run_id="r", control_socket="/tmp/c.sock")
+    for spec in specs:
+        assert parse_job(spec.to_dict()) == spec
+        assert parse_job(spec.to_dict()).to_dict() == spec.to_dict()
+    for job in build_all_jobs(sc, transport, run_id="r", control_socket="/tmp/c.sock"):
+        assert parse_job(job).to_dict() == job
+    assert ("targets" in specs[0].to_dict()) == (collective == "permutation")
+
+
+def test_the_run_directory_schema_of_a_job_names_only_job_spec_fields():
+    import dataclasses
+
+    from agents.jobspec import JobSpec
+    from testbed.rundir.schemas import JOB
+    assert set(JOB.required) | set(JOB.optional) <= {f.name for f in dataclasses.fields(JobSpec)}
+    assert not {"next", "prev"} & (set(JOB.required) | set(JOB.optional))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from testbed import metrics
+from testbed.rundir.upgrade import upgrade
 
 T0 = 1000.0           # wall-clock run start, s
 BIN = metrics.BIN_S
@@ -158,7 +159,7 @@ def test_retransmits_evs_links_and_completion(summary):
 def test_completion_against_the_workload_in_the_manifest():
     manifest = {"scenario": {"name": "x", "workload": {"min_bytes": 1024, "max_bytes": 4096, "factor": 2,
                                                         "iterations": 5, "warmup": 1}}}
-    assert metrics.expected_measured_iterations(manifest) == 15
+    assert metrics.expected_measured_iterations(upgrade(manifest)[0]) == 15   # format 1: under scenario
     assert metrics.expected_measured_iterations({"scenario": "x"}) is None
     ev = [{"kind": "iteration", "rank": r, "size": 1024, "iter": i, "warmup": False} for i in range(5) for r in (0, 1)]
     ev += [{"kind": "agent", "rank": r, "status": "done"} for r in (0, 1)]

@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from agents.protocol import Iteration, LoopStats, Sample
-from testbed.rundir import records
 from testbed.run.sampling import LINK_SAMPLE_S, SchedSampler, Ticker, read_schedstat
+from testbed.rundir.names import SAMPLES, SAMPLES_DIR, SCHED, TRANSPORT_FILES
+from testbed.rundir.write import TransportWriter, iteration_record, merge_samples, sample_record, samples_file
 
 
 def test_ticker_keeps_its_period_when_on_time():
@@ -53,37 +54,37 @@ def test_sched_sampler_leaves_exited_agents_out():
 
 def test_records_of_agent_messages():
     s = Sample(2, 5.5, [{"peer": "h1"}], LoopStats(10, 0.25, 0.01))
-    assert records.sample_record(s) == {"t": 5.5, "rank": 2, "flows": [{"peer": "h1"}],
+    assert sample_record(s) == {"t": 5.5, "rank": 2, "flows": [{"peer": "h1"}],
                                         "loop": {"timers": 10, "late_sum_s": 0.25, "late_max_s": 0.01}}
-    assert "loop" not in records.sample_record(Sample(2, 5.5, []))
+    assert "loop" not in sample_record(Sample(2, 5.5, []))
     it = Iteration(1, size=8, iter=0, seq=1, warmup=True, t_start=1.0, t_end=2.0, seconds=1.0, wrong=0)
-    assert records.iteration_record(it) == {"t": 2.0, "kind": "iteration", "rank": 1, "size": 8, "iter": 0,
+    assert iteration_record(it) == {"t": 2.0, "kind": "iteration", "rank": 1, "size": 8, "iter": 0,
                                             "seq": 1, "warmup": True, "t_start": 1.0, "t_end": 2.0,
                                             "seconds": 1.0, "wrong": 0}
-    assert records.SCHED in records.TRANSPORT_FILES and LINK_SAMPLE_S == 0.1
+    assert SCHED in TRANSPORT_FILES and LINK_SAMPLE_S == 0.1
 
 
 def test_transport_records_create_every_file(tmp_path):
-    recs = records.TransportRecords(tmp_path / "mrc")
+    recs = TransportWriter(tmp_path / "mrc")
     recs.sched.write({"t": 1.0, "ranks": {"0": [1, 2, 3]}})
     recs.close()
-    assert sorted(p.name for p in (tmp_path / "mrc").glob("*.jsonl")) == sorted(records.TRANSPORT_FILES)
-    assert json.loads((tmp_path / "mrc" / records.SCHED).read_text()) == {"t": 1.0, "ranks": {"0": [1, 2, 3]}}
+    assert sorted(p.name for p in (tmp_path / "mrc").glob("*.jsonl")) == sorted(TRANSPORT_FILES)
+    assert json.loads((tmp_path / "mrc" / SCHED).read_text()) == {"t": 1.0, "ranks": {"0": [1, 2, 3]}}
 
 
 def test_agents_samples_files_merge_into_samples_jsonl_in_time_order(tmp_path):
     d = tmp_path / "mrc"
-    records.TransportRecords(d).close()
-    (d / records.SAMPLES_DIR).mkdir()
+    TransportWriter(d).close()
+    (d / SAMPLES_DIR).mkdir()
 
     def line(t, rank):
         return json.dumps({"t": t, "rank": rank, "flows": [], "loop": {"timers": 1, "late_sum_s": 0.0,
                                                                        "late_max_s": 0.0}}) + "\n"
-    records.samples_file(d, 0).write_text(line(1.0, 0) + line(3.0, 0) + line(5.0, 0))
-    records.samples_file(d, 1).write_text(line(2.0, 1) + line(4.0, 1) + line(6.0, 9) + '{"t": 7.0, "ra')
-    got = records.merge_samples(d, world=2)
+    samples_file(d, 0).write_text(line(1.0, 0) + line(3.0, 0) + line(5.0, 0))
+    samples_file(d, 1).write_text(line(2.0, 1) + line(4.0, 1) + line(6.0, 9) + '{"t": 7.0, "ra')
+    got = merge_samples(d, world=2)
     assert got == {"files": 2, "samples": 5, "skipped": 2}      # rank 9 is no agent; a torn line
-    recs = [json.loads(x) for x in (d / records.SAMPLES).read_text().splitlines()]
+    recs = [json.loads(x) for x in (d / SAMPLES).read_text().splitlines()]
     assert [(r["t"], r["rank"]) for r in recs] == [(1.0, 0), (2.0, 1), (3.0, 0), (4.0, 1), (5.0, 0)]
-    assert not (d / records.SAMPLES_DIR).exists()
-    assert records.merge_samples(d, world=2) == {"files": 0, "samples": 0, "skipped": 0}
+    assert not (d / SAMPLES_DIR).exists()
+    assert merge_samples(d, world=2) == {"files": 0, "samples": 0, "skipped": 0}

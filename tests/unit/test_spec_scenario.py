@@ -95,7 +95,7 @@ BAD = [
     ("unknown keys", HEAD + """
     colour: blue
     """, ["14: colour: unknown key (allowed: topology, transports, seed, timeout, name, description, "
-          "reconverge_after, timeline, trials, workload, jobs, agent_processes)"]),
+          "reconverge_after, timeline, trials, workload, jobs, agent_processes, controller)"]),
     ("transports", HEAD.replace("[mrc, rc]", "[mrc, roce, mrc]"),
      ["2: transports[1]: 'roce' is not a transport (mrc, rc, tcp, or rc-x<N> for RC with N QPs per connection, "
       "rc-dcqcn[-x<N>] for RC with DCQCN, 1 <= N <= 64)", "2: transports[2]: duplicate transport 'mrc'"]),
@@ -153,14 +153,14 @@ BAD = [
     """, ["15: timeline[0]: needs exactly one trigger: 'at' or 'at_iteration'",
           "16: timeline[1]: needs exactly one trigger: 'at' or 'at_iteration'",
           "17: timeline[2].after: 'after' goes with 'at_iteration', not 'at'",
-          "18: timeline[3]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole), got none",
-          "19: timeline[4]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole), "
+          "18: timeline[3]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), got none",
+          "19: timeline[4]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), "
           "got link_down, link_up",
           "20: timeline[5].at: 90s is not before the timeout (60s)",
           "21: timeline[6].at_iteration: iteration 6 never happens: the workload measures 6 iterations (0..5)",
           "22: timeline[7].crash: unknown key (allowed: at, at_iteration, after, link_down, link_up, flap, loss, "
-          "rate, blackhole)",
-          "22: timeline[7]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole), got none"]),
+          "rate, blackhole, ev_deny, ev_allow, ev_replace)",
+          "22: timeline[7]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), got none"]),
     ("action params", HEAD + """
     timeline:
       - at: 1s
