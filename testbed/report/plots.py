@@ -12,6 +12,7 @@ retired); brown = the slowest flow recovered.
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import matplotlib
@@ -23,6 +24,7 @@ import numpy as np  # noqa: E402
 
 from testbed import metrics  # noqa: E402
 from testbed.report.fmt import fmt_s  # noqa: E402
+from testbed.rundir.records import FILE_MODE  # noqa: E402
 
 APPLY, RESTORE, RECONVERGE = "tab:red", "tab:blue", "tab:green"
 DETECT, FLOW_RECOVERED = "tab:orange", "tab:brown"
@@ -33,9 +35,19 @@ DPI = 110
 
 
 def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI)
+    save_private(fig, path)
     plt.close(fig)
     return path
+
+
+def save_private(fig, path: Path) -> Path:
+    """``fig.savefig`` into ``path`` created (or truncated and re-moded) 0600, like every file
+    of a run directory, never world-readable even for a moment."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(f.fileno(), FILE_MODE)
+        fig.savefig(f, dpi=DPI, format="png")
+    return Path(path)
 
 
 def read_goodput(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
