@@ -1,4 +1,4 @@
-"""Command line: ``testbed validate|up|run|report|clean|worker`` (also ``python -m testbed``).
+"""Command line: ``testbed validate|up|run|report|compare|clean|worker`` (also ``python -m testbed``).
 
 One module per verb in :mod:`testbed.commands`; each defines ``add_parser(subparsers)``
 and ``run(args) -> int``. Exit status: 0 ok; otherwise the ``exit_code`` of the
@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 
 from testbed.model.errors import TestbedError
 
-VERBS = ("validate", "up", "run", "report", "clean", "worker")
+VERBS = ("validate", "up", "run", "report", "compare", "clean", "worker")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +32,30 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.add_parser(sub)
+    _plain_help(parser)
     return parser
+
+
+_RST = re.compile(r"(?::[a-z]+)+:`~?([^`]+)`|``([^`]+)``|`([^`]+)`")
+
+
+def plain(text: str | None) -> str | None:
+    """``text`` without reStructuredText markup: ````x````, ```x```, ``:func:`x``` -> ``x``
+    (the verbs' descriptions come from their docstrings)."""
+    return _RST.sub(lambda m: next(g for g in m.groups() if g is not None), text) if text else text
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Strip markup from a parser's description and help texts, and its sub-parsers'."""
+    parser.description = plain(parser.description)
+    for action in parser._actions:
+        if isinstance(action.help, str):
+            action.help = plain(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                choice.help = plain(choice.help)
+            for sub in action.choices.values():
+                _plain_help(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,10 @@ as far as it can be; every problem is listed on stderr as ``file:line: what is w
 summary.json and the CSV files are never replaced with results from damaged or missing
 raw records when intact ones exist.
 
+RUN_DIR may also be a trials or sweep directory (or its trials.json / sweep.json: one results
+format, :mod:`testbed.metrics.results`): its tables (a sweep: one per KPI) and, for a sweep,
+its plots again.
+
 Exit status: 0 ok; 2 RUN_DIR is not a run directory, or nothing in it could be rendered;
 3 rendered, but the run directory is damaged (problems on stderr).
 """
@@ -46,8 +50,40 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _results(args: argparse.Namespace, err: Console) -> int | None:
+    """Render a trials or sweep directory or results file; None if RUN_DIR is not one."""
+    from pathlib import Path
+
+    from testbed.metrics import results
+    from testbed.report.results import results_tables
+    path = Path(args.run_dir)
+    if not (path.is_file() or (path / results.SWEEP_FILE).is_file() or (path / results.TRIALS_FILE).is_file()):
+        return None
+    try:
+        doc = results.load(path)
+    except results.ResultsError as exc:
+        err.print(f"[red]testbed report[/]: {escape(str(exc))}", soft_wrap=True)
+        return 2
+    if args.format == "json":
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    out = Console()
+    for table in results_tables(doc):
+        out.print(table)
+    if args.plots and doc["kind"] == "sweep":
+        from testbed.report.sweepplot import plot_sweep
+        where = path if path.is_dir() else path.parent
+        paths = plot_sweep(where, doc)
+        out.print(f"plots in {where}: " + ", ".join(p.name for p in paths))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
+    status = _results(args, err)
+    if status is not None:
+        return status
     with collecting() as damage:
         try:
             if args.format == "json":

@@ -6,7 +6,11 @@ progress, and the report (side-by-side comparison, per-size tables, fidelity,
 plots) is rendered from the run directory, as ``testbed report RUN_DIR`` would.
 
 ``--trials N`` (or ``trials: N`` in the scenario) runs N seeds and prints every KPI as
-median [min-max] (n) per transport (``trials.json``).
+median [min-max] (n) per transport (``trials.json``). A scenario with a ``sweep:`` block
+runs every point of the sweep (each with its trials) under ``runs/<scenario>-sweep-<ts>/``
+and writes ``sweep.json``, a table per KPI and ``sweep-<kpi>.png``. ``--set KEY=VALUE``
+overrides one value of the scenario (the key paths and checks of ``sweep:``), ``--seed N``
+its seed. Results files: :mod:`testbed.metrics.results`.
 
 Exit status: 0 every transport reached an outcome (done, or a reported failure such
 as a QP in ERR, or the timeout: results, not testbed errors) and no element was
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+from dataclasses import replace
 import sys
 from pathlib import Path
 
@@ -33,10 +38,11 @@ from testbed.metrics import MetricsError
 from testbed.rundir.damage import collecting
 from testbed.rundir.errors import RunDirWriteError
 from testbed.rundir.names import MANIFEST
-from testbed.rundir.write import make_dir, write_atomic
+from testbed.rundir.write import make_dir
 from testbed.report import print_damage, render
 from testbed.run import run_scenario
 from testbed.spec import TRANSPORTS, SpecError, load_scenario, transport_variant
+from testbed.spec.yamlread import Problem
 
 
 def _transport(text: str) -> str:
@@ -79,14 +85,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "part, VXLAN tunnels carry the links between servers (README: across servers)")
     p.add_argument("--placer", default="pods", choices=sorted(PLACERS),
                    help="placement algorithm with --servers (default: pods)")
+    p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
+                   help="override one value of the scenario: KEY is a key path (workload.evs, "
+                        "timeline[0].loss.percent), VALUE is YAML; repeatable; checked as the file is")
+    p.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="use this seed instead of the scenario's (trials: N, N+1, ...)")
     p.set_defaults(func=run)
+
+
+def _load(args, seed: int | None = None, point=(), check_sweep: bool = True):
+    """The scenario with ``--set`` overrides, a sweep point and a seed applied."""
+    from testbed.spec.overrides import KeyError_, parse_set
+    try:
+        sets = [parse_set(item) for item in args.overrides]
+    except KeyError_ as exc:
+        raise SpecError([Problem(args.scenario, 0, "--set", str(exc))]) from None
+    try:
+        return load_scenario(args.scenario, features=features(), seed=seed if seed is not None else args.seed,
+                             overrides=(*point, *sets), check_sweep=check_sweep)
+    except SpecError as exc:   # a --set value has no line: say it came from --set
+        keys = {o.path for o in sets}
+        raise SpecError([replace(p, key_path=f"--set {p.key_path}")
+                         if not p.line and p.key_path in keys else p for p in exc.problems]) from None
 
 
 def run(args: argparse.Namespace) -> int:
     console = Console()
     err = Console(stderr=True, highlight=False)
+    from testbed.spec.overrides import sweep_of
+    args.overrides = getattr(args, "overrides", None) or []
+    args.seed = getattr(args, "seed", None)
     try:
-        scenario = load_scenario(args.scenario, features=features())
+        scenario = _load(args)
+        sweep = sweep_of(args.scenario)
+        points = sweep.points() if sweep else []
+        scenarios = [_load(args, point=p, check_sweep=False) for p in points]   # every point, before any run
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -111,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
     if trials < 1:
         err.print(f"[red]testbed run[/]: --trials must be >= 1, got {trials}")
         return 2
+    if sweep:
+        return _run_sweep(args, scenario, sweep, scenarios, transports, trials, console, err)
     if trials > 1:
         return _run_trials(args, scenario, transports, trials, console, err)
     try:
@@ -157,31 +192,45 @@ def interrupted_status(signum: int | None) -> int:
 
 def _run_trials(args, scenario, transports: list[str], trials: int, console: Console, err: Console) -> int:
     """``trials`` runs of the scenario with seeds seed .. seed+trials-1, each transport on a fresh
-    fabric, under ``runs/<scenario>-trials-<stamp>/seed-<s>/``; then ``trials.json`` (medians,
-    ranges, n: :func:`testbed.metrics.trials.aggregate`) and its table. Exit status as for one run,
-    the worst over the trials."""
-    import json
+    fabric, under ``runs/<scenario>-trials-<stamp>/seed-<s>/``; then ``trials.json`` (a results
+    document of one point: :mod:`testbed.metrics.results`) and its table. Exit status as for one
+    run, the worst over the trials."""
     import time
 
-    from testbed.report import load_summary
-    from testbed.metrics.trials import aggregate
-    from testbed.report.trials import trials_table
+    from testbed.metrics import results
+    from testbed.report.results import results_tables
 
-    parent = args.runs_dir / f"{scenario.name}-trials-{time.strftime('%Y%m%d-%H%M%S')}"
-    try:
-        make_dir(parent, "the trials directory")
-    except RunDirWriteError as exc:
-        return write_failed(exc, err)
+    parent = _parent(args.runs_dir / f"{scenario.name}-trials-{time.strftime('%Y%m%d-%H%M%S')}")
+    summaries, status, _ = _trials(args, scenario, (), parent, transports, trials, console, err)
+    if summaries:
+        doc = results.from_trials(summaries)
+        results.write(parent / results.TRIALS_FILE, doc)
+        for table in results_tables(doc):
+            console.print(table)
+    console.print(f"trials directory: {parent}")
+    return status
+
+
+def _parent(path: Path) -> Path:
+    """A new trials or sweep directory (0700); RunDirWriteError if it cannot be made."""
+    return make_dir(path, "the trials or sweep directory")
+
+
+def _trials(args, scenario, point, parent: Path, transports, trials: int, console: Console, err: Console):
+    """Run the trials of one scenario (a sweep point: ``point``'s overrides) under ``parent``:
+    (summaries, exit status, interrupted)."""
+    from testbed.report import load_summary
+
     summaries, status = [], 0
     for i in range(trials):
         seed = scenario.seed + i
-        sc = load_scenario(args.scenario, features=features(), seed=seed)
+        sc = _load(args, seed=seed, point=point, check_sweep=False)
         console.print(f"[bold]trial {i + 1}/{trials}[/]: seed {seed}")
         try:
             result = run_scenario(sc, runs_root=parent / f"seed-{seed}", console=console, transports=transports,
                                   fabric_factory=args.fabric_factory, agent_processes=args.agent_processes)
         except RunDirWriteError as exc:
-            return write_failed(exc, err)
+            return summaries, write_failed(exc, err), True
         if any(s in ("crashed", "error") for s in result.status.values()):
             status = status or 1
         try:
@@ -196,14 +245,59 @@ def _run_trials(args, scenario, transports: list[str], trials: int, console: Con
             err.print(f"[red]wrong all-reduce results[/] with seed {seed}")
             status = status or 1
         if result.interrupted:
-            status = interrupted_status(result.signal)
+            return summaries, interrupted_status(result.signal), True
+    return summaries, status, False
+
+
+def _run_sweep(args, scenario, sweep, scenarios, transports: list[str], trials: int, console: Console,
+               err: Console) -> int:
+    """Every point of ``sweep`` (each with ``trials`` seeds) under
+    ``runs/<scenario>-sweep-<stamp>/p<NN>_<key>-<value>.../seed-<s>/``: each point directory
+    holds its ``trials.json``, the parent ``sweep.json`` (rewritten after each point, so an
+    interrupted sweep keeps what it ran), a table per KPI and ``sweep-<kpi>.png``."""
+    import time
+
+    from testbed.metrics import results
+    from testbed.report.results import results_tables
+    from testbed.report.sweepplot import plot_sweep
+    from testbed.spec.overrides import point_dir, point_label
+
+    parent = _parent(args.runs_dir / f"{scenario.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    points, status, doc = [], 0, None
+    all_points = sweep.points()
+    for n, (point, sc) in enumerate(zip(all_points, scenarios), 1):
+        label = point_label(point)
+        console.print(f"[bold]sweep point {n}/{len(all_points)}[/]: {escape(label)}")
+        sub = f"p{n:02d}_{point_dir(point)}"
+        summaries, st, interrupted = _trials(args, sc, point, _parent(parent / sub), transports, trials,
+                                             console, err)
+        status = st if interrupted else (status or st)
+        if summaries:
+            one = results.from_trials(summaries)
+            results.write(parent / sub / results.TRIALS_FILE, one)
+            values = {o.path: _plain(o.node) for o in point}
+            points.append(results.point({**one["points"][0]}, values, label, sub))
+            doc = results.document("sweep", scenario.name, points, list(sweep.keys))
+            results.write(parent / results.SWEEP_FILE, doc)
+        if interrupted:
             break
-    if summaries:
-        agg = aggregate(summaries)
-        try:
-            write_atomic(parent / "trials.json", json.dumps(agg, indent=1, default=str) + "\n", what="the trials summary")
-        except RunDirWriteError as exc:
-            return write_failed(exc, err)
-        console.print(trials_table(agg))
-    console.print(f"trials directory: {parent}")
+    if doc is not None:
+        for table in results_tables(doc):
+            console.print(table)
+        if args.plots:
+            paths = plot_sweep(parent, doc)
+            console.print(f"plots in {parent}: " + ", ".join(p.name for p in paths))
+    console.print(f"sweep directory: {parent}")
     return status
+
+
+def _plain(node):
+    """A YAML value node as the JSON value it reads as (a scalar as YAML types it)."""
+    import yaml
+
+    from testbed.spec.yamlsafe import StrictLoader
+    loader = StrictLoader("")
+    try:
+        return loader.construct_document(node)
+    except (yaml.YAMLError, ValueError):
+        return getattr(node, "value", None)

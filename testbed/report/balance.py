@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from rich.text import Text
+
 from testbed.report.fmt import fmt_pct, fmt_sig
 from testbed.report.layout import Grid
 
@@ -66,11 +68,12 @@ def grouped_flows(labels: list[str]) -> str:
     return ", ".join(f"{k} ({n} QP{'s' if n != 1 else ''})" if n else k for k, n in groups.items())
 
 
-def collisions_table(summary: dict, shown: int = COLLIDING_SHOWN) -> Grid:
+def collisions_table(summary: dict, shown: int = COLLIDING_SHOWN) -> Grid | Text:
     """The oversubscribed fabric directions of each transport (load above 1: traced paths of
     more than one connection's worth of flows cross it), most loaded first, at most ``shown``:
     load, utilisation and the flows that cross it. Colliding directions at load 1 or less
-    (an MRC QP's EVs beside another QP's) are counted in the caption, not listed."""
+    (an MRC QP's EVs beside another QP's) are counted in the caption, not listed. With no
+    oversubscribed direction, just that line (a Text), no table."""
     rows, quiet = [], 0
     for name, s in summary["transports"].items():
         links = ((s.get("balance") or {}).get("collisions") or {}).get("links") or []
@@ -84,6 +87,8 @@ def collisions_table(summary: dict, shown: int = COLLIDING_SHOWN) -> Grid:
     caption = [] if rows else ["no fabric direction oversubscribed"]
     if quiet:
         caption.append(f"{quiet} colliding directions at load <= 1 not listed")
+    if not rows:   # no empty table above the line that says there is nothing in it
+        return Text("; ".join(caption))
     return Grid("oversubscribed fabric link directions (traced paths)",
                 ["transport", "direction", "load", "utilisation", "flows"], rows,
                 justify=["left", "left", "right", "right", "left"], caption="; ".join(caption) or None)

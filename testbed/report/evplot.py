@@ -11,7 +11,7 @@ import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 from testbed import metrics  # noqa: E402
-from testbed.report.plots import _save, fault_lines  # noqa: E402
+from testbed.report.plots import fault_lines, save_plot  # noqa: E402
 
 STATE_COLOURS = {"GOOD": "tab:green", "ASSUMED_BAD": "tab:red", "DENIED": "black",
                  "UNKNOWN": "tab:gray", "SKIP": "tab:cyan"}
@@ -82,7 +82,7 @@ def _plot_rank(path: Path, summary: dict, transport: str, trans: list[dict], ran
     note = "; * = path crosses the faulted link" if crossing else ""
     ax.set_title(f"{summary.get('scenario', '?')} / {transport}: EV states of rank {rank}{note}", fontsize=10)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_plot(fig, path)
 
 
 def plot_ev_timelines(run_dir: Path, summary: dict, transport: str, rank: int | None = None) -> list[Path]:

@@ -33,7 +33,7 @@ MAX_ZOOMS = 3                               # zoom panels per transport (first f
 DPI = 110
 
 
-def _save(fig, path: Path) -> Path:
+def save_plot(fig, path: Path) -> Path:
     """Write ``fig`` as the PNG ``path`` through the run directory's writer (atomic; an OS
     error is a :class:`testbed.rundir.errors.RunDirWriteError`), then close it."""
     try:
@@ -219,7 +219,7 @@ def plot_goodput(run_dir: Path, summary: dict) -> Path:
                 z.set_xlabel("time since run start (s)")
     fig.suptitle(f"{summary.get('scenario', '?')}: aggregate goodput")
     fig.tight_layout()
-    return _save(fig, Path(run_dir) / "goodput.png")
+    return save_plot(fig, Path(run_dir) / "goodput.png")
 
 
 def plot_fault_flows(run_dir: Path, summary: dict) -> Path | None:
@@ -263,7 +263,7 @@ def plot_fault_flows(run_dir: Path, summary: dict) -> Path | None:
                 ax.set_xlabel("time since run start (s)")
     fig.suptitle(f"{summary.get('scenario', '?')}: per-flow goodput around the fault")
     fig.tight_layout()
-    return _save(fig, Path(run_dir) / "fault-flows.png")
+    return save_plot(fig, Path(run_dir) / "fault-flows.png")
 
 
 def iteration_times(events: list[dict], world_size: int | None) -> dict[int, list[tuple[int, float]]]:
@@ -322,4 +322,4 @@ def plot_iteration_cdf(run_dir: Path, summary: dict) -> Path | None:
         ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(f"{summary.get('scenario', '?')}: iteration time CDF")
     fig.tight_layout()
-    return _save(fig, Path(run_dir) / "iteration-cdf.png")
+    return save_plot(fig, Path(run_dir) / "iteration-cdf.png")

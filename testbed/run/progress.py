@@ -23,6 +23,20 @@ from testbed.model.nccl import bandwidths
 PROGRESS_S = 0.25           # live display refresh, s
 
 
+def phrase_lines(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters (continuations, printed 2 further in:
+    ``width - 2``), broken only between phrases: after ", ", "; " or ": ", before " (" or
+    " -> ". A phrase longer than a line is not broken."""
+    import re
+    lines: list[str] = []
+    for piece in (p for p in re.split(r"(?<=[,;:] )|(?= \(| -> )", text) if p):
+        if lines and len(lines[-1]) + len(piece.rstrip()) <= (width if len(lines) == 1 else width - 2):
+            lines[-1] += piece
+        else:
+            lines.append(piece.lstrip())
+    return [line.rstrip() for line in lines] or [""]
+
+
 @dataclass
 class Progress:
     """What the live display shows for one transport."""
@@ -112,8 +126,14 @@ class Display:
             head_style: str = "bold") -> None:
         """``<transport> <elapsed>s <head> <text>``: ``head`` (e.g. a fault's action) in ``head_style``."""
         t = "" if elapsed_s is None else f"{elapsed_s:7.3f}s "
-        lead = "" if head is None else f"[{head_style}]{escape(head)}[/] "
-        self.console.print(f"  {transport:>4} {t}{lead}{escape(text)}", highlight=False)
+        prefix = f"  {transport:>4} {t}"
+        body = ("" if head is None else head + " ") + text
+        lines = phrase_lines(body, self.console.width - len(prefix))
+        for i, line in enumerate(lines):   # wrapped at phrase boundaries, continuations indented
+            lead = "" if i or head is None else f"[{head_style}]{escape(head)}[/]"
+            rest = line[len(head):] if i == 0 and head is not None else line
+            self.console.print((prefix if i == 0 else " " * (len(prefix) + 2)) + lead + escape(rest),
+                               highlight=False, soft_wrap=True)
 
     def outcome(self, transport: str, status: str, reason: str) -> None:
         """``<transport>: <status> - <reason>``, green if done, red otherwise."""

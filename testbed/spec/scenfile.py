@@ -20,19 +20,25 @@ from testbed.spec.common import (COLLECTIVES, JOB_NAME_RE, ORDERS, parse_transpo
                                  MAX_ITERATIONS, MAX_EVS, MAX_REFERRED_PROBLEMS, _sorted, _not_a_mapping,
                                  _did_you_mean, _explain_missing, CONTROLLER_POLICIES, EV_ACTIONS)
 from testbed.spec.model import Scenario, Workload
+from testbed.spec.overrides import with_overrides
 from testbed.spec.timelinefile import _timeline, timeline_warnings
 from testbed.spec.topofile import load_topology
 
 
 def load_scenario(path: str | os.PathLike, *, features: KernelFeatures,
-                  seed: int | None = None) -> Scenario:
+                  seed: int | None = None, overrides=(), check_sweep: bool = True) -> Scenario:
     """Load and validate a scenario file and the topology it names; ``seed`` replaces the
-    file's (a trial of ``trials: N``: seeded choices such as ``random`` links follow it).
+    file's (a trial of ``trials: N``: seeded choices such as ``random`` links follow it);
+    ``overrides`` (:mod:`testbed.spec.overrides`: a sweep point, ``--set``) replace values
+    before validation; the ``sweep:`` block is checked unless ``check_sweep`` is false.
 
     Raises SpecError listing every problem of both files.
     """
     reader = Reader(str(path))
     root = reader.compose(Path(path))
+    if root is not None:   # sweep: and --set, checked and applied on the node tree
+        root = with_overrides(reader, root, overrides, check=check_sweep,
+                              load=lambda r, node: _scenario(r, node, Path(path), features, seed))
     scenario = _scenario(reader, root, Path(path), features, seed) if root else None
     if reader.problems or scenario is None:
         raise SpecError(_sorted(reader))
