@@ -55,7 +55,8 @@ def test_steady_queue_keeps_the_floor_as_margin_above_srtt():
 def test_backoff_is_linear_then_doubling():
     est = RttEstimator(0.004)
     ladder = [est.backoff_s(k, linear_cnt=3) for k in range(6)]
-    assert ladder == pytest.approx([0.004, 0.004, 0.004, 0.008, 0.016, 0.032])
+    # the first transmission and retries 1..3 one RTO each, then retries 4, 5 doubling
+    assert ladder == pytest.approx([0.004, 0.004, 0.004, 0.004, 0.008, 0.016])
 
 
 def test_qp_rto_tracks_samples_above_its_floor():
