@@ -19,7 +19,8 @@ DATA (36 bytes + optional 4-byte immediate + payload + 4-byte CRC)
     prefix, psn u32, ev u32, remote_offset u64, length u32, timestamp_ns u64,
     [imm u32 if the opcode carries one], payload[length]
     (``length`` is the payload length; with ``FLAG_TRIMMED`` the payload was
-    cut by a switch and is absent while ``length`` keeps the original size).
+    cut by a switch and is absent while ``length`` keeps the original size;
+    ``FLAG_TRIMMED_LASTHOP`` in addition: cut by the last switch before the host).
 SACK (48 bytes + CRC)
     prefix, cum_psn u32 (every PSN below it received), sack_base u32,
     bitmap u64 (bit i = PSN sack_base + i received), ev u32 (echoed),
@@ -114,7 +115,11 @@ FLAG_ACK_REQ = 0x02
 """Data: the requester asks for an immediate SACK."""
 FLAG_TRIMMED = 0x04
 """Data: a switch trimmed the payload (only the header arrived)."""
-DATA_FLAGS = FLAG_RTX | FLAG_ACK_REQ | FLAG_TRIMMED
+FLAG_TRIMMED_LASTHOP = 0x08
+"""Data, only with FLAG_TRIMMED: the trimming switch port faces the destination host (the
+last hop), so the trim says the receiver's link is congested, not the EV's path (UET:
+only trims before the last hop penalise the EV). The responder NACKs TRIMMED_LASTHOP."""
+DATA_FLAGS = FLAG_RTX | FLAG_ACK_REQ | FLAG_TRIMMED | FLAG_TRIMMED_LASTHOP
 
 FLAG_ECN_ECHO = 0x01
 """SACK: at least one acknowledged packet arrived ECN-CE marked."""
@@ -220,6 +225,8 @@ def encode(pkt: Packet) -> bytes:
         has_imm = int(pkt.opcode) in _IMM_OPCODE_VALUES
         if has_imm != (pkt.imm is not None):
             raise ValueError(f"opcode {pkt.opcode!r} and imm={pkt.imm!r} disagree")
+        if pkt.flags & FLAG_TRIMMED_LASTHOP and not pkt.flags & FLAG_TRIMMED:
+            raise ValueError("FLAG_TRIMMED_LASTHOP needs FLAG_TRIMMED")
         if pkt.flags & FLAG_TRIMMED:
             if pkt.payload:
                 raise ValueError("a trimmed packet carries no payload")
@@ -278,6 +285,8 @@ def unpack_data(data: bytes) -> tuple:
         raise ProtocolError(f"unknown opcode {opcode}")
     if flags & ~DATA_FLAGS:
         raise ProtocolError(f"unknown data flags {flags:#x}")
+    if flags & FLAG_TRIMMED_LASTHOP and not flags & FLAG_TRIMMED:
+        raise ProtocolError("FLAG_TRIMMED_LASTHOP without FLAG_TRIMMED")
     if psn > MAX_PSN:
         raise ProtocolError("reserved PSN")
     start = DATA_HDR.size

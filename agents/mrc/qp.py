@@ -116,6 +116,10 @@ class QP:
         """RFC 6298 smoothed RTT of the data path in seconds (None before the first SACK)."""
         return self._rtt.srtt_s
 
+    def _skip_timeout_s(self) -> float | None:
+        """The SKIP bound: one SRTT (None before the first sample; see agents.mrc.ev)."""
+        return self._rtt.srtt_s
+
     def _rto_floor_s(self) -> float:
         return mrc_timeout_s(self.attr.timeout, self.config.time_scale, self.config.min_rto_s)
 
@@ -159,6 +163,8 @@ class QP:
             self.evs = self.requester.evs = EVSet(evs, qpn=self.qpn, rng=self.rng,
                                                   ev_min_active=min(floor, len(evs)),
                                                   skip_timeout_s=self.config.skip_timeout_s,
+                                                  skip_timeout_fn=self._skip_timeout_s,
+                                                  event_mask=self.config.ev_event_mask,
                                                   sink=self._events)
         elif state is QPState.RTR:
             dest_qpn = int(attrs["dest_qpn"])
@@ -244,21 +250,22 @@ class QP:
             self._bad_packets += 1
             log.debug("qpn %d: dropped bad datagram: %s", self.qpn, exc)
 
-    def receive_datagrams(self, datagrams, now: float) -> None:
+    def receive_datagrams(self, datagrams, now: float, ce=None) -> None:
         """Process ``datagrams`` (bytes, in arrival order) as :meth:`receive_datagram` would one by
         one: the I/O adapter's entry point for a batch read from one socket (the responder's
-        fast path for in-order data, :meth:`Responder.receive_batch`)."""
+        fast path for in-order data, :meth:`Responder.receive_batch`). ``ce``: None, or one
+        bool per datagram, its ``ecn`` (the IP header carried CE)."""
         state = self.state
         if self.responder.memory is None or (state is not _RTS and state is not _RTR):
-            for data in datagrams:
-                self.receive_datagram(data, now)
+            for i, data in enumerate(datagrams):
+                self.receive_datagram(data, now, ecn=ce is not None and ce[i])
             return
-        self.responder.receive_batch(datagrams, now, self._receive_in_batch)
+        self.responder.receive_batch(datagrams, now, self._receive_in_batch, ce)
 
-    def _receive_in_batch(self, data: bytes, now: float) -> bool:
+    def _receive_in_batch(self, data: bytes, now: float, ecn: bool = False) -> bool:
         """:meth:`receive_datagram`; False once the QP has left the state it was in."""
         state = self.state
-        self.receive_datagram(data, now)
+        self.receive_datagram(data, now, ecn=ecn)
         return self.state is state
 
     def handle_timer(self, now: float) -> None:
@@ -330,6 +337,7 @@ class QP:
             "cwnd_bytes": self.cc.cwnd_bytes, "srtt_s": self.srtt_s, **self.responder.counters(),
             "bad_packets": self.bad_packets,
             "ev_floor_held": self.evs.floor_held if self.evs else 0,
+            "ev_skips": dict(self.requester.ev_skips),
             "evs": self.evs.stats() if self.evs else {},
             "cc": {"name": self.cc.name, **(self.cc.counters() if hasattr(self.cc, "counters") else {})},
         }

@@ -123,6 +123,8 @@ class Requester:
         self.ev_losses_excused = 0
         self.ev_losses_stalled = 0   # timeouts not charged: nothing sent later had arrived
         self.acked_bytes = 0
+        # SKIPs by cause; trim_lasthop counts last-hop trims, which by rule skip nothing
+        self.ev_skips = {"ecn": 0, "trim": 0, "trim_lasthop": 0}
 
     def counters(self) -> dict:
         """The requester's items of :meth:`agents.mrc.qp.QP.stats`."""
@@ -497,9 +499,12 @@ class Requester:
         self.acked_bytes += acked
         ecn = bool(flags & pk.FLAG_ECN_ECHO)
         self.cc.on_packets_acked(now=now, acked_bytes=acked, rtt_s=rtt, ecn=ecn)
-        if info is not None and (ecn or mode != pk.SackMode.NONE) and \
-                self.transport is Transport.MRC:
-            self.evs.apply(ev, EVCause.CONGESTION, now)
+        if info is not None and self.transport is Transport.MRC:
+            if ecn or mode:            # the echoed EV carried a CE mark: skip it
+                self.ev_skips["ecn"] += 1
+                self.evs.apply(ev, EVCause.CONGESTION, now, always=mode == pk.SackMode.ALWAYS_SKIP)
+            elif info.always_skip:     # a clean SACK for it ends an ALWAYS_SKIP
+                self.evs.clear_always_skip(ev, now)
         if self._wrs and self._wrs[0].last_psn < self._snd_una:
             self._complete_writes(now)
 
@@ -655,7 +660,11 @@ class Requester:
             return
         self._declare_lost(tx, now, "trimmed" if trimmed else "nack")
         if trimmed and self.transport is Transport.MRC:
-            self.evs.apply(tx.ev, EVCause.CONGESTION, now)
+            if pkt.reason == pk.NackReason.TRIMMED_LASTHOP:   # the host's link, not the EV
+                self.ev_skips["trim_lasthop"] += 1
+            else:                                             # UET: trims before the last hop skip
+                self.ev_skips["trim"] += 1
+                self.evs.apply(tx.ev, EVCause.CONGESTION, now)
 
     def _delivered(self, ev: int, ts_ns: int, now: float) -> None:
         """The transmission stamped ``ts_ns`` on EV ``ev`` reached the receiver: acknowledged,

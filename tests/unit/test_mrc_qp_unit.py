@@ -319,7 +319,7 @@ def _responder_view(qp, now):
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 40_000), st.booleans(), st.integers(0, 2**32 - 1),
-       st.lists(st.sampled_from(["keep", "keep", "keep", "swap", "dup", "drop", "corrupt", "rtx"]),
+       st.lists(st.sampled_from(["keep", "keep", "keep", "swap", "dup", "drop", "corrupt", "rtx", "ce"]),
                 min_size=1, max_size=60),
        st.lists(st.integers(1, 12), min_size=1, max_size=20), st.sampled_from(list(Transport)),
        st.lists(st.sampled_from([0.0, 0.00003, 0.00006, 0.0001, 0.001]), min_size=1, max_size=20),
@@ -327,14 +327,16 @@ def _responder_view(qp, now):
 def test_batch_receive_matches_one_by_one(size, imm, seed, ops, cuts, transport, gaps, coalesce):
     """receive_datagrams (the I/O adapter's batch path) leaves the responder exactly as
     receive_datagram on each datagram would: memory, PSN state, counters, SACKs (and the
-    adaptive hold: batches ``gaps`` apart, with and without ``ack_coalesce_s``), completions."""
+    adaptive hold: batches ``gaps`` apart, with and without ``ack_coalesce_s``), completions;
+    CE-marked datagrams ("ce": ``ecn=True`` one by one, ``ce`` flags in the batch)."""
     rnd = random.Random(seed)
-    kw = dict(size=1 << 16, payload_bytes=1024, sack_every=4, transport=transport, ack_coalesce_s=coalesce)
+    kw = dict(size=1 << 16, payload_bytes=1024, sack_every=4, transport=transport, ack_coalesce_s=coalesce,
+              always_skip_ce_run=2)
     a, _ = pair(**kw)
     a.post_write(wr_id=1, local=rnd.randbytes(size), remote_offset=7,
                  imm=rnd.getrandbits(32) if imm else None)
     sent = [d for d, _ in a.datagrams_to_send(0.0)]
-    wire = []
+    wire, marks = [], []
     for i, op in enumerate(ops):
         if i >= len(sent):
             break
@@ -351,9 +353,12 @@ def test_batch_receive_matches_one_by_one(size, imm, seed, ops, cuts, transport,
             d = pk.encode_data_parts(f.dest_qpn, f.psn, f.ev, f.opcode, pk.FLAG_RTX, f.remote_offset,
                                      f.timestamp_ns, f.imm, f.payload)
         wire.append(d)
+        marks.append(op == "ce")
         if op == "dup":
             wire.append(d)
+            marks.append(False)
     wire += sent[len(ops):]
+    marks += [False] * (len(wire) - len(marks))
     _, one = pair(**kw)
     _, batch = pair(**kw)
     i, now = 0, 1.0
@@ -361,12 +366,13 @@ def test_batch_receive_matches_one_by_one(size, imm, seed, ops, cuts, transport,
         if i >= len(wire):
             break
         now += gaps[k % len(gaps)]
-        for d in wire[i:i + c]:
-            one.receive_datagram(d, now)
-        batch.receive_datagrams(wire[i:i + c], now)
+        for d, ce in zip(wire[i:i + c], marks[i:i + c]):
+            one.receive_datagram(d, now, ecn=ce)
+        batch.receive_datagrams(wire[i:i + c], now, ce=marks[i:i + c])
         i += c
         light = [(q.responder._rcv_cum, q.responder._sack_pending, q.responder._ack_deadline, q.responder._last_data_at, dict(q.responder._dirty),
-                  list(q.responder._ctrl_out), q.responder.rx_packets, q.responder.rx_bytes, q.responder._seq_err_sent) for q in (batch, one)]
+                  list(q.responder._ctrl_out), q.responder.rx_packets, q.responder.rx_bytes, q.responder._seq_err_sent,
+                  dict(q.responder._ce_run), q.responder._above) for q in (batch, one)]
         assert light[0] == light[1]
     assert _responder_view(batch, now) == _responder_view(one, now)
 
