@@ -234,7 +234,32 @@ class EVSet:
 
     # ---- state machine -------------------------------------------------
     def usable_count(self) -> int:
-        return sum(1 for i in self.info.values() if i.state in USABLE)
+        info = self.info
+        return sum(1 for ev in self.order if info[ev].state in USABLE)
+
+    def _update_all_good(self) -> None:
+        info = self.info
+        self._all_good = all(info[ev].state is EVState.GOOD for ev in self.order)
+
+    def replace(self, cur: int, new: int, now: float) -> None:
+        """mrc_ctl REPLACE_EV: EV ``new`` takes ``cur``'s slot, GOOD with fresh counters.
+
+        ``cur``'s record stays (DENIED, out of the spray order and the stats) so that SACKs
+        and timers of packets still in flight on it find it; no event is reported.
+        ValueError if ``cur`` is not in the set or ``new`` already is.
+        """
+        if cur not in self.order:
+            raise ValueError(f"EV {cur} is not in the EV set")
+        if new in self.order:
+            raise ValueError(f"EV {new} is already in the EV set")
+        self.order[self.order.index(cur)] = new
+        self.info[cur].state = EVState.DENIED
+        self.info[new] = EVInfo(new, EVState.GOOD)
+        self._perms = [list(p) for p in itertools.permutations(self.order)] \
+            if len(self.order) <= MAX_PERM_TABLE_EVS else None
+        self._rotation, self._pos = [], 0
+        self._update_all_good()
+        log.info("qpn %d: EV %d replaced by EV %d", self.qpn, cur, new)
 
     def skip_bound_s(self) -> float:
         """How long a SKIP may last at most: one SRTT, ``skip_timeout_s`` before one is known."""
@@ -279,7 +304,7 @@ class EVSet:
             return old
         if new is not old:
             info.state = new
-            self._all_good = all(i.state is EVState.GOOD for i in self.info.values())
+            self._update_all_good()
             if new is EVState.SKIP:
                 info.skips += 1
                 self._start_skip(info, now, always)
@@ -421,7 +446,8 @@ class EVSet:
     def stats(self) -> dict[int, dict]:
         """Per-EV snapshot: {ev: {state, packets_sent, packets_lost, ...}}."""
         out = {}
-        for ev, i in self.info.items():
+        for ev in self.order:
+            i = self.info[ev]
             out[ev] = {
                 "state": i.state.name, "packets_sent": i.packets_sent,
                 "bytes_sent": i.bytes_sent, "packets_acked": i.packets_acked,

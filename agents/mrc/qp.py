@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 S = QPState
 _RTS, _RTR = QPState.RTS, QPState.RTR
 TRANSITIONS: dict[tuple[QPState, QPState], frozenset[str]] = {
-    (S.RST, S.INIT): frozenset({"evs", "ev_min_active"}),
+    (S.RST, S.INIT): frozenset({"evs", "ev_min_active", "ev_profile"}),
     (S.INIT, S.RTR): frozenset({"dest_qpn", "mpr_dest", "max_wimm_dest"}),
     (S.RTR, S.RTS): frozenset({"mpr", "max_wimm", "timeout", "retry_linear_cnt",
                                "retry_exp_cnt"}),
@@ -55,7 +55,7 @@ TRANSITIONS: dict[tuple[QPState, QPState], frozenset[str]] = {
                                "retry_exp_cnt"}),
 }
 """(from, to) -> attributes that step may set. Any state may go to ERR or RST."""
-REQUIRED = {(S.RST, S.INIT): {"evs"}, (S.INIT, S.RTR): {"dest_qpn"}}
+REQUIRED = {(S.INIT, S.RTR): {"dest_qpn"}}
 _ATTR_FIELDS = {f.name for f in dataclasses.fields(QPAttr)}
 
 
@@ -156,6 +156,15 @@ class QP:
         if missing:
             raise ValueError(f"{self.state.name} -> {state.name} needs {sorted(missing)}")
         if state is QPState.INIT:
+            profile = attrs.get("ev_profile")
+            if ("evs" in attrs) == (profile is not None):
+                raise ValueError("RST -> INIT needs exactly one of evs and ev_profile")
+            if profile is not None:
+                if profile.state.name != "ONLINE":
+                    raise ValueError(f"EV profile {profile.profile_id} is {profile.state.name}, "
+                                     f"not ONLINE")
+                attrs.setdefault("ev_min_active", profile.ev_min_active)
+                attrs["evs"] = profile.ev_vals()
             evs = list(attrs["evs"])
             if self.transport is Transport.RC:
                 evs = evs[:1]
@@ -164,8 +173,11 @@ class QP:
                                                   ev_min_active=min(floor, len(evs)),
                                                   skip_timeout_s=self.config.skip_timeout_s,
                                                   skip_timeout_fn=self._skip_timeout_s,
-                                                  event_mask=self.config.ev_event_mask,
+                                                  event_mask=self.config.ev_event_mask
+                                                  if profile is None else profile.ev_event_mask,
                                                   sink=self._events)
+            if profile is not None:
+                profile.attach(self)
         elif state is QPState.RTR:
             dest_qpn = int(attrs["dest_qpn"])
             if not 0 <= dest_qpn <= 0xFFFFFFFF:
@@ -313,6 +325,13 @@ class QP:
             raise QPStateError("the QP has no EV profile before INIT")
         self.evs.set_state(ev, state, now)
 
+    def replace_ev(self, cur: int, new: int, now: float) -> None:
+        """Controller call (mrc_ctl REPLACE_EV, through the QP's profile): EV ``new`` takes
+        ``cur``'s slot (:meth:`agents.mrc.ev.EVSet.replace`). The I/O layer must route ``new``."""
+        if self.evs is None:
+            raise QPStateError("the QP has no EV profile before INIT")
+        self.evs.replace(cur, new, now)
+
     @property
     def idle(self) -> bool:
         """True when no write is pending and nothing is in flight."""
@@ -343,17 +362,19 @@ class QP:
         }
 
 
-def bring_up(qp: QP, now: float, *, evs: Iterable[int], dest_qpn: int,
-             attr: QPAttr | None = None, ev_min_active: int | None = None) -> None:
+def bring_up(qp: QP, now: float, *, evs: Iterable[int] | None = None, dest_qpn: int,
+             attr: QPAttr | None = None, ev_min_active: int | None = None, ev_profile=None) -> None:
     """Take a fresh ``qp`` through RESET -> INIT -> RTR -> RTS (``mrc_modify_qp``'s sequence).
 
     ``evs``: the EV ids it sprays over (INIT); ``dest_qpn``: the peer's QPN (RTR);
     ``attr``: the mrc.h attributes (default QPAttr()), the requester's ``mpr`` capped at
     the peer's ``mpr_dest``; ``ev_min_active``: the floor of usable EVs (default: the
-    QP's). Raises ValueError for attributes :meth:`QP.modify_qp` rejects.
+    QP's); ``ev_profile``: an ONLINE :class:`agents.mrc.profiles.EVProfile` to take the EVs,
+    floor and event mask from instead of ``evs`` (the QP attaches to it). Raises ValueError
+    for attributes :meth:`QP.modify_qp` rejects.
     """
     attr = attr or QPAttr()
-    init = {"evs": list(evs)}
+    init = {"evs": list(evs)} if ev_profile is None else {"ev_profile": ev_profile}
     if ev_min_active is not None:
         init["ev_min_active"] = ev_min_active
     qp.modify_qp(QPState.INIT, now, **init)
