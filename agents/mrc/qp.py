@@ -191,6 +191,7 @@ class QP:
             self.config.check_ack_delay(floor, f"the RTO floor of timeout {new_attr.timeout}")
         self.attr = self.requester.attr = new_attr
         self.responder.mpr_dest = new_attr.mpr_dest
+        self.responder.max_wimm_dest = new_attr.max_wimm_dest
         self._update_rto()
         self.state = state
 
@@ -210,7 +211,7 @@ class QP:
         self.state = QPState.ERR
         self._events.append(QPError(now, self.qpn, reason))
         self.requester.flush_writes(now)
-        self.responder.stop()
+        self.responder.stop(now)
 
     # ---- API ---------------------------------------------------------------
     def post_write(self, *, wr_id: int, local, remote_offset: int, imm: int | None = None) -> None:
@@ -229,6 +230,19 @@ class QP:
         data = memoryview(local).cast("B") if not isinstance(local, memoryview) or \
             local.format != "B" or local.ndim != 1 else local
         self.requester.post(wr_id, data, remote_offset, imm)
+
+    def post_recv(self, wr_id: int) -> None:
+        """Post a receive for one incoming WRITE_WITH_IMM (mrc.h ``mrc_post_recv``, like
+        ``ibv_post_recv``): its completion (RECV_RDMA_WITH_IMM) carries ``wr_id``. Post them
+        up front: a WRITE_WITH_IMM arriving with none posted is NACKed NO_PKT_BUFFER and
+        retried by the requester's timer (:mod:`agents.mrc.responder`). QPStateError in RST
+        or ERR, ValueError for a ``wr_id`` that is not a u64."""
+        if self.state is QPState.RST or self.state is QPState.ERR:
+            raise QPStateError(f"QP {self.qpn}: post_recv needs INIT, RTR or RTS, state is "
+                               f"{self.state.name}")
+        if not isinstance(wr_id, int) or not 0 <= wr_id < 2**64:
+            raise ValueError(f"wr_id {wr_id!r} is not a u64")
+        self.responder.post_recv(wr_id)
 
     def receive_datagram(self, data: bytes, now: float, *, ecn: bool = False) -> None:
         """Process one datagram addressed to this QP.

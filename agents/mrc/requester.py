@@ -125,6 +125,7 @@ class Requester:
         self.acked_bytes = 0
         # SKIPs by cause; trim_lasthop counts last-hop trims, which by rule skip nothing
         self.ev_skips = {"ecn": 0, "trim": 0, "trim_lasthop": 0}
+        self.nacks_no_buffer = 0
 
     def counters(self) -> dict:
         """The requester's items of :meth:`agents.mrc.qp.QP.stats`."""
@@ -132,6 +133,7 @@ class Requester:
                 "retransmissions": self.rtx_packets, "retransmitted_bytes": self.rtx_bytes,
                 "timeouts": self.timeouts, "ev_losses_stalled": self.ev_losses_stalled,
                 "lost_packets": self.lost_packets, "acked_bytes": self.acked_bytes,
+                "nacks_no_buffer": self.nacks_no_buffer,
                 "inflight_bytes": self._inflight_bytes, "snd_una": self._snd_una,
                 "next_psn": self._next_psn}
 
@@ -353,7 +355,7 @@ class Requester:
         a write dropped by a full queue, for one more lost packet (one spray
         rotation) on a dead EV, still retired in ~1.3-1.5 base RTTs.
         """
-        if info.delivered_ts_ns > tx.ts_ns:
+        if info.delivered_ts_ns >= tx.ts_ns:     # it, or a later packet on the EV, arrived
             info.losses_excused += 1
             self.ev_losses_excused += 1
             return
@@ -652,6 +654,13 @@ class Requester:
             self._advance_una()
             self._go_back_n(pkt.psn, now, "seq_err")
             self._complete_writes(now)
+            return
+        if pkt.reason == pk.NackReason.NO_PKT_BUFFER:
+            # the responder had no posted receive: its header arrived, the EV is fine; the
+            # retransmission timer (retry ladder) sends it again
+            self.nacks_no_buffer += 1
+            if self.transport is Transport.MRC:
+                self._delivered(pkt.ev, pkt.timestamp_ns, now)
             return
         trimmed = pkt.reason in (pk.NackReason.TRIMMED, pk.NackReason.TRIMMED_LASTHOP)
         if trimmed and self.transport is Transport.MRC:   # the header crossed the EV: it delivers

@@ -29,6 +29,15 @@ cumulative PSN now (UET's ooo count), falling as the cumulative PSN advances.
 Trims: a trimmed header is NACKed TRIMMED, or TRIMMED_LASTHOP when the switch set
 ``FLAG_TRIMMED_LASTHOP`` (it trimmed on the port that faces this host).
 
+Immediates (mrc.h ``mrc_post_recv``: "Posts a receive operation for RDMA w/ IMM"; MRC has
+no RNR, receive buffers are posted up front): a WRITE_WITH_IMM's last packet reserves one
+posted receive (:meth:`Responder.post_recv`) when it is accepted; completions come in PSN
+order and take the posted receives in posting order (their ``wr_id``), as on a verbs RC QP. With no posted receive, or ``max_wimm_dest`` immediates already
+accepted and awaiting in-order completion, the packet is not accepted (not placed, not
+acknowledged, no completion) and is NACKed NO_PKT_BUFFER: of the MRC/UET NACK reasons the
+one that says "the responder lacks a resource for this packet, send it again later", as
+RoCE's RNR NAK does. The requester leaves such a packet to its retransmission timer.
+
 Reverse EV: a SACK or NACK leaves on the EV of the packet that triggered it
 (the path that packet just proved to work); a probe response on the
 request's ``rsp_ev``. The EVs seen recently are kept in ``reverse_evs``
@@ -41,6 +50,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections import deque
 
 from . import packet as pk
 from .types import QPAttr, Transport, WCOpcode, WCStatus, WorkCompletion
@@ -82,6 +92,9 @@ class Responder:
         self._ack_deadline: float | None = None
         self._last_data_at = float("-inf")           # arrival time of the latest new data packet
         self._imm_heap: list[tuple[int, int]] = []    # (psn, imm) awaiting in-order delivery
+        self._recvs: deque = deque()                 # posted receives (wr_id), oldest first
+        self.max_wimm_dest = QPAttr().max_wimm_dest
+        self.rx_no_recv = 0                          # WRITE_WITH_IMMs NACKed NO_PKT_BUFFER
         self._seq_err_sent = False
         self._ce_run: dict[int, int] = {}            # EV -> CE-marked arrivals in a row on it
         self._above = 0                              # PSNs received above the cumulative PSN
@@ -162,7 +175,8 @@ class Responder:
         return {"rx_packets": self.rx_packets, "rx_bytes": self.rx_bytes,
                 "rx_duplicates": self.rx_duplicates, "rx_ooo": self.rx_ooo,
                 "rx_cum_psn": self._rcv_cum, "rx_out_of_window": self.rx_out_of_window,
-                "rx_access_errors": self.rx_access_errors}
+                "rx_access_errors": self.rx_access_errors, "rx_no_recv": self.rx_no_recv,
+                "recvs_posted": len(self._recvs)}
 
     @property
     def memory(self) -> memoryview | None:
@@ -179,10 +193,18 @@ class Responder:
         out, self._ctrl_out = self._ctrl_out, []
         return out
 
-    def stop(self) -> None:
-        """The QP entered ERR: drop queued output and the held SACK."""
+    def post_recv(self, wr_id: int) -> None:
+        """Post one receive for a WRITE_WITH_IMM (mrc_post_recv); consumed oldest first."""
+        self._recvs.append(wr_id)
+
+    def stop(self, now: float = 0.0) -> None:
+        """The QP entered ERR: drop queued output and the held SACK; posted receives complete
+        with WR_FLUSH_ERR (verbs semantics)."""
         self._ctrl_out.clear()
         self._ack_deadline = None
+        while self._recvs:
+            self._events.append(WorkCompletion(now, self.qpn, WCOpcode.RECV_RDMA_WITH_IMM,
+                                               WCStatus.WR_FLUSH_ERR, self._recvs.popleft()))
 
     def receive_batch(self, datagrams, now: float, slow, ce=None) -> None:
         """Process ``datagrams`` (bytes, in arrival order, the QP receiving in RTR or RTS, with a
@@ -287,17 +309,22 @@ class Responder:
         cum = self._rcv_cum
         chunks = self._chunks
         ch = psn >> 6
-        if self._in_window(psn, ev, ts, now):
-            chunks[ch] = chunks.get(ch, 0) | (1 << (psn & 63))
-            if psn == cum:
-                self._seq_err_sent = False
-                self._advance_cum()
-                self._above -= self._rcv_cum - cum - 1
-            else:
-                self.rx_ooo += 1
-                self._above += 1
-        else:
+        if not self._in_window(psn, ev, ts, now):
             return
+        if imm is not None:
+            held = len(self._imm_heap)            # accepted, each holding a posted receive
+            if held >= len(self._recvs) or held >= self.max_wimm_dest:
+                self.rx_no_recv += 1
+                self._nack(psn, ev, ts, pk.NackReason.NO_PKT_BUFFER)
+                return
+        chunks[ch] = chunks.get(ch, 0) | (1 << (psn & 63))
+        if psn == cum:
+            self._seq_err_sent = False
+            self._advance_cum()
+            self._above -= self._rcv_cum - cum - 1
+        else:
+            self.rx_ooo += 1
+            self._above += 1
         self._mem[off:off + length] = mv[_HDR_BYTES:_HDR_BYTES + length]
         self.rx_packets += 1
         self.rx_bytes += length
@@ -348,7 +375,7 @@ class Responder:
         while heap and heap[0][0] < c:
             psn, imm = heapq.heappop(heap)
             self._events.append(WorkCompletion(now, self.qpn, WCOpcode.RECV_RDMA_WITH_IMM,
-                                               WCStatus.SUCCESS, None, 0, imm, psn))
+                                               WCStatus.SUCCESS, self._recvs.popleft(), 0, imm, psn))
 
     def _nack(self, psn: int, ev: int, ts: int, reason: pk.NackReason) -> None:
         self._ctrl_out.append((pk.encode(pk.NackPacket(self.dest_qpn, psn, ev, ts, reason)), ev))

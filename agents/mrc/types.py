@@ -62,8 +62,9 @@ class WorkCompletion:
     """One completion (like ``struct ibv_wc``); ``time`` in seconds.
 
     Requester: ``wr_id`` of the posted write, ``byte_len`` its size.
-    Responder (WRITE_WITH_IMM only): ``wr_id`` is None, ``imm`` the immediate,
-    ``psn`` the PSN of the message's last packet.
+    Responder (WRITE_WITH_IMM only): ``wr_id`` of the posted receive it consumed
+    (``QP.post_recv``), ``imm`` the immediate, ``psn`` the PSN of the message's last
+    packet; WR_FLUSH_ERR for receives still posted when the QP enters ERR.
     """
 
     time: float

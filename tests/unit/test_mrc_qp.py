@@ -198,12 +198,15 @@ def test_write_with_imm_completions_in_send_order():
     a, b = pair(config(), (0, 1, 2, 3), size=64 * 16384)
     net = MultipathNetwork(a, b, paths, seed=5)
     chunks = [payload(16384 - 7 * i, i) for i in range(64)]
+    for i in range(64):
+        b.post_recv(500 + i)                  # receives posted up front
     for i, c in enumerate(chunks):
         a.post_write(wr_id=i, local=c, remote_offset=i * 16384, imm=1000 + i)
     col = Collector(a, b)
     net.run(stop=lambda: len(col.of(b, WorkCompletion)) == 64, until=5.0)
     recv = col.of(b, WorkCompletion)
     assert [w.imm for w in recv] == [1000 + i for i in range(64)]
+    assert [w.wr_id for w in recv] == [500 + i for i in range(64)]
     assert all(w.opcode is WCOpcode.RECV_RDMA_WITH_IMM for w in recv)
     net.run(stop=lambda: len(col.of(a, WorkCompletion)) == 64, until=5.0)
     assert [w.wr_id for w in col.of(a, WorkCompletion)] == list(range(64))

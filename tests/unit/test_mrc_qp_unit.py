@@ -294,6 +294,7 @@ def test_responder_fast_path_accepts_exactly_what_the_parser_accepts(opcode, fla
     raw = hdr + body
     raw += struct.pack("!I", zlib.crc32(raw))
     _, b = pair(size=4096)
+    b.post_recv(1)
     try:
         pkt = pk.parse(raw)
     except pk.ProtocolError:
@@ -361,6 +362,9 @@ def test_batch_receive_matches_one_by_one(size, imm, seed, ops, cuts, transport,
     marks += [False] * (len(wire) - len(marks))
     _, one = pair(**kw)
     _, batch = pair(**kw)
+    for _ in range(rnd.randint(0, 1)):      # with no posted receive the immediate is NACKed
+        one.post_recv(9)
+        batch.post_recv(9)
     i, now = 0, 1.0
     for k, c in enumerate(cuts * (len(wire) // len(cuts) + 1)):
         if i >= len(wire):

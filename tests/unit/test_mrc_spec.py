@@ -10,7 +10,7 @@ import pytest
 from agents.mrc import packet as pk
 from agents.mrc.ev import EVCause, EVEvent, EVState
 from agents.mrc.qp import QP, connect_pair
-from agents.mrc.types import QPAttr, QPConfig
+from agents.mrc.types import QPAttr, QPConfig, QPState
 
 EVS = [0, 1, 2, 3]
 
@@ -231,3 +231,51 @@ def test_event_mask_selects_reported_states():
     assert [(e.old, e.new) for e in events] == [(EVState.GOOD, EVState.ASSUMED_BAD)]
     with pytest.raises(ValueError, match="ev_event_mask"):
         cfg(ev_event_mask=int(EVState.DENIED)).validate()
+
+
+# ---- 6. immediates need posted receives ------------------------------------------------
+
+def test_write_with_imm_without_a_posted_receive_is_nacked_then_retried():
+    a, b = pair(sack_every=1)
+    a.post_write(wr_id=1, local=b"x" * 100, remote_offset=0, imm=42)
+    ((data, _),) = a.datagrams_to_send(0.0)
+    b.receive_datagram(data, 0.001)
+    (nack,) = [pk.parse(d) for d, _ in b.datagrams_to_send(0.001)]
+    assert isinstance(nack, pk.NackPacket) and nack.reason is pk.NackReason.NO_PKT_BUFFER
+    assert drain(b) == [] and b.responder.rx_packets == 0 and b.stats()["rx_no_recv"] == 1
+    a.receive_datagram(pk.encode(nack), 0.002)
+    assert a.datagrams_to_send(0.002) == []                 # no resend at once: the timer's
+    b.post_recv(77)
+    t = a.get_timer()
+    a.handle_timer(t)
+    for d, _ in a.datagrams_to_send(t):
+        b.receive_datagram(d, t)
+    (wc,) = drain(b)
+    assert (wc.imm, wc.wr_id) == (42, 77)
+    assert all(i.state is EVState.GOOD for i in a.evs.info.values())
+
+
+def test_max_wimm_dest_bounds_immediates_held_for_in_order_completion():
+    a, b = pair(sack_every=1, attr=QPAttr(timeout=12, max_wimm_dest=1))
+    for i in range(4):
+        b.post_recv(i)
+    size = a.config.payload_bytes
+    a.post_write(wr_id=1, local=bytes(2 * size), remote_offset=0, imm=1)       # PSN 0, 1
+    a.post_write(wr_id=2, local=bytes(size), remote_offset=2 * size, imm=2)    # PSN 2
+    out = a.datagrams_to_send(0.0)
+    b.receive_datagram(out[1][0], 0.001)      # message 1's last packet: held, PSN 0 missing
+    b.receive_datagram(out[2][0], 0.001)      # message 2's: over max_wimm_dest
+    reasons = [pk.parse(d).reason for d, _ in b.datagrams_to_send(0.001) if d[1] == pk.PacketType.NACK]
+    assert reasons == [pk.NackReason.NO_PKT_BUFFER]
+    b.receive_datagram(out[0][0], 0.002)
+    assert [(w.imm, w.wr_id) for w in drain(b)] == [(1, 0)]
+    b.receive_datagram(out[2][0], 0.003)      # the retransmission now fits
+    assert [(w.imm, w.wr_id) for w in drain(b)] == [(2, 1)]
+
+
+def test_posted_receives_are_flushed_when_the_qp_fails():
+    a, b = pair()
+    b.post_recv(5)
+    b.modify_qp(QPState.ERR, 1.0)
+    wcs = [e for e in drain(b) if not hasattr(e, "reason")]
+    assert [(w.wr_id, w.status.name) for w in wcs] == [(5, "WR_FLUSH_ERR")]
