@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 S = QPState
 _RTS, _RTR = QPState.RTS, QPState.RTR
+_DATA, _SACK = int(pk.PacketType.DATA), int(pk.PacketType.SACK)
 TRANSITIONS: dict[tuple[QPState, QPState], frozenset[str]] = {
     (S.RST, S.INIT): frozenset({"evs", "ev_min_active", "ev_profile"}),
     (S.INIT, S.RTR): frozenset({"dest_qpn", "mpr_dest", "max_wimm_dest"}),
@@ -256,9 +257,9 @@ class QP:
             return
         try:
             ptype = data[1] if len(data) > 1 else 0
-            if ptype == 1:                       # DATA
+            if ptype == _DATA:
                 self.responder.on_data(data, now, ecn)
-            elif ptype == 2:                     # SACK
+            elif ptype == _SACK:
                 if state is _RTS:
                     self.requester.on_sack(pk.unpack_sack(data), now)
             else:
@@ -267,7 +268,7 @@ class QP:
                     self._bad_packets += 1
                 elif isinstance(pkt, pk.ProbePacket):
                     if pkt.response:
-                        self.requester.on_probe_rsp(pkt, now)
+                        self.requester.probes.on_response(pkt, now)
                     else:
                         self.responder.on_probe_req(pkt)
                 elif isinstance(pkt, pk.NackPacket) and state is _RTS:
@@ -302,7 +303,7 @@ class QP:
         if self.state is QPState.RTS:
             self.requester.on_timer(now)
             if self.state is QPState.RTS:
-                self.requester.on_probe_timer(now)
+                self.requester.probes.on_timer(now)
                 self.evs.expire_skips(now)
 
     def get_timer(self) -> float | None:
@@ -313,7 +314,7 @@ class QP:
         if self.state is QPState.RTS:
             times = [self.requester.deadline()]
             if not self.evs.all_good:
-                times.append(self.requester.probe_deadline())
+                times.append(self.requester.probes.deadline())
                 times.extend(i.skip_until for i in self.evs.info.values()
                              if i.state is EVState.SKIP)
             for d in times:
@@ -325,7 +326,7 @@ class QP:
         """Datagrams to put on the wire now, as (bytes, EV id) pairs."""
         out = self.responder.take_output()
         if self.state is QPState.RTS:
-            self.requester.send_probes(now, out)
+            self.requester.probes.send(now, out)
             self.requester.send_data(now, out)
         return out
 
@@ -359,8 +360,8 @@ class QP:
 
     @property
     def probe_timeout_s(self) -> float:
-        """Seconds a probe may take (:attr:`Requester.probe_timeout_s`)."""
-        return self.requester.probe_timeout_s
+        """Seconds a probe may take (:attr:`agents.mrc.probes.EVProber.probe_timeout_s`)."""
+        return self.requester.probes.probe_timeout_s
 
     def stats(self) -> dict:
         """A JSON-ready snapshot of counters (see agents.mrc module docstring)."""

@@ -61,6 +61,7 @@ _unpack_hdr, _unpack_crc, _crc32 = pk.DATA_HDR.unpack_from, pk.CRC.unpack_from, 
 _pack_sack, _pack_crc = pk.SACK_HDR.pack, pk.CRC.pack
 _SKIP_ONCE, _ALWAYS_SKIP = int(pk.SackMode.SKIP_ONCE), int(pk.SackMode.ALWAYS_SKIP)
 _HDR_BYTES = pk.DATA_HDR.size
+_VERSION, _DATA, _SACK = pk.VERSION, int(pk.PacketType.DATA), int(pk.PacketType.SACK)
 _PLAIN_BYTES = _HDR_BYTES + pk.CRC_BYTES
 _PLAIN_OPCODES = frozenset({pk.Opcode.WRITE_FIRST, pk.Opcode.WRITE_MIDDLE, pk.Opcode.WRITE_LAST,
                             pk.Opcode.WRITE_ONLY})
@@ -121,7 +122,7 @@ class Responder:
             (ver, ptype, opcode, flags, qpn, psn, ev, off, length, ts) = _unpack_hdr(data)
             end = n - 4
             mem = self._mem
-            if ver == 1 and ptype == 1 and opcode in _PLAIN_OPCODES and not flags & _FAST_FLAGS_MASK and \
+            if ver == _VERSION and ptype == _DATA and opcode in _PLAIN_OPCODES and not flags & _FAST_FLAGS_MASK and \
                     end - _HDR_BYTES == length and psn <= _MAX_PSN and qpn == self.qpn and \
                     mem is not None and off + length <= len(mem):
                 mv = memoryview(data)
@@ -230,10 +231,10 @@ class Responder:
         for i, data in enumerate(datagrams):
             n = len(data)
             marked = ce is not None and ce[i]
-            if clear and not marked and n >= _PLAIN_BYTES and data[1] == 1:
+            if clear and not marked and n >= _PLAIN_BYTES and data[1] == _DATA:
                 (ver, _, opcode, flags, dq, psn, ev, off, length, ts) = _unpack_hdr(data)
                 end = n - 4
-                if psn == cum and ver == 1 and opcode in _PLAIN_OPCODES and \
+                if psn == cum and ver == _VERSION and opcode in _PLAIN_OPCODES and \
                         not flags & _FAST_FLAGS_MASK and end - _HDR_BYTES == length and dq == qpn and \
                         off + length <= memlen:
                     mv = memoryview(data)
@@ -416,7 +417,7 @@ class Responder:
                 flags, mode = pk.FLAG_ECN_ECHO, ce_mode
             else:
                 flags = mode = 0
-            pkt = _pack_sack(1, 2, mode, flags, dest, cum, ch << 6, chunks.get(ch, 0), ev, ts, ooo,
+            pkt = _pack_sack(_VERSION, _SACK, mode, flags, dest, cum, ch << 6, chunks.get(ch, 0), ev, ts, ooo,
                              nbytes)
             out.append((pkt + _pack_crc(_crc32(pkt)), ev))
         dirty.clear()

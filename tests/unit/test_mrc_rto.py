@@ -100,7 +100,7 @@ def test_building_queue_causes_no_spurious_timeouts_with_a_low_timeout():
     assert [type(e) for e in events if isinstance(e, (WorkCompletion, QPError))] == \
         [WorkCompletion]
     assert max_rtt[0] > 5 * floor               # a static RTO at the floor would have fired
-    assert a.requester.timeouts == 0 and a.requester.rtx_packets == 0
+    assert a.requester.loss.timeouts == 0 and a.requester.rtx_packets == 0
     assert a.rto_s > max_rtt[0] * 0.9
     assert b.responder.memory.tobytes() == src
 
