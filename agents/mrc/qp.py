@@ -48,7 +48,7 @@ S = QPState
 _RTS, _RTR = QPState.RTS, QPState.RTR
 _DATA, _SACK = int(pk.PacketType.DATA), int(pk.PacketType.SACK)
 TRANSITIONS: dict[tuple[QPState, QPState], frozenset[str]] = {
-    (S.RST, S.INIT): frozenset({"evs", "ev_min_active", "ev_profile"}),
+    (S.RST, S.INIT): frozenset({"evs", "ev_min_active", "ev_profile", "reverse_evs"}),
     (S.INIT, S.RTR): frozenset({"dest_qpn", "mpr_dest", "max_wimm_dest"}),
     (S.RTR, S.RTS): frozenset({"mpr", "max_wimm", "timeout", "retry_linear_cnt",
                                "retry_exp_cnt"}),
@@ -130,7 +130,8 @@ class QP:
     def modify_qp(self, state: QPState, now: float = 0.0, **attrs) -> None:
         """Move to ``state`` setting ``attrs`` (like mrc_modify_qp).
 
-        INIT takes ``evs`` (EV ids) and ``ev_min_active``; RTR takes
+        INIT takes ``evs`` (EV ids) or ``ev_profile``, ``ev_min_active`` and ``reverse_evs``
+        (the EVs its SACKs/NACKs rotate over, default ``evs``); RTR takes
         ``dest_qpn``, ``mpr_dest``, ``max_wimm_dest``; RTS takes ``mpr``,
         ``max_wimm``, ``timeout``, ``retry_linear_cnt``, ``retry_exp_cnt``.
         The requester must not be given an ``mpr`` above the peer's
@@ -179,6 +180,10 @@ class QP:
                                                   sink=self._events)
             if profile is not None:
                 profile.attach(self)
+            reverse = list(attrs.get("reverse_evs", evs))
+            if not reverse or not set(reverse) <= set(attrs["evs"]):
+                raise ValueError(f"reverse_evs {reverse} must be a non-empty subset of the QP's EVs")
+            self.responder.reverse_set = reverse[:1] if self.transport is Transport.RC else reverse
         elif state is QPState.RTR:
             dest_qpn = int(attrs["dest_qpn"])
             if not 0 <= dest_qpn <= 0xFFFFFFFF:
@@ -378,7 +383,8 @@ class QP:
 
 
 def bring_up(qp: QP, now: float, *, evs: Iterable[int] | None = None, dest_qpn: int,
-             attr: QPAttr | None = None, ev_min_active: int | None = None, ev_profile=None) -> None:
+             attr: QPAttr | None = None, ev_min_active: int | None = None, ev_profile=None,
+             reverse_evs: Iterable[int] | None = None) -> None:
     """Take a fresh ``qp`` through RESET -> INIT -> RTR -> RTS (``mrc_modify_qp``'s sequence).
 
     ``evs``: the EV ids it sprays over (INIT); ``dest_qpn``: the peer's QPN (RTR);
@@ -392,6 +398,8 @@ def bring_up(qp: QP, now: float, *, evs: Iterable[int] | None = None, dest_qpn: 
     init = {"evs": list(evs)} if ev_profile is None else {"ev_profile": ev_profile}
     if ev_min_active is not None:
         init["ev_min_active"] = ev_min_active
+    if reverse_evs is not None:
+        init["reverse_evs"] = list(reverse_evs)
     qp.modify_qp(QPState.INIT, now, **init)
     qp.modify_qp(QPState.RTR, now, dest_qpn=dest_qpn, mpr_dest=attr.mpr_dest,
                  max_wimm_dest=attr.max_wimm_dest)
