@@ -183,7 +183,7 @@ class QP:
             reverse = list(attrs.get("reverse_evs", evs))
             if not reverse or not set(reverse) <= set(attrs["evs"]):
                 raise ValueError(f"reverse_evs {reverse} must be a non-empty subset of the QP's EVs")
-            self.responder.reverse_set = reverse[:1] if self.transport is Transport.RC else reverse
+            self.responder.reverse.evs = reverse[:1] if self.transport is Transport.RC else reverse
         elif state is QPState.RTR:
             dest_qpn = int(attrs["dest_qpn"])
             if not 0 <= dest_qpn <= 0xFFFFFFFF:

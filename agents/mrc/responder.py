@@ -38,21 +38,10 @@ acknowledged, no completion) and is NACKed NO_PKT_BUFFER: of the MRC/UET NACK re
 one that says "the responder lacks a resource for this packet, send it again later", as
 RoCE's RNR NAK does. The requester leaves such a packet to its retransmission timer.
 
-Reverse EVs (MRC.md: "ACKs need working paths too: the responder keeps a small reverse EV
-set"): SACKs and NACKs rotate over ``reverse_set`` (the QP's EVs unless named at INIT),
-each still echoing the forward EV it acknowledges, so a reverse-only failure costs the
-SACKs of one reverse EV, not every SACK of one forward EV (which made the forward EV look
-dead). The responder's own health view: (1) a reverse EV is used only while its forward
-direction is live, echoed by one of the last :data:`REVERSE_STALE_ROTATIONS` rotations' worth
-of SACKs (paths usually fail both ways, and the requester stops spraying on an EV it found
-dead); (2) a retransmission (FLAG_RTX) of a PSN it already has means the SACKs covering it
-were lost, so the reverse EV of the latest SACK is marked bad and skipped for
-:data:`REVERSE_BAD_SACKS` rotations of the set, doubling each time it is marked again
-(never the last usable one; duplicates within one rotation of SACKs after a mark answer the
-same lost SACKs and mark nothing more). With no usable reverse EV a SACK leaves on the forward EV it
-echoes. A probe response leaves on the request's ``rsp_ev``. The
-forward EVs seen recently are kept in ``reverse_evs`` (EV -> last arrival time) for the
-stats.
+Reverse EVs: SACKs and NACKs leave on a reverse EV chosen by the responder's
+:class:`agents.mrc.reverse.ReverseEVs` (``reverse``), still echoing the forward EV. A
+probe response leaves on the request's ``rsp_ev``. The forward EVs seen recently are
+kept in ``reverse_evs`` (EV -> last arrival time) for the stats.
 
 RC mode: only the next expected PSN is accepted; anything later is dropped
 and answered with one SEQ_ERR NACK per episode (RoCE go-back-N).
@@ -64,14 +53,11 @@ import logging
 from collections import deque
 
 from . import packet as pk
+from .reverse import ReverseEVs
 from .types import QPAttr, Transport, WCOpcode, WCStatus, WorkCompletion
 
 log = logging.getLogger(__name__)
 
-REVERSE_BAD_SACKS = 16
-"""A reverse EV marked bad is skipped for this many rotations of the reverse set (doubling)."""
-REVERSE_STALE_ROTATIONS = 4
-"""A reverse EV whose forward EV no SACK echoed for this many rotations is not used."""
 
 _unpack_hdr, _unpack_crc, _crc32 = pk.DATA_HDR.unpack_from, pk.CRC.unpack_from, pk.crc32
 _pack_sack, _pack_crc = pk.SACK_HDR.pack, pk.CRC.pack
@@ -117,15 +103,7 @@ class Responder:
         self._above = 0                              # PSNs received above the cumulative PSN
         self._ctrl_out: list[tuple[bytes, int]] = []
         self.reverse_evs: dict[int, float] = {}
-        self.reverse_set: list[int] = []             # reverse EVs SACKs/NACKs rotate over
-        self._rev_pos = 0
-        self._rev_sent = 0                           # control packets sent: the clock of _rev_bad
-        self._rev_bad: dict[int, int] = {}           # reverse EV -> _rev_sent at which to retry it
-        self._rev_last = -1                          # reverse EV of the latest SACK
-        self._rev_strikes: dict[int, int] = {}       # reverse EV -> times marked bad
-        self._rev_mark_at = -(1 << 30)               # _rev_sent when a reverse EV was last marked
-        self._fwd_seen: dict[int, int] = {}          # forward EV -> _rev_sent of its last echo
-        self.reverse_ev_marked_bad = 0
+        self.reverse = ReverseEVs()
         self.rx_packets = 0
         self.rx_bytes = 0
         self.rx_duplicates = 0
@@ -202,7 +180,7 @@ class Responder:
                 "rx_duplicates": self.rx_duplicates, "rx_ooo": self.rx_ooo,
                 "rx_cum_psn": self._rcv_cum, "rx_out_of_window": self.rx_out_of_window,
                 "rx_access_errors": self.rx_access_errors, "rx_no_recv": self.rx_no_recv,
-                "reverse_ev_marked_bad": self.reverse_ev_marked_bad,
+                "reverse_ev_marked_bad": self.reverse.marked_bad,
                 "recvs_posted": len(self._recvs)}
 
     @property
@@ -317,7 +295,7 @@ class Responder:
         if psn < cum or (self._chunks.get(ch, 0) >> (psn & 63)) & 1:
             self.rx_duplicates += 1
             if rtx:
-                self._ack_lost()
+                self.reverse.ack_lost(self.qpn)
             self._dirty[max(ch, cum >> 6)] = (ev, ts)
             self._flush_sacks()
             return False
@@ -408,41 +386,7 @@ class Responder:
 
     def _nack(self, psn: int, ev: int, ts: int, reason: pk.NackReason) -> None:
         self._ctrl_out.append((pk.encode(pk.NackPacket(self.dest_qpn, psn, ev, ts, reason)),
-                               self._reverse_ev(ev)))
-
-    def _reverse_ev(self, fwd_ev: int) -> int:
-        """The reverse EV for the next SACK/NACK: the next in rotation not marked bad
-        (``fwd_ev`` if the set is empty or all bad)."""
-        rs = self.reverse_set
-        n = len(rs)
-        if not n:
-            return fwd_ev
-        sent = self._rev_sent = self._rev_sent + 1
-        self._fwd_seen[fwd_ev] = sent
-        bad, seen, stale = self._rev_bad, self._fwd_seen, sent - REVERSE_STALE_ROTATIONS * n
-        for _ in range(n):
-            ev = rs[self._rev_pos]
-            self._rev_pos = (self._rev_pos + 1) % n
-            if seen.get(ev, stale - 1) >= stale and (not bad or bad.get(ev, 0) <= sent):
-                self._rev_last = ev
-                return ev
-        self._rev_last = fwd_ev
-        return fwd_ev
-
-    def _ack_lost(self) -> None:
-        """A retransmission of a PSN already received: the latest SACK's reverse EV lost it."""
-        ev, bad = self._rev_last, self._rev_bad
-        if ev < 0 or bad.get(ev, 0) > self._rev_sent or \
-                self._rev_sent - self._rev_mark_at < len(self.reverse_set):
-            return                 # within a rotation of the last mark: the same lost SACKs
-        self._rev_mark_at = self._rev_sent
-        good = sum(1 for e in self.reverse_set if bad.get(e, 0) <= self._rev_sent)
-        if good <= 1 or ev not in self.reverse_set:
-            return
-        strikes = self._rev_strikes[ev] = min(self._rev_strikes.get(ev, 0) + 1, 16)
-        bad[ev] = self._rev_sent + (REVERSE_BAD_SACKS << (strikes - 1)) * len(self.reverse_set)
-        self.reverse_ev_marked_bad += 1
-        log.debug("qpn %d: reverse EV %d marked bad (ACKs lost)", self.qpn, ev)
+                               self.reverse.choose(ev)))
 
     def _ce_sack(self, ev: int, ts: int) -> None:
         """A CE-marked packet (EV ``ev``, stamp ``ts``) just placed: SACK now, echoing it."""
@@ -482,7 +426,7 @@ class Responder:
                 flags = mode = 0
             pkt = _pack_sack(_VERSION, _SACK, mode, flags, dest, cum, ch << 6, chunks.get(ch, 0), ev, ts, ooo,
                              nbytes)
-            out.append((pkt + _pack_crc(_crc32(pkt)), self._reverse_ev(ev)))
+            out.append((pkt + _pack_crc(_crc32(pkt)), self.reverse.choose(ev)))
         dirty.clear()
         self._sack_pending = 0
         self._ack_deadline = None

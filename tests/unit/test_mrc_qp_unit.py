@@ -315,7 +315,7 @@ def _responder_view(qp, now):
         events.append(e)
     return (qp.responder.memory.tobytes(), qp.responder._rcv_cum, dict(qp.responder._chunks), qp.responder.rx_packets, qp.responder.rx_bytes,
             qp.responder.rx_duplicates, qp.responder.rx_ooo, qp.bad_packets, qp.state, pending,
-            dict(qp.responder.reverse_evs), qp.datagrams_to_send(now), events)
+            dict(qp.responder.reverse_evs), qp.responder.reverse.state(), qp.datagrams_to_send(now), events)
 
 
 @settings(max_examples=300, deadline=None)
