@@ -147,6 +147,9 @@ class QPChannel:
             routes = _routes(peer, spec.port, spec.transport, q)
             bring_up(qp, now, evs=list(routes), attr=attr, ev_min_active=ev_min,
                      dest_qpn=qpn(src, dst, q, n, responder=side == "tx"))
+            if side == "rx":             # MRC: receives for immediates are posted up front
+                for wr_id in range(attr.max_wimm_dest):
+                    qp.post_recv(wr_id)
             self.endpoint.attach(qp, routes)
             qps.append(qp)
         return _Conn(peer, side, qps)
@@ -186,6 +189,7 @@ class QPChannel:
             raise QPChannelError(f"{conn.side} QP {qp.qpn} ({conn.peer.host}): write "
                                  f"{wc.wr_id} completed with {wc.status.value}")
         if wc.opcode is WCOpcode.RECV_RDMA_WITH_IMM:
+            qp.post_recv(wc.wr_id)       # replace the receive it consumed
             if len(conn.qps) == 1:
                 self.on_arrival(conn.peer.rank, wc.imm)
                 return

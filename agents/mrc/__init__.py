@@ -23,7 +23,9 @@ Post writes and read completions::
     ev = qp.next_event()   # WorkCompletion | EVEvent | QPError | None
 
 Requester completions have ``opcode=WCOpcode.RDMA_WRITE`` and the ``wr_id``;
-the responder gets ``WCOpcode.RECV_RDMA_WITH_IMM`` with ``imm``, in send order.
+the responder gets ``WCOpcode.RECV_RDMA_WITH_IMM`` with ``imm``, in send order, each
+taking a receive posted up front with ``qp.post_recv(wr_id)`` (mrc_post_recv; none
+posted: the write is NACKed NO_PKT_BUFFER and retried).
 
 Drive it (``agents.net.udp.Endpoint`` does this over UDP; ``agents.mrc.sim`` on a
 fake clock): ``receive_datagram(data, now)`` (or ``receive_datagrams(batch, now)``:
@@ -45,9 +47,12 @@ Metrics: ``qp.stats()`` returns a JSON-ready dict: ``state``, ``tx_packets``,
 counters (``rx_packets``, ``rx_bytes``, ``rx_duplicates``, ``rx_ooo``,
 ``rx_cum_psn``) and ``evs``: per EV ``{state, packets_sent, bytes_sent,
 packets_acked, packets_lost, retransmits, rtt_last_s, rtt_min_s,
-rtt_samples, probes_sent, probes_ok}``. EV state changes arrive as
-:class:`EVEvent` (time, qpn, ev, old, new, cause) through ``next_event()``;
-the controller call is ``qp.set_ev_state(ev, EVState.DENIED | EVState.GOOD, now)``.
+rtt_samples, probes_sent, probes_ok, skips}``, ``ev_skips`` ({ecn, trim, trim_lasthop}).
+Changes of an EV's visible state into ``QPConfig.ev_event_mask`` (GOOD, ASSUMED_BAD;
+SKIP is internal) arrive as :class:`EVEvent` (time, qpn, ev, old, new, cause,
+drop_count) through ``next_event()``; the controller calls are
+``qp.set_ev_state(ev, EVState.DENIED | EVState.GOOD, now)`` and ``qp.replace_ev(cur,
+new, now)``, or through an EV profile (:mod:`agents.mrc.profiles`).
 
 RC baseline: ``QPConfig(transport=Transport.RC)``; only the first EV of the
 profile is used (pinned path), go-back-N, same timeout/retry rules. RoCE's DCQCN:

@@ -15,8 +15,17 @@ Behaviour (MRC.md, after the MRC paper and spec):
   decision: ``agents.mrc.requester.Requester._charge_ev``;
 * ASSUMED_BAD (and UNKNOWN) -> GOOD after ``probe_successes`` consecutive
   successful background EV probes;
-* a congestion signal (ECN echo, trim NACK) -> SKIP; SKIP -> GOOD once its
-  short skip timeout expires;
+* a congestion signal (ECN echo, trim NACK before the last hop) -> SKIP; SKIP -> GOOD
+  after one rotation, bounded by a timeout of one SRTT. MRC.md (after the MRC paper and
+  spec): "back to GOOD after one rotation or a short timeout". One rotation: the sprayer
+  has picked as many times as there were other usable EVs when the SKIP began (it went
+  round them once), and the EV's next turn in the rotation restores it. The timeout is the
+  QP's SRTT (``skip_timeout_fn``; ``skip_timeout_s`` before the first RTT sample), so a
+  SKIP means something on a fabric whose RTT is tens of ms. ALWAYS_SKIP (the responder
+  saw a run of CE marks on the EV) holds the SKIP, rotations and timeout aside, until a
+  SACK for the EV arrives without ECN (:meth:`EVSet.clear_always_skip`), or at the latest
+  :data:`ALWAYS_SKIP_TIMEOUTS` skip timeouts, so an EV with nothing left in flight to
+  return a clean SACK is not lost for good;
 * ASSUMED_BAD -> GOOD at once (DELIVERED) when a packet sent on the EV no earlier
   than its last charged loss is known to have reached the receiver (acknowledged,
   echoed, or its trimmed header NACKed): the losses were congestion or reordering
@@ -24,7 +33,11 @@ Behaviour (MRC.md, after the MRC paper and spec):
 * DENIED and GOOD set only by the controller (:meth:`EVSet.set_state`);
   the operator's DENIED is honoured even below the floor.
 
-Every change of state is reported as a frozen :class:`EVEvent`.
+Reported events (mrc_ctl.h ``ev_event_mask``: "Only EV_ASSUMED_BAD and EV_GOOD is
+supported"): a change of the externally visible state (SKIP is GOOD to the controller)
+to a state in the EV set's ``event_mask`` is appended as a frozen :class:`EVEvent` to
+the sink; others (entering or leaving SKIP, DENIED) are not reported. SKIPs are counted
+per EV (``skips`` in :meth:`EVSet.stats`).
 """
 from __future__ import annotations
 
@@ -33,7 +46,7 @@ import logging
 import itertools
 import random
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +114,13 @@ def next_state(state: EVState, cause: EVCause) -> EVState:
 
 @dataclass(frozen=True, slots=True)
 class EVEvent:
-    """One EV state change: ``time`` in seconds (the QP's clock)."""
+    """One reported EV state change: ``time`` in seconds (the QP's clock).
+
+    ``drop_count``: packets lost on this EV (charged to it) since its previous reported
+    event. mrc_ctl.h's ``struct mrc_ctl_ev_event`` field of that name counts EV events
+    the device dropped from the event queue; this queue never drops one, so the field
+    carries the losses behind the change instead.
+    """
 
     time: float
     qpn: int
@@ -109,6 +128,18 @@ class EVEvent:
     old: EVState
     new: EVState
     cause: EVCause
+    drop_count: int = 0
+
+
+EVENT_MASK_ALLOWED = int(EVState.GOOD) | int(EVState.ASSUMED_BAD)
+"""mrc_ctl.h: the EV event mask supports only GOOD and ASSUMED_BAD (also the default)."""
+ALWAYS_SKIP_TIMEOUTS = 8
+"""An ALWAYS_SKIP lasts at most this many skip timeouts (SRTTs) without a clean SACK."""
+
+
+def visible(state: EVState) -> EVState:
+    """The state the controller sees: SKIP is NIC-internal, GOOD to mrc_ctl."""
+    return EVState.GOOD if state is EVState.SKIP else state
 
 
 class EVInfo:
@@ -118,7 +149,8 @@ class EVInfo:
                  "bytes_sent", "packets_acked", "packets_lost",
                  "retransmits", "seq", "acked_seq", "last_ack_s", "rtt_last_s", "rtt_min_s",
                  "rtt_srtt_s", "rtt_samples", "probes_sent", "probes_ok_total",
-                 "delivered_ts_ns", "loss_run", "loss_run_ts_ns", "losses_excused")
+                 "delivered_ts_ns", "loss_run", "loss_run_ts_ns", "losses_excused",
+                 "skip_picks", "always_skip", "skips", "drops_reported")
 
     def __init__(self, ev: int, state: EVState):
         self.ev = ev
@@ -144,6 +176,10 @@ class EVInfo:
         self.losses_excused = 0      # losses not charged: a later packet on the EV arrived
         self.probes_sent = 0
         self.probes_ok_total = 0
+        self.skip_picks = 0          # EVSet pick count at which a SKIP has seen one rotation
+        self.always_skip = False     # ALWAYS_SKIP: only a SACK without ECN (or a long bound) ends it
+        self.skips = 0               # entries into SKIP (never reported as events)
+        self.drops_reported = 0      # packets_lost when the last event was reported
 
     @property
     def packets_sent(self) -> int:
@@ -156,14 +192,18 @@ class EVSet:
 
     ``evs``: EV ids (u32, distinct). ``ev_min_active``: floor of usable EVs
     (mrc_ctl.h ``ev_min_active``, <= len(evs)). ``rng``: a seeded
-    ``random.Random`` used for the randomised rotation. ``skip_timeout_s``:
-    how long a SKIP lasts. ``sink``: a list-like that receives every EVEvent
-    (default: the ``events`` list). Raises ValueError on a bad configuration.
+    ``random.Random`` used for the randomised rotation. ``skip_timeout_fn()``: the
+    SKIP timeout bound in seconds (the QP's SRTT) or None before it is known, then
+    ``skip_timeout_s`` applies. ``event_mask``: the states whose changes are reported
+    (GOOD and/or ASSUMED_BAD bits). ``sink``: a list-like that receives every reported
+    EVEvent (default: the ``events`` list). Raises ValueError on a bad configuration.
     """
 
     def __init__(self, evs: Iterable[int], *, qpn: int, rng: random.Random,
                  ev_min_active: int = 1, skip_timeout_s: float = 0.001,
-                 initial_state: EVState = EVState.GOOD, sink: list | None = None):
+                 initial_state: EVState = EVState.GOOD, sink: list | None = None,
+                 skip_timeout_fn: Callable[[], float | None] | None = None,
+                 event_mask: int = EVENT_MASK_ALLOWED):
         ev_list = list(evs)
         if not ev_list:
             raise ValueError("an EV set needs at least one EV")
@@ -171,10 +211,15 @@ class EVSet:
             raise ValueError(f"duplicate EVs in {ev_list}")
         if not 0 <= ev_min_active <= len(ev_list):
             raise ValueError(f"ev_min_active={ev_min_active} not in [0, {len(ev_list)}]")
+        if event_mask & ~EVENT_MASK_ALLOWED:
+            raise ValueError(f"event_mask {event_mask:#x}: only GOOD and ASSUMED_BAD (mrc_ctl.h)")
         self.qpn = qpn
         self.rng = rng
         self.ev_min_active = ev_min_active
         self.skip_timeout_s = skip_timeout_s
+        self.skip_timeout_fn = skip_timeout_fn
+        self.event_mask = event_mask
+        self._picks = 0              # EVs handed out by pick/pick_many (the rotation clock)
         self.info: dict[int, EVInfo] = {ev: EVInfo(ev, initial_state) for ev in ev_list}
         self.order = ev_list
         # Rotations are drawn as one index into the table of all orderings (one RNG call)
@@ -189,10 +234,66 @@ class EVSet:
 
     # ---- state machine -------------------------------------------------
     def usable_count(self) -> int:
-        return sum(1 for i in self.info.values() if i.state in USABLE)
+        info = self.info
+        return sum(1 for ev in self.order if info[ev].state in USABLE)
 
-    def apply(self, ev: int, cause: EVCause, now: float) -> EVState:
-        """Feed one event to EV ``ev``; returns its new state. KeyError for an unknown EV."""
+    def _update_all_good(self) -> None:
+        info = self.info
+        self._all_good = all(info[ev].state is EVState.GOOD for ev in self.order)
+
+    def replace(self, cur: int, new: int, now: float) -> None:
+        """mrc_ctl REPLACE_EV: EV ``new`` takes ``cur``'s slot, GOOD with fresh counters.
+
+        ``cur``'s record stays (DENIED, out of the spray order and the stats) so that SACKs
+        and timers of packets still in flight on it find it; no event is reported.
+        ValueError if ``cur`` is not in the set or ``new`` already is.
+        """
+        if cur not in self.order:
+            raise ValueError(f"EV {cur} is not in the EV set")
+        if new in self.order:
+            raise ValueError(f"EV {new} is already in the EV set")
+        self.order[self.order.index(cur)] = new
+        self.info[cur].state = EVState.DENIED
+        self.info[new] = EVInfo(new, EVState.GOOD)
+        self._perms = [list(p) for p in itertools.permutations(self.order)] \
+            if len(self.order) <= MAX_PERM_TABLE_EVS else None
+        self._rotation, self._pos = [], 0
+        self._update_all_good()
+        log.info("qpn %d: EV %d replaced by EV %d", self.qpn, cur, new)
+
+    def skip_bound_s(self) -> float:
+        """How long a SKIP may last at most: one SRTT, ``skip_timeout_s`` before one is known."""
+        fn = self.skip_timeout_fn
+        t = fn() if fn is not None else None
+        return self.skip_timeout_s if t is None else t
+
+    def _start_skip(self, info: EVInfo, now: float, always: bool) -> None:
+        bound = self.skip_bound_s()
+        info.skip_until = now + (ALWAYS_SKIP_TIMEOUTS * bound if always else bound)
+        info.skip_picks = self._picks + max(self.usable_count() - 1, 0)
+        info.always_skip = info.always_skip or always
+
+    def skip_over(self, info: EVInfo, now: float) -> bool:
+        """The SKIP of ``info`` has run its course (rotation or timeout; module docstring)."""
+        if now >= info.skip_until:
+            return True
+        return not info.always_skip and self._picks >= info.skip_picks
+
+    def clear_always_skip(self, ev: int, now: float) -> None:
+        """A SACK for ``ev`` arrived without ECN: an ALWAYS_SKIP on it ends now."""
+        info = self.info.get(ev)
+        if info is not None and info.always_skip:
+            info.always_skip = False
+            if info.state is EVState.SKIP:
+                self.apply(ev, EVCause.SKIP_EXPIRED, now)
+
+    def apply(self, ev: int, cause: EVCause, now: float, *, always: bool = False,
+              drop_count: int | None = None) -> EVState:
+        """Feed one event to EV ``ev``; returns its new state. KeyError for an unknown EV.
+
+        ``always``: a CONGESTION that is an ALWAYS_SKIP. ``drop_count``: for a reported
+        event, overrides the losses charged to the EV since its last reported event.
+        """
         info = self.info[ev]
         old = info.state
         new = next_state(old, cause)
@@ -203,16 +304,24 @@ class EVSet:
             return old
         if new is not old:
             info.state = new
-            self._all_good = all(i.state is EVState.GOOD for i in self.info.values())
-            if new == EVState.SKIP:
-                info.skip_until = now + self.skip_timeout_s
+            self._update_all_good()
+            if new is EVState.SKIP:
+                info.skips += 1
+                self._start_skip(info, now, always)
+            else:
+                info.always_skip = False
             if new in (EVState.ASSUMED_BAD, EVState.UNKNOWN):
                 info.probe_ok = 0
                 info.probe_due = now
-            self.events.append(EVEvent(now, self.qpn, ev, old, new, cause))
+            shown = visible(new)
+            if shown is not visible(old) and shown & self.event_mask:
+                if drop_count is None:
+                    drop_count = info.packets_lost - info.drops_reported
+                info.drops_reported = info.packets_lost
+                self.events.append(EVEvent(now, self.qpn, ev, old, new, cause, drop_count))
             log.info("qpn %d ev %d: %s -> %s (%s)", self.qpn, ev, old.name, new.name, cause.value)
-        elif new == EVState.SKIP:
-            info.skip_until = now + self.skip_timeout_s
+        elif new is EVState.SKIP:
+            self._start_skip(info, now, always)
         return new
 
     def set_state(self, ev: int, state: EVState, now: float) -> None:
@@ -236,6 +345,14 @@ class EVSet:
             if info.state == EVState.SKIP and info.skip_until <= now:
                 self.apply(info.ev, EVCause.SKIP_EXPIRED, now)
 
+    def skip_deadline(self) -> float | None:
+        """The earliest SKIP timeout, or None (the QP's timer)."""
+        t = None
+        for info in self.info.values():
+            if info.state is EVState.SKIP and (t is None or info.skip_until < t):
+                t = info.skip_until
+        return t
+
     # ---- spraying ------------------------------------------------------
     def pick(self, now: float, exclude: int | None = None) -> int | None:
         """Next GOOD EV in a seeded randomised rotation, avoiding ``exclude`` if another exists.
@@ -253,14 +370,17 @@ class EVSet:
             self._pos += 1
             st = info[ev].state
             if st is EVState.GOOD and ev != exclude:
+                self._picks += 1
                 return ev
-            if st is EVState.SKIP and info[ev].skip_until <= now:
+            if st is EVState.SKIP and self.skip_over(info[ev], now):
                 self.apply(ev, EVCause.SKIP_EXPIRED, now)
                 if ev != exclude:
+                    self._picks += 1
                     return ev
         for state in (EVState.GOOD, EVState.SKIP):
             for ev in self.order:
                 if info[ev].state is state:
+                    self._picks += 1
                     return ev
         return None
 
@@ -292,6 +412,7 @@ class EVSet:
                 pos += len(take)
                 n -= len(take)
             self._rotation, self._pos = rot, pos
+            self._picks += len(out)
             return out
         pick = self.pick
         for _ in range(n):
@@ -325,7 +446,8 @@ class EVSet:
     def stats(self) -> dict[int, dict]:
         """Per-EV snapshot: {ev: {state, packets_sent, packets_lost, ...}}."""
         out = {}
-        for ev, i in self.info.items():
+        for ev in self.order:
+            i = self.info[ev]
             out[ev] = {
                 "state": i.state.name, "packets_sent": i.packets_sent,
                 "bytes_sent": i.bytes_sent, "packets_acked": i.packets_acked,
@@ -333,5 +455,6 @@ class EVSet:
                 "rtt_last_s": i.rtt_last_s, "rtt_min_s": i.rtt_min_s,
                 "rtt_samples": i.rtt_samples, "probes_sent": i.probes_sent,
                 "probes_ok": i.probes_ok_total, "losses_excused": i.losses_excused,
+                "skips": i.skips,
             }
         return out

@@ -19,7 +19,8 @@ DATA (36 bytes + optional 4-byte immediate + payload + 4-byte CRC)
     prefix, psn u32, ev u32, remote_offset u64, length u32, timestamp_ns u64,
     [imm u32 if the opcode carries one], payload[length]
     (``length`` is the payload length; with ``FLAG_TRIMMED`` the payload was
-    cut by a switch and is absent while ``length`` keeps the original size).
+    cut by a switch and is absent while ``length`` keeps the original size;
+    ``FLAG_TRIMMED_LASTHOP`` in addition: cut by the last switch before the host).
 SACK (48 bytes + CRC)
     prefix, cum_psn u32 (every PSN below it received), sack_base u32,
     bitmap u64 (bit i = PSN sack_base + i received), ev u32 (echoed),
@@ -120,7 +121,11 @@ FLAG_ACK_REQ = 0x02
 """Data: the requester asks for an immediate SACK."""
 FLAG_TRIMMED = 0x04
 """Data: a switch trimmed the payload (only the header arrived)."""
-DATA_FLAGS = FLAG_RTX | FLAG_ACK_REQ | FLAG_TRIMMED
+FLAG_TRIMMED_LASTHOP = 0x08
+"""Data, only with FLAG_TRIMMED: the trimming switch port faces the destination host (the
+last hop), so the trim says the receiver's link is congested, not the EV's path (UET:
+only trims before the last hop penalise the EV). The responder NACKs TRIMMED_LASTHOP."""
+DATA_FLAGS = FLAG_RTX | FLAG_ACK_REQ | FLAG_TRIMMED | FLAG_TRIMMED_LASTHOP
 
 FLAG_ECN_ECHO = 0x01
 """SACK: at least one acknowledged packet arrived ECN-CE marked."""
@@ -146,6 +151,8 @@ class NackReason(enum.IntEnum):
     SEQ_ERR = 6
 
 
+_DATA = int(PacketType.DATA)
+_pack_data_hdr, _pack_imm, _pack_crc = DATA_HDR.pack, IMM.pack, CRC.pack
 _SACK_MODES = frozenset(int(m) for m in SackMode)
 _NACK_REASONS = frozenset(int(r) for r in NackReason)
 MAX_PSN = 0xFFFFFFFE
@@ -218,15 +225,20 @@ def _seal(header_and_body: bytes) -> bytes:
 
 def encode_data_parts(dest_qpn: int, psn: int, ev: int, opcode: int, flags: int,
                       remote_offset: int, timestamp_ns: int, imm: int | None,
-                      payload) -> bytes:
-    """Hot-path encoder: one data packet as bytes (payload: bytes-like, may be a memoryview)."""
-    length = len(payload)
-    hdr = DATA_HDR.pack(VERSION, 1, opcode, flags, dest_qpn, psn, ev,
-                        remote_offset, length, timestamp_ns)
+                      payload, length: int = -1) -> bytes:
+    """The one DATA encoder (hot path): a data packet as bytes.
+
+    ``payload``: bytes-like, may be a memoryview; ``length``: the length field, default
+    ``len(payload)`` (a trimmed packet keeps its original length and carries no payload).
+    """
+    if length < 0:
+        length = len(payload)
+    body = _pack_data_hdr(VERSION, _DATA, opcode, flags, dest_qpn, psn, ev,
+                          remote_offset, length, timestamp_ns)
     if imm is not None:
-        hdr += IMM.pack(imm)
-    crc = crc32(payload, crc32(hdr))
-    return b"".join((hdr, payload, CRC.pack(crc)))
+        body += _pack_imm(imm)
+    body += payload                  # one copy, then one CRC pass over contiguous bytes
+    return body + _pack_crc(crc32(body))
 
 
 def encode(pkt: Packet) -> bytes:
@@ -235,25 +247,26 @@ def encode(pkt: Packet) -> bytes:
         has_imm = int(pkt.opcode) in _IMM_OPCODE_VALUES
         if has_imm != (pkt.imm is not None):
             raise ValueError(f"opcode {pkt.opcode!r} and imm={pkt.imm!r} disagree")
+        if pkt.flags & FLAG_TRIMMED_LASTHOP and not pkt.flags & FLAG_TRIMMED:
+            raise ValueError("FLAG_TRIMMED_LASTHOP needs FLAG_TRIMMED")
         if pkt.flags & FLAG_TRIMMED:
             if pkt.payload:
                 raise ValueError("a trimmed packet carries no payload")
-            hdr = DATA_HDR.pack(VERSION, 1, pkt.opcode, pkt.flags, pkt.dest_qpn, pkt.psn,
-                                pkt.ev, pkt.remote_offset, pkt.length, pkt.timestamp_ns)
-            return _seal(hdr + (IMM.pack(pkt.imm) if has_imm else b""))
+            return encode_data_parts(pkt.dest_qpn, pkt.psn, pkt.ev, pkt.opcode, pkt.flags,
+                                     pkt.remote_offset, pkt.timestamp_ns, pkt.imm, b"", pkt.length)
         if pkt.length != len(pkt.payload):
             raise ValueError("length must equal len(payload)")
         return encode_data_parts(pkt.dest_qpn, pkt.psn, pkt.ev, pkt.opcode, pkt.flags,
                                  pkt.remote_offset, pkt.timestamp_ns, pkt.imm, pkt.payload)
     if isinstance(pkt, SackPacket):
-        return _seal(SACK_HDR.pack(VERSION, 2, pkt.mode, pkt.flags, pkt.dest_qpn,
+        return _seal(SACK_HDR.pack(VERSION, PacketType.SACK, pkt.mode, pkt.flags, pkt.dest_qpn,
                                    pkt.cum_psn, pkt.sack_base, pkt.bitmap, pkt.ev,
                                    pkt.timestamp_ns, pkt.ooo_count, pkt.received_bytes))
     if isinstance(pkt, NackPacket):
-        return _seal(NACK_HDR.pack(VERSION, 3, pkt.reason, 0, pkt.dest_qpn, pkt.psn,
+        return _seal(NACK_HDR.pack(VERSION, PacketType.NACK, pkt.reason, 0, pkt.dest_qpn, pkt.psn,
                                    pkt.ev, pkt.timestamp_ns))
     if isinstance(pkt, ProbePacket):
-        ptype = 5 if pkt.response else 4
+        ptype = PacketType.PROBE_RSP if pkt.response else PacketType.PROBE_REQ
         return _seal(PROBE_HDR.pack(VERSION, ptype, 0, 0, pkt.dest_qpn, pkt.probe_id, 0,
                                     pkt.req_ev, pkt.rsp_ev, pkt.timestamp_ns))
     if isinstance(pkt, CnpPacket):
@@ -300,6 +313,8 @@ def unpack_data(data: bytes) -> tuple:
         raise ProtocolError(f"unknown opcode {opcode}")
     if flags & ~DATA_FLAGS:
         raise ProtocolError(f"unknown data flags {flags:#x}")
+    if flags & FLAG_TRIMMED_LASTHOP and not flags & FLAG_TRIMMED:
+        raise ProtocolError("FLAG_TRIMMED_LASTHOP without FLAG_TRIMMED")
     if psn > MAX_PSN:
         raise ProtocolError("reserved PSN")
     start = DATA_HDR.size

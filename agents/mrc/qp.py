@@ -47,8 +47,9 @@ log = logging.getLogger(__name__)
 
 S = QPState
 _RTS, _RTR = QPState.RTS, QPState.RTR
+_DATA, _SACK = int(pk.PacketType.DATA), int(pk.PacketType.SACK)
 TRANSITIONS: dict[tuple[QPState, QPState], frozenset[str]] = {
-    (S.RST, S.INIT): frozenset({"evs", "ev_min_active"}),
+    (S.RST, S.INIT): frozenset({"evs", "ev_min_active", "ev_profile", "reverse_evs"}),
     (S.INIT, S.RTR): frozenset({"dest_qpn", "mpr_dest", "max_wimm_dest"}),
     (S.RTR, S.RTS): frozenset({"mpr", "max_wimm", "timeout", "retry_linear_cnt",
                                "retry_exp_cnt"}),
@@ -56,7 +57,7 @@ TRANSITIONS: dict[tuple[QPState, QPState], frozenset[str]] = {
                                "retry_exp_cnt"}),
 }
 """(from, to) -> attributes that step may set. Any state may go to ERR or RST."""
-REQUIRED = {(S.RST, S.INIT): {"evs"}, (S.INIT, S.RTR): {"dest_qpn"}}
+REQUIRED = {(S.INIT, S.RTR): {"dest_qpn"}}
 _ATTR_FIELDS = {f.name for f in dataclasses.fields(QPAttr)}
 
 
@@ -123,6 +124,10 @@ class QP:
         """RFC 6298 smoothed RTT of the data path in seconds (None before the first SACK)."""
         return self._rtt.srtt_s
 
+    def _skip_timeout_s(self) -> float | None:
+        """The SKIP bound: one SRTT (None before the first sample; see agents.mrc.ev)."""
+        return self._rtt.srtt_s
+
     def _rto_floor_s(self) -> float:
         return mrc_timeout_s(self.attr.timeout, self.config.time_scale, self.config.min_rto_s)
 
@@ -132,7 +137,8 @@ class QP:
     def modify_qp(self, state: QPState, now: float = 0.0, **attrs) -> None:
         """Move to ``state`` setting ``attrs`` (like mrc_modify_qp).
 
-        INIT takes ``evs`` (EV ids) and ``ev_min_active``; RTR takes
+        INIT takes ``evs`` (EV ids) or ``ev_profile``, ``ev_min_active`` and ``reverse_evs``
+        (the EVs its SACKs/NACKs rotate over, default ``evs``); RTR takes
         ``dest_qpn``, ``mpr_dest``, ``max_wimm_dest``; RTS takes ``mpr``,
         ``max_wimm``, ``timeout``, ``retry_linear_cnt``, ``retry_exp_cnt``.
         The requester must not be given an ``mpr`` above the peer's
@@ -159,6 +165,15 @@ class QP:
         if missing:
             raise ValueError(f"{self.state.name} -> {state.name} needs {sorted(missing)}")
         if state is QPState.INIT:
+            profile = attrs.get("ev_profile")
+            if ("evs" in attrs) == (profile is not None):
+                raise ValueError("RST -> INIT needs exactly one of evs and ev_profile")
+            if profile is not None:
+                if profile.state.name != "ONLINE":
+                    raise ValueError(f"EV profile {profile.profile_id} is {profile.state.name}, "
+                                     f"not ONLINE")
+                attrs.setdefault("ev_min_active", profile.ev_min_active)
+                attrs["evs"] = profile.ev_vals()
             evs = list(attrs["evs"])
             if self.transport is Transport.RC:
                 evs = evs[:1]
@@ -166,7 +181,16 @@ class QP:
             self.evs = self.requester.evs = EVSet(evs, qpn=self.qpn, rng=self.rng,
                                                   ev_min_active=min(floor, len(evs)),
                                                   skip_timeout_s=self.config.skip_timeout_s,
+                                                  skip_timeout_fn=self._skip_timeout_s,
+                                                  event_mask=self.config.ev_event_mask
+                                                  if profile is None else profile.ev_event_mask,
                                                   sink=self._events)
+            if profile is not None:
+                profile.attach(self)
+            reverse = list(attrs.get("reverse_evs", evs))
+            if not reverse or not set(reverse) <= set(attrs["evs"]):
+                raise ValueError(f"reverse_evs {reverse} must be a non-empty subset of the QP's EVs")
+            self.responder.reverse.evs = reverse[:1] if self.transport is Transport.RC else reverse
         elif state is QPState.RTR:
             dest_qpn = int(attrs["dest_qpn"])
             if not 0 <= dest_qpn <= 0xFFFFFFFF:
@@ -180,6 +204,7 @@ class QP:
             self.config.check_ack_delay(floor, f"the RTO floor of timeout {new_attr.timeout}")
         self.attr = self.requester.attr = new_attr
         self.responder.mpr_dest = new_attr.mpr_dest
+        self.responder.max_wimm_dest = new_attr.max_wimm_dest
         self._update_rto()
         self.state = state
 
@@ -199,7 +224,7 @@ class QP:
         self.state = QPState.ERR
         self._events.append(QPError(now, self.qpn, reason))
         self.requester.flush_writes(now)
-        self.responder.stop()
+        self.responder.stop(now)
         self._cnp_out.clear()
         self._pace_at = None
 
@@ -221,6 +246,19 @@ class QP:
             local.format != "B" or local.ndim != 1 else local
         self.requester.post(wr_id, data, remote_offset, imm)
 
+    def post_recv(self, wr_id: int) -> None:
+        """Post a receive for one incoming WRITE_WITH_IMM (mrc.h ``mrc_post_recv``, like
+        ``ibv_post_recv``): its completion (RECV_RDMA_WITH_IMM) carries ``wr_id``. Post them
+        up front: a WRITE_WITH_IMM arriving with none posted is NACKed NO_PKT_BUFFER and
+        retried by the requester's timer (:mod:`agents.mrc.responder`). QPStateError in RST
+        or ERR, ValueError for a ``wr_id`` that is not a u64."""
+        if self.state is QPState.RST or self.state is QPState.ERR:
+            raise QPStateError(f"QP {self.qpn}: post_recv needs INIT, RTR or RTS, state is "
+                               f"{self.state.name}")
+        if not isinstance(wr_id, int) or not 0 <= wr_id < 2**64:
+            raise ValueError(f"wr_id {wr_id!r} is not a u64")
+        self.responder.post_recv(wr_id)
+
     def receive_datagram(self, data: bytes, now: float, *, ecn: bool = False) -> None:
         """Process one datagram addressed to this QP.
 
@@ -233,11 +271,11 @@ class QP:
             return
         try:
             ptype = data[1] if len(data) > 1 else 0
-            if ptype == 1:                       # DATA
+            if ptype == _DATA:
                 self.responder.on_data(data, now, ecn)
                 if ecn and self._cnp is not None:
                     self._on_ce(data, now)
-            elif ptype == 2:                     # SACK
+            elif ptype == _SACK:
                 if state is _RTS:
                     self.requester.on_sack(pk.unpack_sack(data), now)
             else:
@@ -246,7 +284,7 @@ class QP:
                     self._bad_packets += 1
                 elif isinstance(pkt, pk.ProbePacket):
                     if pkt.response:
-                        self.requester.on_probe_rsp(pkt, now)
+                        self.requester.probes.on_response(pkt, now)
                     else:
                         self.responder.on_probe_req(pkt)
                 elif isinstance(pkt, pk.NackPacket) and state is _RTS:
@@ -267,21 +305,22 @@ class QP:
         psn, ev = int.from_bytes(data[8:12], "big"), int.from_bytes(data[12:16], "big")
         self._cnp_out.append((pk.encode_cnp(self.dest_qpn, ev, psn), ev))
 
-    def receive_datagrams(self, datagrams, now: float) -> None:
+    def receive_datagrams(self, datagrams, now: float, ce=None) -> None:
         """Process ``datagrams`` (bytes, in arrival order) as :meth:`receive_datagram` would one by
         one: the I/O adapter's entry point for a batch read from one socket (the responder's
-        fast path for in-order data, :meth:`Responder.receive_batch`)."""
+        fast path for in-order data, :meth:`Responder.receive_batch`). ``ce``: None, or one
+        bool per datagram, its ``ecn`` (the IP header carried CE)."""
         state = self.state
         if self.responder.memory is None or (state is not _RTS and state is not _RTR):
-            for data in datagrams:
-                self.receive_datagram(data, now)
+            for i, data in enumerate(datagrams):
+                self.receive_datagram(data, now, ecn=ce is not None and ce[i])
             return
-        self.responder.receive_batch(datagrams, now, self._receive_in_batch)
+        self.responder.receive_batch(datagrams, now, self._receive_in_batch, ce)
 
-    def _receive_in_batch(self, data: bytes, now: float) -> bool:
+    def _receive_in_batch(self, data: bytes, now: float, ecn: bool = False) -> bool:
         """:meth:`receive_datagram`; False once the QP has left the state it was in."""
         state = self.state
-        self.receive_datagram(data, now)
+        self.receive_datagram(data, now, ecn=ecn)
         return self.state is state
 
     def handle_timer(self, now: float) -> None:
@@ -292,7 +331,7 @@ class QP:
         if self.state is QPState.RTS:
             self.requester.on_timer(now)
             if self.state is QPState.RTS:
-                self.requester.on_probe_timer(now)
+                self.requester.probes.on_timer(now)
                 self.evs.expire_skips(now)
 
     def get_timer(self) -> float | None:
@@ -305,7 +344,7 @@ class QP:
         if self.state is QPState.RTS:
             times = [self.requester.deadline()]
             if not self.evs.all_good:
-                times.append(self.requester.probe_deadline())
+                times.append(self.requester.probes.deadline())
                 times.extend(i.skip_until for i in self.evs.info.values()
                              if i.state is EVState.SKIP)
             if self._pace_at is not None:
@@ -322,7 +361,7 @@ class QP:
             out += self._cnp_out
             self._cnp_out = []
         if self.state is QPState.RTS:
-            self.requester.send_probes(now, out)
+            self.requester.probes.send(now, out)
             if self._paced:
                 self._send_paced(now, out)
             else:
@@ -357,6 +396,13 @@ class QP:
             raise QPStateError("the QP has no EV profile before INIT")
         self.evs.set_state(ev, state, now)
 
+    def replace_ev(self, cur: int, new: int, now: float) -> None:
+        """Controller call (mrc_ctl REPLACE_EV, through the QP's profile): EV ``new`` takes
+        ``cur``'s slot (:meth:`agents.mrc.ev.EVSet.replace`). The I/O layer must route ``new``."""
+        if self.evs is None:
+            raise QPStateError("the QP has no EV profile before INIT")
+        self.evs.replace(cur, new, now)
+
     @property
     def idle(self) -> bool:
         """True when no write is pending and nothing is in flight."""
@@ -370,8 +416,8 @@ class QP:
 
     @property
     def probe_timeout_s(self) -> float:
-        """Seconds a probe may take (:attr:`Requester.probe_timeout_s`)."""
-        return self.requester.probe_timeout_s
+        """Seconds a probe may take (:attr:`agents.mrc.probes.EVProber.probe_timeout_s`)."""
+        return self.requester.probes.probe_timeout_s
 
     def stats(self) -> dict:
         """A JSON-ready snapshot of counters (see agents.mrc module docstring)."""
@@ -381,6 +427,7 @@ class QP:
             "cwnd_bytes": self.cc.cwnd_bytes, "srtt_s": self.srtt_s, **self.responder.counters(),
             "bad_packets": self.bad_packets,
             "ev_floor_held": self.evs.floor_held if self.evs else 0,
+            "ev_skips": dict(self.requester.ev_skips),
             "evs": self.evs.stats() if self.evs else {},
             "cc": {"name": self.cc.name, **(self.cc.counters() if hasattr(self.cc, "counters") else {})},
             "cnp_sent": self._cnp.sent if self._cnp is not None else 0,
@@ -388,19 +435,24 @@ class QP:
         }
 
 
-def bring_up(qp: QP, now: float, *, evs: Iterable[int], dest_qpn: int,
-             attr: QPAttr | None = None, ev_min_active: int | None = None) -> None:
+def bring_up(qp: QP, now: float, *, evs: Iterable[int] | None = None, dest_qpn: int,
+             attr: QPAttr | None = None, ev_min_active: int | None = None, ev_profile=None,
+             reverse_evs: Iterable[int] | None = None) -> None:
     """Take a fresh ``qp`` through RESET -> INIT -> RTR -> RTS (``mrc_modify_qp``'s sequence).
 
     ``evs``: the EV ids it sprays over (INIT); ``dest_qpn``: the peer's QPN (RTR);
     ``attr``: the mrc.h attributes (default QPAttr()), the requester's ``mpr`` capped at
     the peer's ``mpr_dest``; ``ev_min_active``: the floor of usable EVs (default: the
-    QP's). Raises ValueError for attributes :meth:`QP.modify_qp` rejects.
+    QP's); ``ev_profile``: an ONLINE :class:`agents.mrc.profiles.EVProfile` to take the EVs,
+    floor and event mask from instead of ``evs`` (the QP attaches to it). Raises ValueError
+    for attributes :meth:`QP.modify_qp` rejects.
     """
     attr = attr or QPAttr()
-    init = {"evs": list(evs)}
+    init = {"evs": list(evs)} if ev_profile is None else {"ev_profile": ev_profile}
     if ev_min_active is not None:
         init["ev_min_active"] = ev_min_active
+    if reverse_evs is not None:
+        init["reverse_evs"] = list(reverse_evs)
     qp.modify_qp(QPState.INIT, now, **init)
     qp.modify_qp(QPState.RTR, now, dest_qpn=dest_qpn, mpr_dest=attr.mpr_dest,
                  max_wimm_dest=attr.max_wimm_dest)

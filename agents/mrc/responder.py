@@ -17,10 +17,31 @@ acknowledged after ``ack_delay_s`` as before, instead of waiting out a hold that
 second packet will share. One SACK is sent per 64-PSN chunk touched
 since the last one, so no received PSN goes unreported.
 
-Reverse EV: a SACK or NACK leaves on the EV of the packet that triggered it
-(the path that packet just proved to work); a probe response on the
-request's ``rsp_ev``. The EVs seen recently are kept in ``reverse_evs``
-(EV -> last arrival time) for the stats.
+ECN (UET): a CE-marked data packet is acknowledged at once by a SACK of its own that
+echoes that packet's EV and timestamp with ECN_ECHO and ``m`` SKIP_ONCE, so the requester
+skips the EV that carried the mark; SACKs for unmarked packets carry no echo. When an EV's
+arrivals were CE-marked ``config.always_skip_ce_run`` times in a row (no unmarked arrival
+on that EV in between) the mark's SACK says ALWAYS_SKIP instead: after a SKIP_ONCE the
+requester leaves the EV for a rotation, so a run of marks means the EV stays congested
+while it is used. The SACK's out-of-order count is the number of PSNs received above the
+cumulative PSN now (UET's ooo count), falling as the cumulative PSN advances.
+
+Trims: a trimmed header is NACKed TRIMMED, or TRIMMED_LASTHOP when the switch set
+``FLAG_TRIMMED_LASTHOP`` (it trimmed on the port that faces this host).
+
+Immediates (mrc.h ``mrc_post_recv``: "Posts a receive operation for RDMA w/ IMM"; MRC has
+no RNR, receive buffers are posted up front): a WRITE_WITH_IMM's last packet reserves one
+posted receive (:meth:`Responder.post_recv`) when it is accepted; completions come in PSN
+order and take the posted receives in posting order (their ``wr_id``), as on a verbs RC QP. With no posted receive, or ``max_wimm_dest`` immediates already
+accepted and awaiting in-order completion, the packet is not accepted (not placed, not
+acknowledged, no completion) and is NACKed NO_PKT_BUFFER: of the MRC/UET NACK reasons the
+one that says "the responder lacks a resource for this packet, send it again later", as
+RoCE's RNR NAK does. The requester leaves such a packet to its retransmission timer.
+
+Reverse EVs: SACKs and NACKs leave on a reverse EV chosen by the responder's
+:class:`agents.mrc.reverse.ReverseEVs` (``reverse``), still echoing the forward EV. A
+probe response leaves on the request's ``rsp_ev``. The forward EVs seen recently are
+kept in ``reverse_evs`` (EV -> last arrival time) for the stats.
 
 RC mode: only the next expected PSN is accepted; anything later is dropped
 and answered with one SEQ_ERR NACK per episode (RoCE go-back-N).
@@ -29,16 +50,20 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections import deque
 
 from . import packet as pk
+from .reverse import ReverseEVs
 from .types import QPAttr, Transport, WCOpcode, WCStatus, WorkCompletion
 
 log = logging.getLogger(__name__)
 
+
 _unpack_hdr, _unpack_crc, _crc32 = pk.DATA_HDR.unpack_from, pk.CRC.unpack_from, pk.crc32
 _pack_sack, _pack_crc = pk.SACK_HDR.pack, pk.CRC.pack
-_SKIP_ONCE, _MODE_NONE = int(pk.SackMode.SKIP_ONCE), int(pk.SackMode.NONE)
+_SKIP_ONCE, _ALWAYS_SKIP = int(pk.SackMode.SKIP_ONCE), int(pk.SackMode.ALWAYS_SKIP)
 _HDR_BYTES = pk.DATA_HDR.size
+_VERSION, _DATA, _SACK = pk.VERSION, int(pk.PacketType.DATA), int(pk.PacketType.SACK)
 _PLAIN_BYTES = _HDR_BYTES + pk.CRC_BYTES
 _PLAIN_OPCODES = frozenset({pk.Opcode.WRITE_FIRST, pk.Opcode.WRITE_MIDDLE, pk.Opcode.WRITE_LAST,
                             pk.Opcode.WRITE_ONLY})
@@ -70,10 +95,15 @@ class Responder:
         self._ack_deadline: float | None = None
         self._last_data_at = float("-inf")           # arrival time of the latest new data packet
         self._imm_heap: list[tuple[int, int]] = []    # (psn, imm) awaiting in-order delivery
+        self._recvs: deque = deque()                 # posted receives (wr_id), oldest first
+        self.max_wimm_dest = QPAttr().max_wimm_dest
+        self.rx_no_recv = 0                          # WRITE_WITH_IMMs NACKed NO_PKT_BUFFER
         self._seq_err_sent = False
-        self._ecn_seen = False
+        self._ce_run: dict[int, int] = {}            # EV -> CE-marked arrivals in a row on it
+        self._above = 0                              # PSNs received above the cumulative PSN
         self._ctrl_out: list[tuple[bytes, int]] = []
         self.reverse_evs: dict[int, float] = {}
+        self.reverse = ReverseEVs()
         self.rx_packets = 0
         self.rx_bytes = 0
         self.rx_duplicates = 0
@@ -95,7 +125,7 @@ class Responder:
             (ver, ptype, opcode, flags, qpn, psn, ev, off, length, ts) = _unpack_hdr(data)
             end = n - 4
             mem = self._mem
-            if ver == 1 and ptype == 1 and opcode in _PLAIN_OPCODES and not flags & _FAST_FLAGS_MASK and \
+            if ver == _VERSION and ptype == _DATA and opcode in _PLAIN_OPCODES and not flags & _FAST_FLAGS_MASK and \
                     end - _HDR_BYTES == length and psn <= _MAX_PSN and qpn == self.qpn and \
                     mem is not None and off + length <= len(mem):
                 mv = memoryview(data)
@@ -112,10 +142,13 @@ class Responder:
                 self.rx_packets += 1
                 self.rx_bytes += length
                 gap, self._last_data_at = now - self._last_data_at, now
-                if ecn:
-                    self._ecn_seen = True
                 self._dirty[psn >> 6] = (ev, ts)
                 self._sack_pending += 1
+                if ecn:
+                    self._ce_sack(ev, ts)
+                    return
+                if self._ce_run:
+                    self._ce_run.pop(ev, None)
                 if flags & _ACK_NOW or self._sack_pending >= self.config.sack_every:
                     self._flush_sacks()
                 elif self._ack_deadline is None:
@@ -128,11 +161,12 @@ class Responder:
             return
         if flags & pk.FLAG_TRIMMED:
             self.reverse_evs[ev] = now
-            self._nack(psn, ev, ts, pk.NackReason.TRIMMED)
+            self._nack(psn, ev, ts, pk.NackReason.TRIMMED_LASTHOP if flags & pk.FLAG_TRIMMED_LASTHOP
+                       else pk.NackReason.TRIMMED)
             return
         mem = self._mem
         if mem is None or off + length > len(mem):
-            if self._in_window(psn, ev, ts, now):
+            if self._in_window(psn, ev, ts, now, flags & pk.FLAG_RTX):
                 self.rx_access_errors += 1
                 log.warning("qpn %d: write [%d, %d) outside the memory region", self.qpn, off,
                             off + length)
@@ -145,7 +179,9 @@ class Responder:
         return {"rx_packets": self.rx_packets, "rx_bytes": self.rx_bytes,
                 "rx_duplicates": self.rx_duplicates, "rx_ooo": self.rx_ooo,
                 "rx_cum_psn": self._rcv_cum, "rx_out_of_window": self.rx_out_of_window,
-                "rx_access_errors": self.rx_access_errors}
+                "rx_access_errors": self.rx_access_errors, "rx_no_recv": self.rx_no_recv,
+                "reverse_ev_marked_bad": self.reverse.marked_bad,
+                "recvs_posted": len(self._recvs)}
 
     @property
     def memory(self) -> memoryview | None:
@@ -162,12 +198,20 @@ class Responder:
         out, self._ctrl_out = self._ctrl_out, []
         return out
 
-    def stop(self) -> None:
-        """The QP entered ERR: drop queued output and the held SACK."""
+    def post_recv(self, wr_id: int) -> None:
+        """Post one receive for a WRITE_WITH_IMM (mrc_post_recv); consumed oldest first."""
+        self._recvs.append(wr_id)
+
+    def stop(self, now: float = 0.0) -> None:
+        """The QP entered ERR: drop queued output and the held SACK; posted receives complete
+        with WR_FLUSH_ERR (verbs semantics)."""
         self._ctrl_out.clear()
         self._ack_deadline = None
+        while self._recvs:
+            self._events.append(WorkCompletion(now, self.qpn, WCOpcode.RECV_RDMA_WITH_IMM,
+                                               WCStatus.WR_FLUSH_ERR, self._recvs.popleft()))
 
-    def receive_batch(self, datagrams, now: float, slow) -> None:
+    def receive_batch(self, datagrams, now: float, slow, ce=None) -> None:
         """Process ``datagrams`` (bytes, in arrival order, the QP receiving in RTR or RTS, with a
         memory region) as the QP would one by one.
 
@@ -176,7 +220,9 @@ class Responder:
         locals; anything else goes to ``slow(data, now)`` (the QP's one-by-one dispatch,
         which returns False once the QP left the state it was in, e.g. ERR after a SACK)
         with the state written back first, so the result is identical to the one-by-one
-        path (``tests/unit/test_mrc_qp_unit.py``).
+        path (``tests/unit/test_mrc_qp_unit.py``). ``ce``: None, or one bool per datagram
+        (its IP header carried CE); a marked one takes the one-by-one path,
+        ``slow(data, now, True)``.
         """
         mem = self._mem
         memlen, qpn, sack_every = len(mem), self.qpn, self.config.sack_every
@@ -185,12 +231,14 @@ class Responder:
         hold_gap = None      # the gap of the packet that starts a hold, until the hold is set
         packets = nbytes = 0
         clear = not self._chunks and not self._imm_heap
+        ce_run = self._ce_run
         for i, data in enumerate(datagrams):
             n = len(data)
-            if clear and n >= _PLAIN_BYTES and data[1] == 1:
+            marked = ce is not None and ce[i]
+            if clear and not marked and n >= _PLAIN_BYTES and data[1] == _DATA:
                 (ver, _, opcode, flags, dq, psn, ev, off, length, ts) = _unpack_hdr(data)
                 end = n - 4
-                if psn == cum and ver == 1 and opcode in _PLAIN_OPCODES and \
+                if psn == cum and ver == _VERSION and opcode in _PLAIN_OPCODES and \
                         not flags & _FAST_FLAGS_MASK and end - _HDR_BYTES == length and dq == qpn and \
                         off + length <= memlen:
                     mv = memoryview(data)
@@ -203,6 +251,8 @@ class Responder:
                         gap, last = now - last, now
                         dirty[psn >> 6] = (ev, ts)
                         pending += 1
+                        if ce_run:
+                            ce_run.pop(ev, None)
                         if flags & _ACK_NOW or pending >= sack_every:
                             self._rcv_cum, self._sack_pending = cum, pending
                             self.rx_packets += packets
@@ -223,9 +273,9 @@ class Responder:
             if packets:
                 self._seq_err_sent = False
             packets = nbytes = 0
-            if not slow(data, now):            # e.g. a SACK ended the QP in ERR: no fast path now
-                for rest in datagrams[i + 1:]:
-                    slow(rest, now)
+            if not slow(data, now, marked):    # e.g. a SACK ended the QP in ERR: no fast path now
+                for j in range(i + 1, len(datagrams)):
+                    slow(datagrams[j], now, ce is not None and ce[j])
                 return
             cum, pending, last = self._rcv_cum, self._sack_pending, self._last_data_at
             clear = not self._chunks and not self._imm_heap
@@ -237,13 +287,15 @@ class Responder:
         if hold_gap is not None:
             self._ack_deadline = now + self._hold_s(hold_gap)
 
-    def _in_window(self, psn: int, ev: int, ts: int, now: float) -> bool:
+    def _in_window(self, psn: int, ev: int, ts: int, now: float, rtx: int = 0) -> bool:
         """Duplicate, beyond-the-bitmap and RC out-of-order handling; True if ``psn`` is new."""
         self.reverse_evs[ev] = now
         cum = self._rcv_cum
         ch = psn >> 6
         if psn < cum or (self._chunks.get(ch, 0) >> (psn & 63)) & 1:
             self.rx_duplicates += 1
+            if rtx:
+                self.reverse.ack_lost(self.qpn)
             self._dirty[max(ch, cum >> 6)] = (ev, ts)
             self._flush_sacks()
             return False
@@ -264,27 +316,37 @@ class Responder:
         cum = self._rcv_cum
         chunks = self._chunks
         ch = psn >> 6
-        if self._in_window(psn, ev, ts, now):
-            chunks[ch] = chunks.get(ch, 0) | (1 << (psn & 63))
-            if psn == cum:
-                self._seq_err_sent = False
-                self._advance_cum()
-            else:
-                self.rx_ooo += 1
-        else:
+        if not self._in_window(psn, ev, ts, now, flags & pk.FLAG_RTX):
             return
+        if imm is not None:
+            held = len(self._imm_heap)            # accepted, each holding a posted receive
+            if held >= len(self._recvs) or held >= self.max_wimm_dest:
+                self.rx_no_recv += 1
+                self._nack(psn, ev, ts, pk.NackReason.NO_PKT_BUFFER)
+                return
+        chunks[ch] = chunks.get(ch, 0) | (1 << (psn & 63))
+        if psn == cum:
+            self._seq_err_sent = False
+            self._advance_cum()
+            self._above -= self._rcv_cum - cum - 1
+        else:
+            self.rx_ooo += 1
+            self._above += 1
         self._mem[off:off + length] = mv[_HDR_BYTES:_HDR_BYTES + length]
         self.rx_packets += 1
         self.rx_bytes += length
         gap, self._last_data_at = now - self._last_data_at, now
-        if ecn:
-            self._ecn_seen = True
         if imm is not None:
             heapq.heappush(self._imm_heap, (psn, imm))
         if self._imm_heap:
             self._deliver_imms(now)
         self._dirty[ch] = (ev, ts)
         self._sack_pending += 1
+        if ecn:
+            self._ce_sack(ev, ts)
+            return
+        if self._ce_run:
+            self._ce_run.pop(ev, None)
         if flags & _ACK_NOW or self._sack_pending >= self.config.sack_every:
             self._flush_sacks()
         elif self._ack_deadline is None:
@@ -320,18 +382,29 @@ class Responder:
         while heap and heap[0][0] < c:
             psn, imm = heapq.heappop(heap)
             self._events.append(WorkCompletion(now, self.qpn, WCOpcode.RECV_RDMA_WITH_IMM,
-                                               WCStatus.SUCCESS, None, 0, imm, psn))
+                                               WCStatus.SUCCESS, self._recvs.popleft(), 0, imm, psn))
 
     def _nack(self, psn: int, ev: int, ts: int, reason: pk.NackReason) -> None:
-        self._ctrl_out.append((pk.encode(pk.NackPacket(self.dest_qpn, psn, ev, ts, reason)), ev))
+        self._ctrl_out.append((pk.encode(pk.NackPacket(self.dest_qpn, psn, ev, ts, reason)),
+                               self.reverse.choose(ev)))
 
-    def _flush_sacks(self) -> None:
-        """Queue one SACK per dirty 64-PSN chunk (chunks below cum fold into one)."""
+    def _ce_sack(self, ev: int, ts: int) -> None:
+        """A CE-marked packet (EV ``ev``, stamp ``ts``) just placed: SACK now, echoing it."""
+        run = self._ce_run.get(ev, 0) + 1
+        self._ce_run[ev] = run
+        mode = _ALWAYS_SKIP if run >= self.config.always_skip_ce_run else _SKIP_ONCE
+        self._flush_sacks(ev, ts, mode)
+
+    def _flush_sacks(self, ce_ev: int = -1, ce_ts: int = 0, ce_mode: int = 0) -> None:
+        """Queue one SACK per dirty 64-PSN chunk (chunks below cum fold into one).
+
+        ``ce_ev`` >= 0: the latest arrival was CE-marked; the SACK of its chunk echoes its EV
+        and stamp ``ce_ts`` with ECN_ECHO and ``m`` = ``ce_mode``; the others carry no echo.
+        """
         if not self._dirty:
             return
         cum = self._rcv_cum
         cum_ch = cum >> 6
-        flags, mode = (pk.FLAG_ECN_ECHO, _SKIP_ONCE) if self._ecn_seen else (0, _MODE_NONE)
         dirty = self._dirty
         if len(dirty) == 1:
             ((ch, evts),) = dirty.items()
@@ -340,16 +413,23 @@ class Responder:
             per_chunk = {}
             for ch, evts in sorted(dirty.items()):
                 per_chunk[max(ch, cum_ch)] = evts
-        chunks, out, dest, ooo, nbytes = self._chunks, self._ctrl_out, self.dest_qpn, self.rx_ooo, \
+            if ce_ev >= 0:             # the marked arrival's echo wins its folded chunk
+                for ch, evts in dirty.items():
+                    if evts == (ce_ev, ce_ts):
+                        per_chunk[max(ch, cum_ch)] = evts
+        chunks, out, dest, ooo, nbytes = self._chunks, self._ctrl_out, self.dest_qpn, self._above, \
             self.rx_bytes
         for ch, (ev, ts) in per_chunk.items():
-            pkt = _pack_sack(1, 2, mode, flags, dest, cum, ch << 6, chunks.get(ch, 0), ev, ts, ooo,
+            if ev == ce_ev and ts == ce_ts:
+                flags, mode = pk.FLAG_ECN_ECHO, ce_mode
+            else:
+                flags = mode = 0
+            pkt = _pack_sack(_VERSION, _SACK, mode, flags, dest, cum, ch << 6, chunks.get(ch, 0), ev, ts, ooo,
                              nbytes)
-            out.append((pkt + _pack_crc(_crc32(pkt)), ev))
+            out.append((pkt + _pack_crc(_crc32(pkt)), self.reverse.choose(ev)))
         dirty.clear()
         self._sack_pending = 0
         self._ack_deadline = None
-        self._ecn_seen = False
 
     def on_probe_req(self, pkt: pk.ProbePacket) -> None:
         rsp = pk.ProbePacket(self.dest_qpn, pkt.probe_id, pkt.req_ev, pkt.rsp_ev,

@@ -29,10 +29,13 @@ Sources:
   timer needs. The echoed timestamp (the latest arrival only, coalescing
   excluded) is the path-delay signal for congestion control instead.
   Karn's rule: a retransmitted PSN is never timed.
-* Back-off (RFC 6298 rule 5.5, adapted to OCP MRC 1.0 mrc.h retry rules):
-  per PSN, the first ``retry.linear_cnt`` retries wait one RTO each, then
-  each further retry doubles it (``retry.exp_cnt`` of them), capped at
-  :data:`MAX_RTO_S` (or the floor, if that is larger).
+* Back-off (RFC 6298 rule 5.5, adapted to OCP MRC 1.0 mrc.h retry rules,
+  ``retry.linear_cnt`` "Linear (fixed interval) retry limit", ``exp_cnt``
+  "Exponential backoff retry limit"): per PSN, the first transmission and the
+  first ``linear_cnt`` retries are each timed by one RTO; retry
+  ``linear_cnt + j`` (j = 1..``exp_cnt``) is timed by ``RTO * 2**j``, capped
+  at :data:`MAX_RTO_S` (or the floor, if that is larger). With linear 3, exp
+  2 a dead path sees sends at 0, 1, 2, 3, 4, 6 RTOs and ERR at 10.
 
 Samples arrive once per SACK (several per RTT): RFC 6298 requires at least
 one per RTT and allows more; the constants are used unscaled. Timer restart
@@ -112,11 +115,12 @@ class RttEstimator:
     def backoff_s(self, timeouts: int, linear_cnt: int) -> float:
         """Timer for a PSN that has timed out ``timeouts`` times already (mrc.h retry ladder).
 
-        ``timeouts < linear_cnt``: one RTO (linear retries); after that
-        ``RTO * 2**(timeouts - linear_cnt + 1)``; capped as described in
-        the module docstring.
+        ``timeouts`` is the retry number of the transmission being timed (0: the first
+        transmission). ``timeouts <= linear_cnt``: one RTO (the linear retries); after
+        that ``RTO * 2**(timeouts - linear_cnt)``; capped as described in the module
+        docstring.
         """
         rto = self.rto_s
-        if timeouts < linear_cnt:
+        if timeouts <= linear_cnt:
             return rto
-        return min(rto * (1 << min(timeouts - linear_cnt + 1, 30)), max(MAX_RTO_S, rto))
+        return min(rto * (1 << min(timeouts - linear_cnt, 30)), max(MAX_RTO_S, rto))

@@ -91,8 +91,9 @@ class _Link:
 class MultipathNetwork:
     """Join QP ``a`` and QP ``b`` over ``paths``; ``ev_ids[i]`` is the EV of path i.
 
-    ``seed`` seeds the network's own RNG (loss, reordering, duplication).
-    ``now`` is the fake clock in seconds.
+    ``reverse_paths``: the b -> a direction of each path, when it differs (default: the
+    same spec both ways). ``seed`` seeds the network's own RNG (loss, reordering,
+    duplication). ``now`` is the fake clock in seconds.
     """
 
     a: QP
@@ -101,6 +102,7 @@ class MultipathNetwork:
     ev_ids: Sequence[int] | None = None
     seed: int = 0
     now: float = 0.0
+    reverse_paths: Sequence[PathSpec] | None = None
     _heap: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
@@ -110,7 +112,11 @@ class MultipathNetwork:
             raise ValueError("need one EV id per path")
         self._path_of = {ev: i for i, ev in enumerate(self.ev_ids)}
         # links[(src, path)] for src in (0: a->b, 1: b->a)
-        self.links = {(d, i): _Link(p) for d in (0, 1) for i, p in enumerate(self.paths)}
+        back = self.reverse_paths if self.reverse_paths is not None else self.paths
+        if len(back) != len(self.paths):
+            raise ValueError("need one reverse spec per path")
+        self.links = {(d, i): _Link(p) for d, specs in ((0, self.paths), (1, back))
+                      for i, p in enumerate(specs)}
         self._seq = 0
         self.steps = 0
 

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 
 from .packet import DEFAULT_PAYLOAD_BYTES
 
+EV_EVENT_MASK_DEFAULT = 0b11
+"""mrc_ctl.h ``ev_event_mask``: GOOD (1 << 0) | ASSUMED_BAD (1 << 1), the only reportable states."""
+
 RETRY_EXP_INFINITE = 25
 """OCP MRC 1.0, mrc.h: ``retry.exp_cnt`` 25 = infinite."""
 
@@ -59,8 +62,9 @@ class WorkCompletion:
     """One completion (like ``struct ibv_wc``); ``time`` in seconds.
 
     Requester: ``wr_id`` of the posted write, ``byte_len`` its size.
-    Responder (WRITE_WITH_IMM only): ``wr_id`` is None, ``imm`` the immediate,
-    ``psn`` the PSN of the message's last packet.
+    Responder (WRITE_WITH_IMM only): ``wr_id`` of the posted receive it consumed
+    (``QP.post_recv``), ``imm`` the immediate, ``psn`` the PSN of the message's last
+    packet; WR_FLUSH_ERR for receives still posted when the QP enters ERR.
     """
 
     time: float
@@ -144,7 +148,11 @@ class QPConfig:
     ASSUMED_BAD), probe
     parameters (``probe_interval_s``, ``probe_timeout_s`` — mrc_ctl example
     2 ms, a floor: the effective timeout is ``max(probe_timeout_s, RTO)``,
-    see ``QP.probe_timeout_s`` — and ``probe_successes`` k), ``ev_min_active``, ``skip_timeout_s``,
+    see ``QP.probe_timeout_s`` — and ``probe_successes`` k), ``ev_min_active``, ``skip_timeout_s``
+    (the SKIP bound before the first RTT sample; after it one SRTT, see :mod:`agents.mrc.ev`),
+    ``always_skip_ce_run`` (CE-marked arrivals in a row on one EV before the responder's
+    SACK says ALWAYS_SKIP, see :mod:`agents.mrc.responder`), ``ev_event_mask`` (EV states
+    whose changes are reported as EVEvents: GOOD and/or ASSUMED_BAD bits, mrc_ctl.h),
     congestion control name and parameters (default ``"uet-1.0-nscc"`` with
     no parameters: base RTT learnt, 10-packet initial window, see
     :class:`agents.mrc.cc.NSCC`; ``"fixed"`` is the unbounded window),
@@ -176,6 +184,8 @@ class QPConfig:
     probe_successes: int = 3
     ev_min_active: int = 1
     skip_timeout_s: float = 0.001
+    always_skip_ce_run: int = 8
+    ev_event_mask: int = EV_EVENT_MASK_DEFAULT
     cc: str = "uet-1.0-nscc"
     cc_params: dict = field(default_factory=dict)
     max_burst: int = 256
@@ -194,6 +204,11 @@ class QPConfig:
             raise ValueError("ooo_threshold and ev_loss_run must be >= 1, ooo_time_frac >= 0")
         if self.cnp_interval_s < 0:
             raise ValueError("cnp_interval_s must be >= 0 (0: no CNPs)")
+        if self.always_skip_ce_run < 1 or self.skip_timeout_s < 0:
+            raise ValueError("always_skip_ce_run must be >= 1 and skip_timeout_s >= 0")
+        if not isinstance(self.ev_event_mask, int) or self.ev_event_mask & ~EV_EVENT_MASK_DEFAULT:
+            raise ValueError(f"ev_event_mask={self.ev_event_mask!r}: only GOOD (1) and "
+                             f"ASSUMED_BAD (2) may be reported (mrc_ctl.h)")
         if self.min_rto_s > 0:
             self.check_ack_delay(self.min_rto_s, "min_rto_s")
 

@@ -246,9 +246,11 @@ class Fabric(LocalOps):
             for end in (link.a, link.b):
                 if self.topo.nodes[end.node].role is Role.HOST or not self.is_local(end.node):
                     continue
+                peer = link.b if end is link.a else link.a
                 config = EgressConfig(p.rate_bps, p.mtu, p.ecn_threshold_pkts, p.trim_threshold_pkts,
                                       header_queue_pkts=p.trim_header_queue_pkts or 64, queue_pkts=p.queue_pkts,
-                                      burst_bytes=shaping.burst_bytes(p))
+                                      burst_bytes=shaping.burst_bytes(p),
+                                      last_hop=self.topo.nodes[peer.node].role is Role.HOST)
                 self.switch_handles[(link.name, end.node)] = attach(self.nodes[end.node].pid, end.ifname, config)
 
     def switch_counters(self) -> dict[tuple[str, str], dict[str, int]]:

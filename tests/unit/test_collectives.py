@@ -364,7 +364,7 @@ def _ring_over_sim(world_size, size_bytes, *, iterations, paths_for):
     """Connection r -> r+1 is one MultipathNetwork (tx QP of r, rx QP of r+1)."""
     from agents.mrc.qp import QP, connect_pair
     from agents.mrc.sim import MultipathNetwork
-    from agents.mrc.types import QPConfig, WCOpcode
+    from agents.mrc.types import QPAttr, QPConfig, WCOpcode
 
     config = QPConfig(time_scale=1.0, min_rto_s=0.002)
     workloads, tx, rx = [], [], []
@@ -377,10 +377,13 @@ def _ring_over_sim(world_size, size_bytes, *, iterations, paths_for):
         workloads.append(w)
         rx.append(QP(200 + r, rng=random.Random(50 + r), memory=w.recv_region, config=config))
     nets = []
+    recvs = QPAttr().max_wimm_dest
     for r in range(world_size):
         a, b = tx[r], rx[(r + 1) % world_size]
         paths = paths_for(r)
         connect_pair(a, b, range(len(paths)))
+        for i in range(recvs):                   # receives posted up front, reposted on use
+            b.post_recv(i)
         nets.append(MultipathNetwork(a, b, paths, seed=r))
     ev_events = []
     for w in workloads:
@@ -403,6 +406,7 @@ def _ring_over_sim(world_size, size_bytes, *, iterations, paths_for):
             for qp in (tx[r], rx[r]):
                 while (ev := qp.next_event()) is not None:
                     if getattr(ev, "opcode", None) is WCOpcode.RECV_RDMA_WITH_IMM:
+                        qp.post_recv(ev.wr_id)
                         workloads[r].on_arrival((r - 1) % world_size, ev.imm, now)
                     elif hasattr(ev, "reason"):
                         raise AssertionError(f"QP error: {ev}")

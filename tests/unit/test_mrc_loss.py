@@ -52,7 +52,7 @@ def test_congestion_drops_alone_retire_no_ev(seed):
     a, net, bad = run(paths, seed=seed)
     assert sum(c["dropped_queue"] for c in net.counters().values()) > 500   # congested indeed
     assert bad == [] and a.evs.floor_held == 0
-    assert a.requester.ev_losses_excused > 0 and a.requester.ooo_losses > 0
+    assert a.requester.loss.ev_losses_excused > 0 and a.requester.loss.ooo_losses > 0
     assert net.now < 0.030                                    # was 36-60 ms
 
 
@@ -66,7 +66,7 @@ def test_a_dead_ev_is_retired_within_3_base_rtts(t_fail):
     assert a.rto_s > 10 * BASE_RTT_S
     assert [e.ev for e in bad] == [1]
     assert bad[0].time - t_fail <= 3 * BASE_RTT_S, (bad[0].time - t_fail) / BASE_RTT_S
-    assert a.requester.timeouts == 0
+    assert a.requester.loss.timeouts == 0
 
 
 def test_spraying_over_paths_of_different_lengths_infers_no_loss():
@@ -75,7 +75,7 @@ def test_spraying_over_paths_of_different_lengths_infers_no_loss():
     before: 4 retirements (per-EV threshold, ~180 spurious retransmissions), 40 ms; after: 0."""
     paths = [PathSpec(1e9, DELAY_S * (1 + 0.2 * i)) for i in range(4)]
     a, net, bad = run(paths, size=8 << 20)
-    assert a.requester.ooo_losses == 0 and a.requester.timeouts == 0 and bad == []
+    assert a.requester.loss.ooo_losses == 0 and a.requester.loss.timeouts == 0 and bad == []
     assert net.now < 0.030
 
 
@@ -94,11 +94,11 @@ def test_ack_delay_within_the_bound_retires_no_ev_at_the_tail():
     paths = [PathSpec(10e9, 5e-5)] * 8
     a, net, bad = run(paths, size=8 << 20, timeout=8, time_scale=1.0, ev_min_active=1,
                       base_rtt_s=1e-4, ack_delay_s=6e-5)
-    assert bad == [] and a.requester.timeouts == 0 and a.requester.rtx_packets == 0
+    assert bad == [] and a.requester.loss.timeouts == 0 and a.requester.rtx_packets == 0
 
 
 def test_rc_keeps_no_cross_ev_state():
     paths = [PathSpec(1e9, DELAY_S, loss=0.002)]
     a, net, bad = run(paths, size=1 << 20, transport=Transport.RC, ev_min_active=1)
-    assert a.requester.rtx_packets > 0 and a.requester.ooo_losses == 0 and not a.requester._sent_order
+    assert a.requester.rtx_packets > 0 and a.requester.loss.ooo_losses == 0 and not a.requester.loss.sent_order
     assert not [e for e in [a.next_event()] if isinstance(e, QPError)]

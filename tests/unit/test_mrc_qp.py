@@ -177,9 +177,10 @@ def test_rc_pinned_to_dead_path_stalls_then_errs():
     assert len(errors) == 1 and a.state is QPState.ERR
     wcs = col.of(a, WorkCompletion)
     assert [w.status for w in wcs] == [WCStatus.RETRY_EXC_ERR]
-    # the retry ladder: 3 linear RTOs, then 2 exponential ones (2x, 4x), then give up.
+    # the retry ladder: the first RTO, 3 linear RTOs, then 2 exponential ones (2x, 4x), then
+    # give up; the PSN that gives up was sent at most one RTT before the failure.
     ladder = a.rto_s * (1 + 3 + 2 + 4)
-    assert errors[0].time >= t_down + ladder
+    assert t_down + ladder - 2 * DELAY_S <= errors[0].time <= t_down + ladder + a.rto_s
     assert b.responder.memory.tobytes() != src
     with pytest.raises(QPStateError):
         a.post_write(wr_id=1, local=b"x", remote_offset=0)
@@ -197,12 +198,15 @@ def test_write_with_imm_completions_in_send_order():
     a, b = pair(config(), (0, 1, 2, 3), size=64 * 16384)
     net = MultipathNetwork(a, b, paths, seed=5)
     chunks = [payload(16384 - 7 * i, i) for i in range(64)]
+    for i in range(64):
+        b.post_recv(500 + i)                  # receives posted up front
     for i, c in enumerate(chunks):
         a.post_write(wr_id=i, local=c, remote_offset=i * 16384, imm=1000 + i)
     col = Collector(a, b)
     net.run(stop=lambda: len(col.of(b, WorkCompletion)) == 64, until=5.0)
     recv = col.of(b, WorkCompletion)
     assert [w.imm for w in recv] == [1000 + i for i in range(64)]
+    assert [w.wr_id for w in recv] == [500 + i for i in range(64)]
     assert all(w.opcode is WCOpcode.RECV_RDMA_WITH_IMM for w in recv)
     net.run(stop=lambda: len(col.of(a, WorkCompletion)) == 64, until=5.0)
     assert [w.wr_id for w in col.of(a, WorkCompletion)] == list(range(64))

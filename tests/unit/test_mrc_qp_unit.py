@@ -193,7 +193,7 @@ def test_a_loss_on_a_delivering_ev_is_retransmitted_elsewhere_without_penalty():
         a.receive_datagram(data, 0.001)
     # later packets on lost_ev arrived: a congestion drop, not a failure
     assert a.evs.info[lost_ev].state is EVState.GOOD
-    assert a.requester.ev_losses_excused == 1 and a.stats()["evs"][lost_ev]["losses_excused"] == 1
+    assert a.requester.loss.ev_losses_excused == 1 and a.stats()["evs"][lost_ev]["losses_excused"] == 1
     rtx = [pk.parse(d) for d, ev in a.datagrams_to_send(0.001) if d[1] == pk.PacketType.DATA]
     assert [p.psn for p in rtx] == [first.psn]
     assert rtx[0].ev != lost_ev and rtx[0].flags & pk.FLAG_RTX
@@ -213,7 +213,7 @@ def test_an_ev_that_delivers_nothing_is_retired_by_later_acks_on_other_evs():
         a.receive_datagram(data, 0.003)
     # PSNs sent >= 5 transmissions and > guard (RTT / 4) later were acked on the other EVs:
     # both first-batch packets on the dead EV are lost, a run of 2 -> ASSUMED_BAD
-    assert a.requester.ooo_losses == 2 and a.requester.timeouts == 0
+    assert a.requester.loss.ooo_losses == 2 and a.requester.loss.timeouts == 0
     assert a.evs.info[dead].state is EVState.ASSUMED_BAD
     rtx = [pk.parse(d) for d, ev in a.datagrams_to_send(0.003) if d[1] == pk.PacketType.DATA]
     assert len(rtx) == 2 and all(p.ev != dead and p.flags & pk.FLAG_RTX for p in rtx)
@@ -228,9 +228,9 @@ def test_timeouts_with_nothing_later_delivered_do_not_retire_evs():
     t = a.get_timer()
     a.handle_timer(t)                                   # nothing acknowledged: all time out
     a.handle_timer(a.get_timer())
-    assert a.requester.timeouts >= 8 and a.requester.ev_losses_stalled == a.requester.timeouts
+    assert a.requester.loss.timeouts >= 8 and a.requester.loss.ev_losses_stalled == a.requester.loss.timeouts
     assert all(i.state is EVState.GOOD for i in a.evs.info.values())
-    assert a.stats()["ev_losses_stalled"] == a.requester.ev_losses_stalled
+    assert a.stats()["ev_losses_stalled"] == a.requester.loss.ev_losses_stalled
 
 
 def test_timeouts_on_an_ev_whose_later_packets_elsewhere_arrived_retire_it():
@@ -238,7 +238,7 @@ def test_timeouts_on_an_ev_whose_later_packets_elsewhere_arrived_retire_it():
     a.post_write(wr_id=1, local=bytes(8 * a.config.payload_bytes), remote_offset=0)
     dead = deliver_all_but_the_first_ev(a, b)
     a.handle_timer(a.get_timer())
-    assert a.requester.timeouts == 2 and a.requester.ev_losses_stalled == 0
+    assert a.requester.loss.timeouts == 2 and a.requester.loss.ev_losses_stalled == 0
     assert a.evs.info[dead].state is EVState.ASSUMED_BAD
 
 
@@ -294,6 +294,7 @@ def test_responder_fast_path_accepts_exactly_what_the_parser_accepts(opcode, fla
     raw = hdr + body
     raw += struct.pack("!I", zlib.crc32(raw))
     _, b = pair(size=4096)
+    b.post_recv(1)
     try:
         pkt = pk.parse(raw)
     except pk.ProtocolError:
@@ -314,12 +315,12 @@ def _responder_view(qp, now):
         events.append(e)
     return (qp.responder.memory.tobytes(), qp.responder._rcv_cum, dict(qp.responder._chunks), qp.responder.rx_packets, qp.responder.rx_bytes,
             qp.responder.rx_duplicates, qp.responder.rx_ooo, qp.bad_packets, qp.state, pending,
-            dict(qp.responder.reverse_evs), qp.datagrams_to_send(now), events)
+            dict(qp.responder.reverse_evs), qp.responder.reverse.state(), qp.datagrams_to_send(now), events)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 40_000), st.booleans(), st.integers(0, 2**32 - 1),
-       st.lists(st.sampled_from(["keep", "keep", "keep", "swap", "dup", "drop", "corrupt", "rtx"]),
+       st.lists(st.sampled_from(["keep", "keep", "keep", "swap", "dup", "drop", "corrupt", "rtx", "ce"]),
                 min_size=1, max_size=60),
        st.lists(st.integers(1, 12), min_size=1, max_size=20), st.sampled_from(list(Transport)),
        st.lists(st.sampled_from([0.0, 0.00003, 0.00006, 0.0001, 0.001]), min_size=1, max_size=20),
@@ -327,14 +328,16 @@ def _responder_view(qp, now):
 def test_batch_receive_matches_one_by_one(size, imm, seed, ops, cuts, transport, gaps, coalesce):
     """receive_datagrams (the I/O adapter's batch path) leaves the responder exactly as
     receive_datagram on each datagram would: memory, PSN state, counters, SACKs (and the
-    adaptive hold: batches ``gaps`` apart, with and without ``ack_coalesce_s``), completions."""
+    adaptive hold: batches ``gaps`` apart, with and without ``ack_coalesce_s``), completions;
+    CE-marked datagrams ("ce": ``ecn=True`` one by one, ``ce`` flags in the batch)."""
     rnd = random.Random(seed)
-    kw = dict(size=1 << 16, payload_bytes=1024, sack_every=4, transport=transport, ack_coalesce_s=coalesce)
+    kw = dict(size=1 << 16, payload_bytes=1024, sack_every=4, transport=transport, ack_coalesce_s=coalesce,
+              always_skip_ce_run=2)
     a, _ = pair(**kw)
     a.post_write(wr_id=1, local=rnd.randbytes(size), remote_offset=7,
                  imm=rnd.getrandbits(32) if imm else None)
     sent = [d for d, _ in a.datagrams_to_send(0.0)]
-    wire = []
+    wire, marks = [], []
     for i, op in enumerate(ops):
         if i >= len(sent):
             break
@@ -351,22 +354,29 @@ def test_batch_receive_matches_one_by_one(size, imm, seed, ops, cuts, transport,
             d = pk.encode_data_parts(f.dest_qpn, f.psn, f.ev, f.opcode, pk.FLAG_RTX, f.remote_offset,
                                      f.timestamp_ns, f.imm, f.payload)
         wire.append(d)
+        marks.append(op == "ce")
         if op == "dup":
             wire.append(d)
+            marks.append(False)
     wire += sent[len(ops):]
+    marks += [False] * (len(wire) - len(marks))
     _, one = pair(**kw)
     _, batch = pair(**kw)
+    for _ in range(rnd.randint(0, 1)):      # with no posted receive the immediate is NACKed
+        one.post_recv(9)
+        batch.post_recv(9)
     i, now = 0, 1.0
     for k, c in enumerate(cuts * (len(wire) // len(cuts) + 1)):
         if i >= len(wire):
             break
         now += gaps[k % len(gaps)]
-        for d in wire[i:i + c]:
-            one.receive_datagram(d, now)
-        batch.receive_datagrams(wire[i:i + c], now)
+        for d, ce in zip(wire[i:i + c], marks[i:i + c]):
+            one.receive_datagram(d, now, ecn=ce)
+        batch.receive_datagrams(wire[i:i + c], now, ce=marks[i:i + c])
         i += c
         light = [(q.responder._rcv_cum, q.responder._sack_pending, q.responder._ack_deadline, q.responder._last_data_at, dict(q.responder._dirty),
-                  list(q.responder._ctrl_out), q.responder.rx_packets, q.responder.rx_bytes, q.responder._seq_err_sent) for q in (batch, one)]
+                  list(q.responder._ctrl_out), q.responder.rx_packets, q.responder.rx_bytes, q.responder._seq_err_sent,
+                  dict(q.responder._ce_run), q.responder._above) for q in (batch, one)]
         assert light[0] == light[1]
     assert _responder_view(batch, now) == _responder_view(one, now)
 
@@ -424,9 +434,9 @@ def test_a_trim_nack_does_not_restore_an_ev_retired_for_losses_sent_after_it():
     info = a.evs.info[0]
     a.evs.apply(0, EVCause.LOSS, 0.0)
     info.loss_run_ts_ns = 2_000_000                      # the charged losses were sent at 2 ms
-    a.requester._delivered(0, 1_000_000, 0.003)               # a header sent at 1 ms came back
+    a.requester.loss.delivered(0, 1_000_000, 0.003)               # a header sent at 1 ms came back
     assert info.state is EVState.ASSUMED_BAD
-    a.requester._delivered(0, 2_500_000, 0.004)               # one sent after them: the path delivers
+    a.requester.loss.delivered(0, 2_500_000, 0.004)               # one sent after them: the path delivers
     assert info.state is EVState.GOOD
 
 
@@ -435,11 +445,11 @@ def test_reordering_guard_counts_from_the_configured_base_rtt_not_a_burst_sample
     bucket), NSCC's base RTT configured at 40 ms: the guard is the spread above the base
     plus base / 4, not the whole queueing above the 2 ms sample."""
     a, _ = pair(cc="uet-1.0-nscc", cc_params={"rate_bps": 5e6, "base_rtt_s": 0.040})
-    a.requester._rtt_min_s = 0.002
+    a.requester.loss.rtt_min_s = 0.002
     for ev, srtt in zip(sorted(a.evs.info), (0.045, 0.050, 0.055, 0.048)):
         a.evs.info[ev].rtt_srtt_s = srtt
-    assert a.requester._ooo_guard_s() == pytest.approx(0.055 - 0.040 + 0.25 * 0.040)
+    assert a.requester.loss.ooo_guard_s() == pytest.approx(0.055 - 0.040 + 0.25 * 0.040)
     learnt, _ = pair(cc="uet-1.0-nscc")          # no configured base: the lowest sample, as before
-    learnt.requester._rtt_min_s = 0.002
+    learnt.requester.loss.rtt_min_s = 0.002
     learnt.evs.info[0].rtt_srtt_s = 0.055
-    assert learnt.requester._ooo_guard_s() == pytest.approx(0.055 - 0.002 + 0.25 * 0.002)
+    assert learnt.requester.loss.ooo_guard_s() == pytest.approx(0.055 - 0.002 + 0.25 * 0.002)

@@ -59,6 +59,13 @@ def test_config_bytes_and_map_value():
     assert EgressConfig(1, 1500, 1, None).queue_bytes == U64_MAX
 
 
+def test_last_hop_port_is_the_last_word_of_the_map_value():
+    c = EgressConfig(5_000_000, 9000, ecn_threshold_pkts=None, trim_threshold_pkts=4, last_hop=True)
+    assert CONFIG_STRUCT.unpack(c.pack())[-1] == 1
+    with pytest.raises(SwitchConfigError, match="last_hop"):
+        EgressConfig(5_000_000, 9000, None, 4, last_hop=1)
+
+
 def test_thresholds_count_real_backlog_above_the_htb_bucket():
     c = EgressConfig(5_000_000, 9000, ecn_threshold_pkts=2, trim_threshold_pkts=6, queue_pkts=32,
                      burst_bytes=18_028)

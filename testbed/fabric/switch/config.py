@@ -27,7 +27,7 @@ U64_MAX = 2**64 - 1
 NS_X8 = 8_000_000_000
 """Bits per byte times nanoseconds per second: the drain's fixed-point unit."""
 
-# struct config in egress.bpf.c: six u64 then priority u32 and pad u32.
+# struct config in egress.bpf.c: six u64 then priority u32 and last_hop u32.
 CONFIG_STRUCT = struct.Struct("=QQQQQQII")
 
 
@@ -72,6 +72,9 @@ class EgressConfig:
     ``header_priority``: ``skb->priority`` of trimmed headers (default HTB class 1:20).
     ``queue_pkts``: the leaf queue limit; the virtual queue does not grow past what the
     leaf would hold (None: unbounded). At least one of ECN and trimming must be on.
+    ``last_hop``: this egress port faces a host (the last hop); a trim here also sets
+    ``FLAG_TRIMMED_LASTHOP``, so the receiver NACKs TRIMMED_LASTHOP and the sender does
+    not skip the EV (UET penalises an EV only for trims before the last hop).
     ``burst_bytes``: the HTB bucket of this link end (:func:`testbed.fabric.shaping.burst_bytes`),
     bytes. The thresholds and the leaf limit are in packets of real backlog; a token-bucket
     shaper of rate R and bucket B holds ``max(0, V - B)`` of what a rate-R queue would hold
@@ -91,6 +94,7 @@ class EgressConfig:
     header_priority: int = HTB_HEADER_CLASSID
     queue_pkts: int | None = None
     burst_bytes: int = 0
+    last_hop: bool = False
 
     def __post_init__(self):
         if isinstance(self.rate_bps, bool) or not isinstance(self.rate_bps, int) \
@@ -107,6 +111,8 @@ class EgressConfig:
             raise SwitchConfigError(f"burst_bytes must be an integer 0..2**32-1, got {self.burst_bytes!r}")
         if self.ecn_threshold_pkts is None and self.trim_threshold_pkts is None:
             raise SwitchConfigError("neither ECN nor trimming is on (both thresholds are None)")
+        if not isinstance(self.last_hop, bool):
+            raise SwitchConfigError(f"last_hop must be a bool, got {self.last_hop!r}")
         if isinstance(self.header_priority, bool) or not isinstance(self.header_priority, int) \
                 or not 0 <= self.header_priority < 2**32:
             raise SwitchConfigError(f"header_priority must be a u32, got {self.header_priority!r}")
@@ -152,4 +158,4 @@ class EgressConfig:
     def pack(self) -> bytes:
         """The value of the program's ``cfg`` map (struct config in egress.bpf.c)."""
         return CONFIG_STRUCT.pack(self.rate_bps, self.ecn_bytes, self.trim_bytes, self.header_queue_bytes,
-                                  self.queue_bytes, self.idle_ns, self.header_priority, 0)
+                                  self.queue_bytes, self.idle_ns, self.header_priority, int(self.last_hop))

@@ -58,6 +58,7 @@
 #define MRC_PREFIX 4
 #define MRC_CTRL_MAX 52		/* SACK header + CRC, the largest control packet */
 #define MRC_FLAG_TRIMMED 0x04
+#define MRC_FLAG_TRIMMED_LASTHOP 0x08	/* packet.FLAG_TRIMMED_LASTHOP */
 #define OP_FIRST 6
 #define OP_LAST 11
 #define OP_LAST_IMM 9
@@ -78,7 +79,7 @@ struct config {			/* written once by the loader; see config.py */
 	__u64 queue_bytes;	/* Q stops growing here (the leaf queue limit) */
 	__u64 idle_ns;		/* elapsed time that empties any queue */
 	__u32 priority;		/* skb->priority of trimmed headers */
-	__u32 pad;
+	__u32 last_hop;		/* 1: this port faces a host; trims set MRC_FLAG_TRIMMED_LASTHOP */
 };
 
 struct vq {
@@ -209,7 +210,8 @@ static __always_inline enum verdict decide(struct vq *v, const struct config *c,
 	return ect && c->ecn_bytes && v->q > c->ecn_bytes ? V_MARK : V_PASS;
 }
 
-static __always_inline int trim(struct __sk_buff *skb, __u8 *mrc, __u32 hdr_len, __u32 priority)
+static __always_inline int trim(struct __sk_buff *skb, __u8 *mrc, __u32 hdr_len, __u32 priority,
+				__u32 last_hop)
 {
 	__u32 new_len = MRC_OFF + hdr_len + MRC_CRC;
 	__u16 l4 = bpf_htons(8 + hdr_len + MRC_CRC);
@@ -217,7 +219,7 @@ static __always_inline int trim(struct __sk_buff *skb, __u8 *mrc, __u32 hdr_len,
 
 	if (bpf_skb_change_tail(skb, new_len, 0))
 		return TC_ACT_SHOT;
-	mrc[3] |= MRC_FLAG_TRIMMED;
+	mrc[3] |= last_hop ? MRC_FLAG_TRIMMED | MRC_FLAG_TRIMMED_LASTHOP : MRC_FLAG_TRIMMED;
 	crc = bpf_htonl(crc32(mrc, hdr_len));
 	if (bpf_skb_store_bytes(skb, MRC_OFF + 3, &mrc[3], 1, 0) ||
 	    bpf_skb_store_bytes(skb, MRC_OFF + hdr_len, &crc, 4, 0) ||
@@ -265,7 +267,7 @@ int mrc_egress(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	case V_TRIM:
 		count(C_TRIMMED, 1);
-		return trim(skb, mrc, hdr_len, c->priority);
+		return trim(skb, mrc, hdr_len, c->priority, c->last_hop);
 	case V_HEADER:
 		skb->priority = c->priority;
 		break;
