@@ -34,7 +34,7 @@ from .collectives import IterationResult, Workload
 from .jobspec import JobSpec
 from .net.control import ControlClient, ControlError
 from .net.loop import EventLoop
-from .protocol import (Done, Event, Failed, Iteration, LoopStats, Message, Ready, Sample, Start, Stop,
+from .protocol import (Command, Done, Event, Failed, Iteration, LoopStats, Message, Ready, Sample, Start, Stop,
                        sample_record)
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,8 @@ class Agent:
                 self.started = True
             elif isinstance(msg, Stop):
                 self.stop_requested = True
+            elif isinstance(msg, Command):
+                self._on_command(msg)
         if self.control.closed:
             self.stop_requested = True
 
@@ -105,7 +107,16 @@ class Agent:
         self.ev_transitions += 1
         self.send(Event(self.spec.agent, self.wall(ev.time), "ev_state", peer=peer, dir=side,
                         qpn=ev.qpn, ev_id=ev.ev, old=ev.old.name, new=ev.new.name,
-                        cause=ev.cause.value))
+                        cause=ev.cause.value, drop_count=ev.drop_count))
+
+    def _on_command(self, cmd: Command) -> None:
+        """A controller command on this agent's connection to ``cmd.peer``; the outcome goes back
+        as an ``ev_command`` event ("ok", or why the profile refused it)."""
+        now = self.loop.time()
+        result = self.channel.command(cmd.peer, cmd.op, cmd.ev_id, cmd.new_ev_id, now) \
+            if self.channel is not None else "no channel yet"
+        self.send(Event(self.spec.agent, self.wall(now), "ev_command", peer=cmd.peer, ev_id=cmd.ev_id,
+                        cause=cmd.op, reason=result, new_ev_id=cmd.new_ev_id))
 
     def _on_iteration(self, r: IterationResult) -> None:
         key = (r.size_bytes, r.warmup)

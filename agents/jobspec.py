@@ -53,17 +53,21 @@ class JobSpecError(ValueError):
 @dataclass(frozen=True)
 class EVSpec:
     """One EV: ``ev_id`` (u32), destination ``address`` (a uSID address ending at the peer,
-    or its ECMP address), the fabric ``links`` it crosses, optional UDP ``src_port`` (ECMP)."""
+    or its ECMP address), the fabric ``links`` it crosses, optional UDP ``src_port`` (ECMP),
+    ``plane``: the plane (NIC port) it leaves by (mrc_ctl.h's EV ``port``; 0 on one plane)."""
 
     ev_id: int
     address: str
     links: tuple[str, ...] = ()
     src_port: int | None = None
+    plane: int = 0
 
     def to_dict(self) -> dict:
         out = {"ev_id": self.ev_id, "address": self.address, "links": list(self.links)}
         if self.src_port is not None:
             out["src_port"] = self.src_port
+        if self.plane:
+            out["plane"] = self.plane
         return out
 
 
@@ -73,7 +77,8 @@ class PeerSpec:
     end at it), its UDP ``port``/TCP ``tcp_port`` (None: same as ours; loopback tests give
     each agent its own). ``src_port`` (``send_to`` peers only): the TCP source port to
     connect from (seeded by the runner so that one seed gives one set of ECMP paths; None:
-    the kernel's ephemeral choice)."""
+    the kernel's ephemeral choice). ``backup_evs`` (mrc): paths not in use that the controller
+    may swap in by REPLACE_EV (their routes are set up front; the ids differ from ``evs``')."""
 
     rank: int
     host: str
@@ -82,10 +87,13 @@ class PeerSpec:
     port: int | None = None
     tcp_port: int | None = None
     src_port: int | None = None
+    backup_evs: tuple[EVSpec, ...] = ()
 
     def to_dict(self) -> dict:
         out = {"rank": self.rank, "host": self.host, "ecmp_addr": self.ecmp_addr,
                "evs": [ev.to_dict() for ev in self.evs]}
+        if self.backup_evs:
+            out["backup_evs"] = [ev.to_dict() for ev in self.backup_evs]
         for key in ("port", "tcp_port", "src_port"):   # optional: absent when None
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -217,11 +225,11 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _evs(c: _Checker, obj: dict, path: str) -> tuple[list[EVSpec], list]:
+def _evs(c: _Checker, obj: dict, path: str, key: str = "evs") -> tuple[list[EVSpec], list]:
     evs = []
-    raw_evs = c.get(obj, "evs", path, list, default=[]) or []
+    raw_evs = c.get(obj, key, path, list, default=[]) or []
     for i, ev in enumerate(raw_evs):
-        p = f"{path}.evs[{i}]"
+        p = f"{path}.{key}[{i}]"
         if not isinstance(ev, dict):
             c.problems.append(f"{p}: expected an object")
             continue
@@ -230,10 +238,11 @@ def _evs(c: _Checker, obj: dict, path: str) -> tuple[list[EVSpec], list]:
         address = c.get(ev, "address", p, str)
         links = c.get(ev, "links", p, list, default=[])
         src_port = c.get(ev, "src_port", p, int, default=None, check=_port, why="not a port")
+        plane = c.get(ev, "plane", p, int, default=0, check=lambda v: 0 <= v <= 0xFFFF, why="not a plane")
         if ev_id is not None and address is not None:
-            evs.append(EVSpec(ev_id, address, tuple(map(str, links or [])), src_port))
+            evs.append(EVSpec(ev_id, address, tuple(map(str, links or [])), src_port, plane or 0))
     if len({e.ev_id for e in evs}) != len(evs):
-        c.problems.append(f"{path}.evs: duplicate ev_id")
+        c.problems.append(f"{path}.{key}: duplicate ev_id")
     return evs, raw_evs
 
 
@@ -244,6 +253,11 @@ def _peer(c: _Checker, obj, path: str, *, transport: str | None, qps: int,
         return None
     c.unknown(obj, _PEER, path)
     evs, raw_evs = _evs(c, obj, path)
+    backups, _ = _evs(c, obj, path, "backup_evs")
+    if {e.ev_id for e in backups} & {e.ev_id for e in evs}:
+        c.problems.append(f"{path}.backup_evs: an ev_id also in evs")
+    if backups and transport != "mrc":
+        c.problems.append(f"{path}.backup_evs: only mrc has backup EVs")
     if transport in ("mrc", "rc") and not raw_evs:
         c.problems.append(f"{path}.evs: at least one EV is needed for this transport")
     elif transport == "rc" and len(evs) == len(raw_evs) and \
@@ -260,7 +274,7 @@ def _peer(c: _Checker, obj, path: str, *, transport: str | None, qps: int,
         c.problems.append(f"{path}.src_port: only send_to peers have a TCP source port")
     if rank is None or host is None or ecmp is None:
         return None
-    return PeerSpec(rank, host, ecmp, tuple(evs), port, tcp_port, src_port)
+    return PeerSpec(rank, host, ecmp, tuple(evs), port, tcp_port, src_port, tuple(backups))
 
 
 def _peer_list(c: _Checker, raw: dict, key: str, **kw) -> list[PeerSpec | None] | None:

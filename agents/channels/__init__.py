@@ -35,6 +35,8 @@ class Channel(Protocol):
     * :meth:`flows` — cumulative per-connection counters for a sample (the ``flows`` of
       :class:`agents.protocol.Sample`);
     * :meth:`summary` — the ``channel`` item of the done summary;
+    * :meth:`command` — a controller command (:class:`agents.protocol.Command`) on the
+      connection to a peer: "ok" or why it was refused;
     * :meth:`close` — close every socket; idempotent.
     """
 
@@ -54,6 +56,8 @@ class Channel(Protocol):
     def flows(self) -> list[dict]: ...
 
     def summary(self) -> dict: ...
+
+    def command(self, peer_host: str, op: str, ev_id: int, new_ev_id: int | None, now: float) -> str: ...
 
     def close(self) -> None: ...
 

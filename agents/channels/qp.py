@@ -25,6 +25,13 @@ QP delivers in order, so the k-th arrival of every QP of a connection belongs
 to the k-th message: the channel reports the arrival once all N parts have
 landed, and the send completion once all N parts are acknowledged.
 
+EV profiles (``mrc_ctl.h``): an MRC tx connection's QP takes its EVs from an EXPLICIT profile
+of this agent's device, id ``peer rank + 1`` (one per destination: in SRv6 mode an EV value is a
+path, so an EV set belongs to one destination), EV value = the job spec's ``ev_id``, port = its
+plane + 1. The controller's commands (:meth:`QPChannel.command`) act on that profile, which
+reaches the QP; the routes of the peer's ``backup_evs`` are set up front, on both sides, so a
+REPLACE_EV needs nothing more from the I/O layer.
+
 ECN (job spec ``qp.ecn``, default off): the endpoint sends ECT(0) and hands
 CE marks to the QPs (:mod:`agents.net.udp`), and every QP's congestion controller
 is built with ``ecn_capable=True`` (:func:`qp_config_kwargs`).
@@ -39,8 +46,9 @@ from typing import Callable
 import numpy as np
 
 from ..collectives import Send
-from ..mrc import (EVEvent, QP, QPAttr, QPConfig, QPError, Transport, WCOpcode, WCStatus,
+from ..mrc import (EVEvent, EVState, QP, QPAttr, QPConfig, QPError, Transport, WCOpcode, WCStatus,
                    WorkCompletion, bring_up, payload_bytes_for_mtu)
+from ..mrc.profiles import EV, EV_INVALID, EVMode, EVOp, ProfileError, ProfileState, ProfileTable
 from ..net.udp import Endpoint, Route
 
 log = logging.getLogger(__name__)
@@ -86,8 +94,8 @@ class _Conn:
         self.arrived = [deque() for _ in qps]   # rx: per QP, imms of landed parts
 
 
-def _routes(peer, default_port: int, transport: str, q: int) -> dict[int, Route]:
-    evs = [ev for ev in peer.evs if ev.ev_id == q] if transport == "rc" else peer.evs
+def _routes(peer, default_port: int, transport: str, q: int, backups: bool = False) -> dict[int, Route]:
+    evs = peer.backup_evs if backups else [ev for ev in peer.evs if ev.ev_id == q] if transport == "rc" else peer.evs
     return {ev.ev_id: Route(ev.address, peer.port or default_port, ev.src_port) for ev in evs}
 
 
@@ -118,6 +126,7 @@ class QPChannel:
         self.attr = QPAttr(**spec.qp_attr_kwargs())
         self.attr.validate()
         self.endpoint = Endpoint(loop, bind_addr=spec.bind_addr, port=spec.port, ecn=spec.ecn)
+        self.profiles = ProfileTable()
         try:
             self.tx = [self._connect(p, "tx", recv_region) for p in spec.send_to]
             self.rx = [self._connect(p, "rx", recv_region) for p in spec.recv_from]
@@ -145,14 +154,53 @@ class QPChannel:
             qp = QP(mine, rng=random.Random(f"{spec.seed}:{r}:{side}:{peer.rank}:{q}"),
                     memory=recv_region if side == "rx" else None, config=self.config)
             routes = _routes(peer, spec.port, spec.transport, q)
-            bring_up(qp, now, evs=list(routes), attr=attr, ev_min_active=ev_min,
-                     dest_qpn=qpn(src, dst, q, n, responder=side == "tx"))
+            dest = qpn(src, dst, q, n, responder=side == "tx")
+            if side == "tx" and spec.transport == "mrc":
+                bring_up(qp, now, ev_profile=self._profile(peer, ev_min), attr=attr, dest_qpn=dest)
+            else:
+                bring_up(qp, now, evs=list(routes), attr=attr, ev_min_active=ev_min, dest_qpn=dest)
+            if spec.transport == "mrc":
+                routes.update(_routes(peer, spec.port, spec.transport, q, backups=True))
             if side == "rx":             # MRC: receives for immediates are posted up front
                 for wr_id in range(attr.max_wimm_dest):
                     qp.post_recv(wr_id)
             self.endpoint.attach(qp, routes)
             qps.append(qp)
         return _Conn(peer, side, qps)
+
+    def _profile(self, peer, ev_min: int | None):
+        """The ONLINE EXPLICIT profile of the connection to ``peer`` (module docstring)."""
+        prof = self.profiles.get(peer.rank + 1)
+        prof.modify(ev_mode=EVMode.EXPLICIT, ev_count=len(peer.evs), profile_state=ProfileState.OFFLINE)
+        for e in peer.evs:
+            prof.modify(ev_op=EVOp.REPLACE_EV, cur_ev=EV_INVALID, new_ev=EV(e.ev_id, e.plane + 1))
+        prof.modify(ev_min_active=min(ev_min or self.config.ev_min_active, len(peer.evs)),
+                    ev_event_mask=self.config.ev_event_mask, profile_state=ProfileState.ONLINE)
+        return prof
+
+    def command(self, peer_host: str, op: str, ev_id: int, new_ev_id: int | None, now: float) -> str:
+        """A controller command on the profile of the connection to ``peer_host``: ``op`` "deny"
+        or "allow" (MODIFY_EV_STATE to DENIED / GOOD) or "replace" (REPLACE_EV ``ev_id`` ->
+        ``new_ev_id``, one of the peer's backup EVs). Returns "ok" or why it was refused."""
+        conn = next((c for c in self.tx if c.peer.host == peer_host), None)
+        if conn is None or self.spec.transport != "mrc":
+            return f"no MRC connection to {peer_host}"
+        port = {e.ev_id: e.plane + 1 for e in (*conn.peer.evs, *conn.peer.backup_evs)}
+        try:
+            prof = self.profiles.get(conn.peer.rank + 1)
+            if op == "replace":
+                if new_ev_id not in {e.ev_id for e in conn.peer.backup_evs}:
+                    return f"EV {new_ev_id} is not a backup EV of the connection to {peer_host}"
+                prof.modify(ev_op=EVOp.REPLACE_EV, cur_ev=EV(ev_id, port[ev_id]),
+                            new_ev=EV(new_ev_id, port[new_ev_id]), all_copies=1, now=now)
+            else:
+                prof.modify(ev_op=EVOp.MODIFY_EV_STATE, ev=EV(ev_id, port.get(ev_id, 1)),
+                            state=EVState.DENIED if op == "deny" else EVState.GOOD, now=now)
+        except ProfileError as exc:
+            return str(exc)
+        for qp in conn.qps:
+            self.endpoint.kick(qp)
+        return "ok"
 
     def post(self, send: Send) -> None:
         """WRITE_WITH_IMM of ``send.data`` at ``send.remote_offset`` of rank ``send.peer``'s
@@ -225,7 +273,7 @@ class QPChannel:
             rtts = [qp.srtt_s for qp in qps if qp.srtt_s is not None]
             evs = [{"ev_id": ev, "state": i.state.name, "sent": i.packets_sent,
                     "lost": i.packets_lost}
-                   for qp in qps if qp.evs is not None for ev, i in qp.evs.info.items()]
+                   for qp in qps if qp.evs is not None for ev in qp.evs.order if (i := qp.evs.info[ev])]
             out.append({"peer": c.peer.host, "peer_rank": c.peer.rank, "dir": "tx",
                         "bytes": sum(qp.requester.acked_bytes for qp in qps),
                         "retransmits": sum(qp.requester.rtx_packets for qp in qps),

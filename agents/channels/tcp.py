@@ -331,6 +331,10 @@ class TCPChannel:
         being set up (the loop polls; io.EventLoop has no writers)."""
         return any(c.out or c.unacked or not c.connected for c in self.tx)
 
+    def command(self, peer_host: str, op: str, ev_id: int, new_ev_id: int | None, now: float) -> str:
+        """Refused: kernel TCP has no EVs (its paths are the routers' ECMP hash)."""
+        return "kernel TCP has no EVs"
+
     @property
     def idle(self) -> bool:
         """Everything posted has been acknowledged by the peers' kernels."""

@@ -121,9 +121,23 @@ def bind_address(topo: Topology, host: str) -> str:
     return "::"
 
 
+MAX_BACKUP_EVS = 16
+"""Backup EVs per MRC connection at most (the paths not in use, in :meth:`Topology.evs` order)."""
+
+
 def _ev_dict(ev: EV, ev_id: int | None = None) -> dict:
     return {"ev_id": ev.ev_id if ev_id is None else ev_id, "address": str(ev.address),
-            "links": list(ev.links)}
+            "links": list(ev.links), "plane": ev.plane}
+
+
+def backup_evs(topo: Topology, src: str, dst: str, limit: int | None, exactly: int | None) -> list[EV]:
+    """The paths from ``src`` to ``dst`` an MRC QP does not use (:func:`qp_evs`), at most
+    :data:`MAX_BACKUP_EVS`, with their own ids: what the controller may swap in by REPLACE_EV.
+    None with ``exactly`` (EV ids there are not path ids)."""
+    if exactly is not None:
+        return []
+    used = {ev.ev_id for ev in qp_evs(topo, src, dst, limit)}
+    return [ev for ev in topo.evs(src, dst) if ev.ev_id not in used][:MAX_BACKUP_EVS]
 
 
 def qp_evs(topo: Topology, src: str, dst: str, limit: int | None = None,
@@ -138,18 +152,23 @@ def qp_evs(topo: Topology, src: str, dst: str, limit: int | None = None,
 
 
 def mirrored_evs(topo: Topology, src: str, dst: str, limit: int | None,
-                 exactly: int | None = None) -> list[dict]:
-    """Paths from ``dst`` back to ``src`` mirroring ``src``'s EVs towards ``dst``, same ids.
+                 exactly: int | None = None, forward: list[EV] | None = None) -> list[dict]:
+    """Paths from ``dst`` back to ``src`` mirroring ``src``'s EVs towards ``dst`` (or the EVs
+    ``forward``), same ids.
 
     Raises ValueError if a path has no mirror (cannot happen on a symmetric fabric)."""
     back = {(ev.src.ifname, ev.dst.ifname, ev.switches): ev for ev in topo.evs(dst, src)}
     out = []
-    for ev in qp_evs(topo, src, dst, limit, exactly):
+    for ev in (forward if forward is not None else qp_evs(topo, src, dst, limit, exactly)):
         mirror = back.get((ev.dst.ifname, ev.src.ifname, tuple(reversed(ev.switches))))
         if mirror is None:
             raise ValueError(f"EV {ev.ev_id} {src}->{dst} via {'/'.join(ev.switches)} has no reverse path")
         out.append(_ev_dict(mirror, ev.ev_id))
     return out
+
+
+def _ev_spec(e: dict) -> EVSpec:
+    return EVSpec(e["ev_id"], e["address"], tuple(e["links"]), e.get("src_port"), e.get("plane", 0))
 
 
 def host_link_rate_bps(scenario: Scenario) -> int:
@@ -265,15 +284,18 @@ def build_job_specs(scenario: Scenario, transport: str, *, run_id: str, control_
 
     def peer(me: int, other: int, towards: bool) -> PeerSpec:
         a, b = hosts[me], hosts[other]
+        backups: list[dict] = []
         if base == "mrc":
             evs = ([_ev_dict(ev) for ev in qp_evs(topo, a, b, wl.evs, wl.evs_per_qp)] if towards
                    else mirrored_evs(topo, b, a, wl.evs, wl.evs_per_qp))
+            spare = backup_evs(topo, *((a, b) if towards else (b, a)), wl.evs, wl.evs_per_qp)
+            backups = ([_ev_dict(ev) for ev in spare] if towards
+                       else mirrored_evs(topo, b, a, None, forward=spare))
         else:  # towards a destination: our QPs' ports; back to a source: its QPs' ports
             conn = (me, other) if towards else (other, me)
             evs = _ecmp_evs(topo, b, [ports[(*conn, q)] for q in range(qps)])
         return PeerSpec(rank=other, host=b, ecmp_addr=str(topo.nics[b][0].address),
-                        evs=tuple(EVSpec(e["ev_id"], e["address"], tuple(e["links"]), e.get("src_port"))
-                                  for e in evs),
+                        evs=tuple(_ev_spec(e) for e in evs), backup_evs=tuple(_ev_spec(e) for e in backups),
                         src_port=ports[(me, other, 0)] if base == "tcp" and towards else None)
 
     jobs = []

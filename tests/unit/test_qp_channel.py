@@ -160,3 +160,28 @@ def test_rc_message_smaller_than_its_stripe(net):
     nt.run(lambda: nt.arrivals[1] and nt.completions[0])
     assert [(s, i) for s, i, _ in nt.arrivals[1]] == [(0, 3)]
     assert nt.arrivals[1][0][2][10:12] == b"ab"
+
+
+def test_controller_commands_act_on_the_connections_profile(net):
+    """deny / allow / replace through the tx connection's EV profile reach its QP; a replaced EV's
+    backup route was set up front, so the writes still land; a refused command says why."""
+    from dataclasses import replace
+    specs = _specs(2, "mrc", n_evs=2)
+    backup = (EVSpec(7, "::1"),)
+    specs = [replace(s, send_to=tuple(replace(p, backup_evs=backup) for p in s.send_to),
+                     recv_from=tuple(replace(p, backup_evs=backup) for p in s.recv_from)) for s in specs]
+    nt = net(specs, 2 * 4096)
+    ch, now = nt.channels[0], nt.loop.time()
+    qp = ch.tx[0].qps[0]
+    assert ch.command("h1", "deny", 0, None, now) == "ok" and qp.evs.info[0].state.name == "DENIED"
+    assert ch.command("h1", "allow", 0, None, now) == "ok" and qp.evs.info[0].state.name == "GOOD"
+    assert ch.command("h1", "replace", 1, 7, now) == "ok"
+    assert qp.evs.order == [0, 7] and ch.profiles.get(2).ev_vals() == [0, 7]
+    assert "not a backup EV" in ch.command("h1", "replace", 0, 9, now)
+    assert "ENOENT" in ch.command("h1", "deny", 5, None, now)
+    assert ch.command("h9", "deny", 0, None, now) == "no MRC connection to h9"
+    data = os.urandom(4096)
+    ch.post(_Send(1, data, 0, imm=5))
+    nt.run(lambda: nt.arrivals[1] and ch.idle)
+    assert nt.regions[1][:4096].tobytes() == data
+    assert {e["ev_id"] for f in ch.flows() if f["dir"] == "tx" for e in f["evs"]} == {0, 7}
