@@ -307,3 +307,15 @@ def test_header_class_layout_survives_a_rate_change(link):
                          text=True, timeout=10).stdout
     rates = {m[0]: (m[1], m[2]) for m in re.findall(r"class htb (\S+) .*?rate (\S+) ceil (\S+)", out)}
     assert rates == {"1:1": ("10Mbit", "10Mbit"), "1:10": ("10Kbit", "10Mbit"), "1:20": ("10Mbit", "10Mbit")}
+
+
+def test_a_trim_at_the_last_hop_says_so():
+    """On a port that faces a host (``last_hop``) the trimmed header carries FLAG_TRIMMED_LASTHOP
+    too, so the receiver NACKs TRIMMED_LASTHOP and the sender does not skip the EV."""
+    cfg = EgressConfig(8000, 1500, ecn_threshold_pkts=2, trim_threshold_pkts=4, header_queue_pkts=3, last_hop=True)
+    with EgressProgram(cfg) as prog:
+        for _ in range(4):
+            prog.test_run(frame(b"\x00" * 1400))
+        r = prog.test_run(frame(data(9)))
+        assert r.retval == TC_ACT_REDIRECT
+        assert P.parse(r.frame[62:]).flags == P.FLAG_TRIMMED | P.FLAG_TRIMMED_LASTHOP

@@ -219,7 +219,8 @@ static __always_inline int trim(struct __sk_buff *skb, __u8 *mrc, __u32 hdr_len,
 
 	if (bpf_skb_change_tail(skb, new_len, 0))
 		return TC_ACT_SHOT;
-	mrc[3] |= last_hop ? MRC_FLAG_TRIMMED | MRC_FLAG_TRIMMED_LASTHOP : MRC_FLAG_TRIMMED;
+	/* branch-free: a branch here doubles the verifier's walk of the CRC loop below */
+	mrc[3] |= MRC_FLAG_TRIMMED | (__u8)((last_hop & 1) * MRC_FLAG_TRIMMED_LASTHOP);
 	crc = bpf_htonl(crc32(mrc, hdr_len));
 	if (bpf_skb_store_bytes(skb, MRC_OFF + 3, &mrc[3], 1, 0) ||
 	    bpf_skb_store_bytes(skb, MRC_OFF + hdr_len, &crc, 4, 0) ||
