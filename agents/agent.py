@@ -76,6 +76,7 @@ class Agent:
         self.ev_transitions = 0
         self._per_size_index: dict[tuple[int, bool], int] = {}
         self._next_sample = 0.0
+        self._next_ev_stats = 0.0
         self._samples_file = None
         self._next_flush = 0.0
         self._run_gen = None
@@ -109,6 +110,16 @@ class Agent:
                         qpn=ev.qpn, ev_id=ev.ev, old=ev.old.name, new=ev.new.name,
                         cause=ev.cause.value, drop_count=ev.drop_count))
 
+    def _ev_stats(self, flows: list[dict], now: float) -> None:
+        """Per MRC tx connection, its EVs' cumulative packet counts, for the controller."""
+        if self.spec.transport != "mrc":
+            return
+        t = self.wall(now)
+        for f in flows:
+            if f["dir"] == "tx" and f["evs"]:
+                self.send(Event(self.spec.agent, t, "ev_stats", peer=f["peer"],
+                                evs=[{"ev_id": e["ev_id"], "sent": e["sent"], "lost": e["lost"]} for e in f["evs"]]))
+
     def _on_command(self, cmd: Command) -> None:
         """A controller command on this agent's connection to ``cmd.peer``; the outcome goes back
         as an ``ev_command`` event ("ok", or why the profile refused it)."""
@@ -130,7 +141,11 @@ class Agent:
             return
         self._next_sample = now + self.spec.sample_interval_s
         loop = self.loop
-        sample = Sample(self.spec.agent, self.wall(now), self.channel.flows(),
+        flows = self.channel.flows()
+        if self.spec.ev_stats_s and now >= self._next_ev_stats:
+            self._next_ev_stats = now + self.spec.ev_stats_s
+            self._ev_stats(flows, now)
+        sample = Sample(self.spec.agent, self.wall(now), flows,
                         LoopStats(loop.timers_fired, loop.timer_late_sum_s, loop.take_timer_late_max_s()))
         f = self._samples_file
         if f is None:

@@ -115,7 +115,8 @@ class JobSpec:
     permutation of 0..n-1 without a fixed point); ``agent`` (default: rank; the ``rank`` of
     every control message, distinct over the jobs of a run); ``job`` (a name for logs and the
     done summary); ``qps`` (> 1 for rc only: QPs per connection, NCCL_IB_QPS_PER_CONNECTION);
-    ``sample_interval_s``; ``samples_path`` (absolute; samples go to this file, one JSON object
+    ``sample_interval_s``; ``ev_stats_s`` (> 0: every MRC tx connection's per-EV packet counts
+    go to the runner as ``ev_stats`` events this often, for a controller; 0: never); ``samples_path`` (absolute; samples go to this file, one JSON object
     a line, not over the control socket); ``port`` / ``tcp_port`` (this agent's UDP and TCP
     ports); ``mtu``; ``qp`` (:data:`QP_ATTR_KEYS`, :data:`QP_CONFIG_KEYS`,
     :data:`QP_CHANNEL_KEYS`); ``connect_timeout_s``; ``linger_s`` (after ``done``)."""
@@ -139,6 +140,7 @@ class JobSpec:
     job: str = "job0"
     qps: int = 1
     sample_interval_s: float = 0.01
+    ev_stats_s: float = 0.0
     samples_path: str = ""
     port: int = UDP_PORT
     mtu: int = 1500
@@ -409,6 +411,7 @@ def parse_job(raw: Any, source: str = "<job>") -> JobSpec:
         "job": g(raw, "job", "", str, default="job0", check=bool, why="must not be empty"),
         "qps": g(raw, "qps", "", int, default=1, check=lambda v: v >= 1, why="must be >= 1"),
         "sample_interval_s": g(raw, "sample_interval_s", "", float, default=0.01, **pos),
+        "ev_stats_s": g(raw, "ev_stats_s", "", float, default=0.0, check=lambda v: v >= 0, why="must be >= 0"),
         "samples_path": g(raw, "samples_path", "", str, default="", check=lambda v: not v or os.path.isabs(v),
                           why="must be an absolute path"),
         "port": g(raw, "port", "", int, default=UDP_PORT, check=_port, why="not a port"),

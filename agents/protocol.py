@@ -25,6 +25,9 @@ Wire format: newline-delimited JSON objects over a Unix stream socket, each with
     agent -> runner  {"type": "event", "rank", "t", "kind": "qp_error", "reason"}
     agent -> runner  {"type": "event", "rank", "t", "kind": "ev_command", "peer", "ev_id", "cause",
                       "reason"}  a controller command applied ("reason": "ok") or refused (why)
+    agent -> runner  {"type": "event", "rank", "t", "kind": "ev_stats", "peer", "evs": [{"ev_id",
+                      "sent", "lost"}]}  per MRC tx connection every job spec ``ev_stats_s`` (a
+                      controller's drop telemetry; cumulative packet counts per EV in use)
     agent -> runner  {"type": "done", "rank", "summary": {...}}  every write acknowledged
     agent -> runner  {"type": "failed", "rank", "reason"}
     runner -> agent  {"type": "stop"}                 at any time: exit promptly
@@ -71,7 +74,7 @@ TRANSPORTS = ("mrc", "rc", "tcp")
 """Transports an agent runs: MRC (multipath), RoCE-style RC (one path, go-back-N), kernel TCP."""
 MAX_LINE_BYTES = 1 << 20
 """Longest control message, newline excluded, bytes."""
-EVENT_KINDS = ("ev_state", "qp_error", "ev_command")
+EVENT_KINDS = ("ev_state", "qp_error", "ev_command", "ev_stats")
 COMMAND_OPS = ("deny", "allow", "replace")
 """Controller commands: MODIFY_EV_STATE to DENIED, MODIFY_EV_STATE back to GOOD, REPLACE_EV
 (``mrc_ctl.h`` ``enum mrc_ctl_ev_op``) on the profile of the agent's connection to ``peer``."""
@@ -156,7 +159,8 @@ class Event(_Message):
     """``kind`` "ev_state" (an EV transition: ``peer``, ``dir``, ``qpn``, ``ev_id``, ``old``,
     ``new``, ``cause``; optional ``drop_count``: losses charged to the EV, ``plane``: the NIC
     port it leaves by), "qp_error" (``reason``) or "ev_command" (a controller command on the
-    connection to ``peer``: ``cause`` its op, ``ev_id``, ``reason`` "ok" or why it was refused).
+    connection to ``peer``: ``cause`` its op, ``ev_id``, ``reason`` "ok" or why it was refused)
+    or "ev_stats" (``evs``: ``[{"ev_id", "sent", "lost"}]`` of the connection to ``peer``).
     Raises ValueError if a field is missing."""
 
     TYPE: ClassVar[str] = "event"
@@ -174,10 +178,12 @@ class Event(_Message):
     drop_count: int | None = None
     plane: int | None = None
     new_ev_id: int | None = None
+    evs: list | None = None
 
     def __post_init__(self):
         need = {"ev_state": ("peer", "dir", "qpn", "ev_id", "old", "new", "cause"),
-                "qp_error": ("reason",), "ev_command": ("peer", "ev_id", "cause", "reason")}.get(self.kind)
+                "qp_error": ("reason",), "ev_command": ("peer", "ev_id", "cause", "reason"),
+                "ev_stats": ("peer", "evs")}.get(self.kind)
         if need is None:
             raise ValueError(f"event kind must be one of {', '.join(EVENT_KINDS)}, got {self.kind!r}")
         missing = [n for n in need if getattr(self, n) is None]

@@ -150,3 +150,27 @@ def test_scenario_controller_and_ev_actions(tmp_path):
     path.write_text(SCENARIO.format(topo=TOPO, controller="controller: {policy: retire}\n"))
     with pytest.raises(SpecError, match=r"s.yaml:6: controller.policy: unknown policy 'retire'"):
         load_scenario(path, features=FEATURES)
+
+
+def stats(counts: dict[int, tuple[int, int]]) -> Event:
+    return Event(0, 1.0, "ev_stats", peer="h1", evs=[{"ev_id": e, "sent": s, "lost": l} for e, (s, l) in counts.items()])
+
+
+def test_a_gray_ev_is_replaced_from_its_drop_rate():
+    """An EV that keeps delivering most packets is never ASSUMED_BAD; its drop rate over the
+    last DROP_WINDOW packets of the agents' telemetry is what the replace policy acts on."""
+    from testbed.controller.policy import DROP_WINDOW
+    c = Controller([conn()], "replace")
+    assert c.on_event(stats({0: (0, 0), 1: (0, 0), 2: (0, 0), 3: (0, 0)}), 1.0) == []
+    n = DROP_WINDOW
+    cmds = c.on_event(stats({0: (n, n // 5), 1: (n, 1), 2: (n, 0), 3: (n, 2)}), 2.0)
+    assert [(m.op, m.ev_id, m.new_ev_id) for m in cmds] == [("replace", 0, 11)]
+    assert cmds[0].reason == f"drop rate 20.0% over {n} packets" and c.decisions[-1]["suspects"] == ["a-c0"]
+    # below the window or the rate: nothing; a stranded EV is journaled once
+    assert c.on_event(stats({1: (n + 10, 5), 2: (2 * n, 4)}), 3.0) == []
+    c2 = Controller([Connection(0, "h1", {0: EVPath(0, LINKS[0]), 2: EVPath(2, LINKS[2])}, {})], "replace")
+    c2.on_event(stats({0: (0, 0)}), 1.0)
+    for t in (2.0, 3.0, 4.0):
+        c2.on_event(stats({0: (int(t) * n, int(t) * n // 4)}), t)
+    assert [d["decision"] for d in c2.decisions] == ["no_backup"]
+    assert Controller([conn()], "none").on_event(stats({0: (0, 0)}), 1.0) == []
