@@ -53,7 +53,7 @@ Each message is a frozen dataclass below, its fields named as on the wire (an op
 field that is None is left out). :class:`LineFramer` turns bytes into messages and
 messages into bytes; anything else (a line over :data:`MAX_LINE_BYTES`, bad JSON, an
 unknown ``type``, a missing, unknown or mistyped field, a message for the other
-direction) raises :class:`ProtocolError`.
+direction) raises :class:`ControlProtocolError`.
 
 Also here: the UDP and TCP ports the agents use and the transport names.
 """
@@ -80,7 +80,7 @@ COMMAND_OPS = ("deny", "allow", "replace")
 (``mrc_ctl.h`` ``enum mrc_ctl_ev_op``) on the profile of the agent's connection to ``peer``."""
 
 
-class ProtocolError(ValueError):
+class ControlProtocolError(ValueError):
     """The peer sent something that is not a control message of this protocol.
 
     ``messages``: the messages decoded from the same :meth:`LineFramer.feed` before the
@@ -298,43 +298,43 @@ def _decode_fields(cls: type, obj: dict, where: str) -> dict:
     kinds = _KINDS[cls]
     unknown = sorted(set(obj) - set(kinds))
     if unknown:
-        raise ProtocolError(f"{where}: unknown field {unknown[0]!r}")
+        raise ControlProtocolError(f"{where}: unknown field {unknown[0]!r}")
     out = {}
     for name, optional in _FIELDS[cls]:
         if name not in obj:
             if optional:
                 continue
-            raise ProtocolError(f"{where}: missing field {name!r}")
+            raise ControlProtocolError(f"{where}: missing field {name!r}")
         value = obj[name]
         kind = kinds[name]
         if value is None and optional:
             out[name] = None
         elif kind == "LoopStats":
             if not isinstance(value, dict):
-                raise ProtocolError(f"{where}: {name} must be an object")
+                raise ControlProtocolError(f"{where}: {name} must be an object")
             out[name] = LoopStats(**_decode_fields(LoopStats, value, f"{where}.{name}"))
         else:
             check, what = _CHECKS[kind]
             if not check(value):
-                raise ProtocolError(f"{where}: {name} must be {what}, got {value!r:.40}")
+                raise ControlProtocolError(f"{where}: {name} must be {what}, got {value!r:.40}")
             out[name] = value
     return out
 
 
 def decode(obj: Any, accepts: Iterable[type] = MESSAGES) -> Message:
-    """A parsed JSON value -> the message it is; ProtocolError if it is none of ``accepts``."""
+    """A parsed JSON value -> the message it is; ControlProtocolError if it is none of ``accepts``."""
     if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
-        raise ProtocolError(f"control message without a type: {str(obj)[:80]!r}")
+        raise ControlProtocolError(f"control message without a type: {str(obj)[:80]!r}")
     cls = _BY_TYPE.get(obj["type"])
     if cls is None:
-        raise ProtocolError(f"unknown control message type {obj['type'][:40]!r}")
+        raise ControlProtocolError(f"unknown control message type {obj['type'][:40]!r}")
     if cls not in accepts:
-        raise ProtocolError(f"{cls.TYPE!r} goes the other way (not a message this end receives)")
+        raise ControlProtocolError(f"{cls.TYPE!r} goes the other way (not a message this end receives)")
     fields = _decode_fields(cls, {k: v for k, v in obj.items() if k != "type"}, cls.TYPE)
     try:
         return cls(**fields)
     except ValueError as exc:
-        raise ProtocolError(f"{cls.TYPE}: {exc}") from None
+        raise ControlProtocolError(f"{cls.TYPE}: {exc}") from None
 
 
 def sample_record(msg: Sample) -> dict:
@@ -347,10 +347,10 @@ def sample_record(msg: Sample) -> dict:
 
 
 def sample_from_record(obj: Any) -> Sample:
-    """A samples-file record (parsed JSON) -> the Sample it is; ProtocolError if it is not one
+    """A samples-file record (parsed JSON) -> the Sample it is; ControlProtocolError if it is not one
     (validated field by field as on the control socket)."""
     if not isinstance(obj, dict) or "type" in obj:
-        raise ProtocolError(f"not a sample record: {str(obj)[:80]!r}")
+        raise ControlProtocolError(f"not a sample record: {str(obj)[:80]!r}")
     msg = decode({"type": Sample.TYPE, **obj}, (Sample,))
     assert isinstance(msg, Sample)
     return msg
@@ -366,7 +366,7 @@ class LineFramer:
     """Newline-delimited JSON messages from a byte stream, and back.
 
     ``accepts``: the message classes this end may receive (:data:`AGENT_MESSAGES` at the
-    runner, :data:`RUNNER_MESSAGES` at an agent). After a :class:`ProtocolError` the
+    runner, :data:`RUNNER_MESSAGES` at an agent). After a :class:`ControlProtocolError` the
     stream cannot be trusted: every later :meth:`feed` raises too.
     """
 
@@ -382,9 +382,9 @@ class LineFramer:
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[Message]:
-        """The messages completed by ``data``, in order; ProtocolError on bad input."""
+        """The messages completed by ``data``, in order; ControlProtocolError on bad input."""
         if self._error is not None:
-            raise ProtocolError(f"stream unusable after an earlier error ({self._error})")
+            raise ControlProtocolError(f"stream unusable after an earlier error ({self._error})")
         buf = self._buf
         buf += data
         if b"\n" not in data:
@@ -404,7 +404,7 @@ class LineFramer:
                 self._fail(f"bad control message {line[:80]!r}: {type(exc).__name__}: {exc}", out)
             try:
                 out.append(decode(obj, self.accepts))
-            except ProtocolError as exc:
+            except ControlProtocolError as exc:
                 self._fail(str(exc), out)
         self._check_partial(out)
         return out
@@ -416,7 +416,7 @@ class LineFramer:
     def _fail(self, reason: str, out: list) -> None:
         self._error = reason
         self._buf = bytearray()
-        raise ProtocolError(reason, out)
+        raise ControlProtocolError(reason, out)
 
     @staticmethod
     def encode(msg: Message) -> bytes:

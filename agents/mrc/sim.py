@@ -67,7 +67,7 @@ class PathSpec:
 
 
 @dataclass
-class LinkCounters:
+class PathCounters:
     sent: int = 0
     delivered: int = 0
     dropped_loss: int = 0
@@ -84,7 +84,7 @@ class _Link:
     def __init__(self, spec: PathSpec):
         self.spec = spec
         self.busy_until = 0.0
-        self.counters = LinkCounters()
+        self.counters = PathCounters()
 
 
 @dataclass

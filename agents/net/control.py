@@ -21,7 +21,7 @@ import struct
 import time
 from collections import deque
 
-from ..protocol import RUNNER_MESSAGES, LineFramer, Message, ProtocolError
+from ..protocol import RUNNER_MESSAGES, LineFramer, Message, ControlProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class ControlClient:
                 break
             try:
                 self.inbox.extend(self._framer.feed(data))
-            except ProtocolError as exc:
+            except ControlProtocolError as exc:
                 self.inbox.extend(exc.messages)
                 raise ControlError(str(exc)) from None
 

@@ -90,12 +90,12 @@ class RemoteAgents:
         return out
 
     def _take(self, server: str, push: dict, out: list) -> None:
-        from agents.protocol import ProtocolError
+        from agents.protocol import ControlProtocolError
         kind = push.get("push")
         if kind == "agent":
             try:
                 msgs = self._framers[server].feed(str(push["line"]).encode())
-            except ProtocolError as exc:
+            except ControlProtocolError as exc:
                 log.warning("%s: a relayed agent message was not one: %s", server, exc)
                 msgs = exc.messages
             out.extend(self._on_clock(msg, self.offsets.get(server, 0.0)) for msg in msgs)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from agents.jobspec import JobSpecError, load_job
-from agents.protocol import TO_CONTROLLER, Event, Hello, LineFramer, Operator, ProtocolError, Stop, encode
+from agents.protocol import TO_CONTROLLER, Event, Hello, LineFramer, Operator, ControlProtocolError, Stop, encode
 from testbed.controller.policy import POLICIES, Controller, connections_of
 
 log = logging.getLogger("testbed.controller")
@@ -43,7 +43,7 @@ def serve(sock: socket.socket, controller: Controller, decisions) -> int:
             return 0
         try:
             msgs = framer.feed(data)
-        except ProtocolError as exc:
+        except ControlProtocolError as exc:
             log.error("runner sent a bad message: %s", exc)
             return 1
         for msg in msgs:

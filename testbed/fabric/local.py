@@ -315,7 +315,7 @@ class Fabric(LocalOps):
         return frozenset(routing.port_ifindex(self.topo, node, self.topo.link_by_name[name])
                          for name in self._down if self.down_end(self.topo.link_by_name[name]) == node)
 
-    def _plan(self, node: str, ecmp: dict | None = None) -> list[routing.Route]:
+    def _plan(self, node: str, ecmp: dict | None = None) -> list[routing.PlannedRoute]:
         down = self._down_ports(node)
         routes = routing.node_routes(self.topo, node, failed=self._ecmp_failed, ecmp=ecmp)
         return [r for r in (r.without_ports(down) for r in routes) if r is not None]
@@ -345,7 +345,7 @@ class Fabric(LocalOps):
             batch = Batch(f"{sw.name}: reconverge")
             routing.compile_routes(batch, routes, verb="replace")
             stale = before - {r.dst for r in routes}
-            routing.compile_routes(batch, [routing.Route(d) for d in stale], verb="del")
+            routing.compile_routes(batch, [routing.PlannedRoute(d) for d in stale], verb="del")
             batch.send(self._nsfd[sw.name])
         self._installed_ecmp = ecmp
 

@@ -65,7 +65,7 @@ def hash_seed(node: str) -> int:
 
 
 @dataclass(frozen=True)
-class Route:
+class PlannedRoute:
     """One IPv6 route. ``nexthops`` are (gateway, ifindex); more than one = ECMP.
 
     ``kind``: ``unicast`` (via nexthops), ``end`` (seg6local End next-csid on
@@ -79,7 +79,7 @@ class Route:
     src: ipaddress.IPv6Address | None = None
     ecmp: bool = False  # a host-prefix route of the ECMP baseline (recomputed on reconvergence)
 
-    def without_ports(self, ifindexes: frozenset[int]) -> "Route | None":
+    def without_ports(self, ifindexes: frozenset[int]) -> "PlannedRoute | None":
         """This route minus next hops over ``ifindexes`` (admin-down ports); None if none remain."""
         if not ifindexes or self.kind != "unicast":
             return self
@@ -150,7 +150,7 @@ def node_neighbours(topo: Topology, node: str) -> list[Neighbour]:
 
 
 def node_routes(topo: Topology, node: str, *, failed: Iterable[str] = (),
-                ecmp: dict | None = None) -> list[Route]:
+                ecmp: dict | None = None) -> list[PlannedRoute]:
     """Every static route of ``node``; ``failed`` links are routed around (ECMP only).
 
     ``ecmp`` is ``topo.ecmp_next_hops(failed)``, passed in to share it across nodes.
@@ -161,20 +161,20 @@ def node_routes(topo: Topology, node: str, *, failed: Iterable[str] = (),
     failed = frozenset(failed)
     if ecmp is None:
         ecmp = topo.ecmp_next_hops(failed)
-    routes = [Route(n.locator, "end", oif=SR_IFINDEX)]
+    routes = [PlannedRoute(n.locator, "end", oif=SR_IFINDEX)]
     for link in topo.links_of[node]:
         peer = topo.nodes[link.peer_of(node).node]
         hop = ((link.addr_of(peer.name), port_ifindex(topo, node, link)),)
         if peer.role is Role.HOST:
             nic = next(x for x in topo.nics[peer.name] if x.link == link.name)
-            routes.append(Route(nic.locator, nexthops=hop))
-            routes.append(Route(ipaddress.IPv6Network(f"{nic.address}/128"), nexthops=hop))
+            routes.append(PlannedRoute(nic.locator, nexthops=hop))
+            routes.append(PlannedRoute(ipaddress.IPv6Network(f"{nic.address}/128"), nexthops=hop))
         else:
-            routes.append(Route(peer.locator, nexthops=hop))
+            routes.append(PlannedRoute(peer.locator, nexthops=hop))
     return routes + _ecmp_routes(topo, node, ecmp)
 
 
-def _ecmp_routes(topo: Topology, node: str, ecmp: dict) -> list[Route]:
+def _ecmp_routes(topo: Topology, node: str, ecmp: dict) -> list[PlannedRoute]:
     """Host-prefix routes of a switch: one specific route per destination switch with hosts,
     over its shortest-path next hops. No covering (summary) route: a route that dies with its
     link (admin down, or carrier lost under ``ignore_routes_with_linkdown``) must leave the
@@ -189,23 +189,23 @@ def _ecmp_routes(topo: Topology, node: str, ecmp: dict) -> list[Route]:
             continue
         d = topo.nodes[dst]
         hops = tuple((l.addr_of(l.peer_of(node).node), port_ifindex(topo, node, l)) for l in links)
-        routes.append(Route(host_prefix(d.plane or 0, d.usid), nexthops=hops, ecmp=True))
+        routes.append(PlannedRoute(host_prefix(d.plane or 0, d.usid), nexthops=hops, ecmp=True))
     return routes
 
 
-def _host_routes(topo: Topology, host: str) -> list[Route]:
+def _host_routes(topo: Topology, host: str) -> list[PlannedRoute]:
     routes = []
     for nic in topo.nics[host]:
         link = topo.link_by_name[nic.link]
         sw = topo.nodes[nic.switch]
         hop = ((link.addr_of(sw.name), port_ifindex(topo, host, link)),)
-        routes.append(Route(nic.locator, "local", oif=1))
-        routes.append(Route(sw.locator, nexthops=hop, src=nic.address))
-        routes.append(Route(plane_prefix(nic.plane), nexthops=hop, src=nic.address))
+        routes.append(PlannedRoute(nic.locator, "local", oif=1))
+        routes.append(PlannedRoute(sw.locator, nexthops=hop, src=nic.address))
+        routes.append(PlannedRoute(plane_prefix(nic.plane), nexthops=hop, src=nic.address))
     return routes
 
 
-def compile_routes(batch: Batch, routes: Iterable[Route], *, verb: str = "add") -> None:
+def compile_routes(batch: Batch, routes: Iterable[PlannedRoute], *, verb: str = "add") -> None:
     """Add route requests to ``batch``; ``verb`` is add, replace (NLM_F_REPLACE) or del."""
     for r in routes:
         kw: dict = {"dst": str(r.dst.network_address), "dst_len": r.dst.prefixlen}

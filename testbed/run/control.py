@@ -26,7 +26,7 @@ import struct
 from pathlib import Path
 from typing import Callable, Iterable
 
-from agents.protocol import RUNNER_INBOUND, Command, Hello, LineFramer, Message, ProtocolError, encode
+from agents.protocol import RUNNER_INBOUND, Command, Hello, LineFramer, Message, ControlProtocolError, encode
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class ControlServer:
             return
         try:
             msgs = self.framers[conn].feed(data)
-        except ProtocolError as exc:
+        except ControlProtocolError as exc:
             ranks = sorted({r for r, c in self.by_rank.items() if c is conn}
                            | {m.rank for m in exc.messages if not isinstance(m, (Hello, Command))})
             log.warning("control: dropping the connection of rank(s) %s: %s", ranks or "?", exc)

@@ -90,7 +90,7 @@ def merge_samples(transport_dir: Path, writer: JsonlWriter | None = None, world:
     the file is appended to). Returns ``{"files", "samples", "skipped"}``. Safe to call
     again (nothing left to merge: zeros), so a report can finish a run the runner did not.
     """
-    from agents.protocol import ProtocolError, sample_from_record
+    from agents.protocol import ControlProtocolError, sample_from_record
 
     d = transport_dir / SAMPLES_DIR
     files = sorted(d.glob("rank*.jsonl")) if d.is_dir() else []
@@ -102,7 +102,7 @@ def merge_samples(transport_dir: Path, writer: JsonlWriter | None = None, world:
             for line in f:
                 try:
                     msg = sample_from_record(json.loads(line))
-                except (ValueError, ProtocolError):
+                except (ValueError, ControlProtocolError):
                     skipped += 1
                     continue
                 if world is not None and not 0 <= msg.rank < world:

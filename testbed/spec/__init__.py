@@ -83,12 +83,12 @@ from testbed.model.topology import Topology
 from testbed.spec.yamlread import Problem, Reader, SpecError
 from testbed.spec.common import (ACTIONS, COLLECTIVES, MAX_REFERRED_PROBLEMS, ORDERS, SCENARIO_KEYS, TransportName,
                                  parse_transport, transport_variant)
-from testbed.spec.model import Scenario, TimelineEvent, Workload
+from testbed.spec.model import Scenario, TimelineEvent, WorkloadSpec
 from testbed.spec.scenfile import load_scenario
 from testbed.spec.timelinefile import timeline_warnings
 from testbed.spec.topofile import load_topology
 
-__all__ = ["Problem", "SpecError", "Scenario", "Workload", "TimelineEvent", "load_topology",
+__all__ = ["Problem", "SpecError", "Scenario", "WorkloadSpec", "TimelineEvent", "load_topology",
            "load_scenario", "load_file", "is_scenario", "timeline_warnings", "TRANSPORTS", "ACTIONS",
            "COLLECTIVES", "ORDERS", "transport_variant", "parse_transport", "TransportName",
            "MAX_REFERRED_PROBLEMS", "Path"]

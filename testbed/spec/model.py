@@ -1,4 +1,4 @@
-"""The resolved scenario: :class:`Workload`, :class:`TimelineEvent`, :class:`Scenario`."""
+"""The resolved scenario: :class:`WorkloadSpec`, :class:`TimelineEvent`, :class:`Scenario`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from testbed.spec.yamlread import Problem
 # -- scenario -----------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Workload:
+class WorkloadSpec:
     """The collective to run: ``hosts`` resolved to names in rank order (after ``order``);
     sizes in bytes. ``evs``: at most that many EVs per QP, one per distinct path;
     ``evs_per_qp``: exactly that many, reusing paths round-robin where there are fewer."""
@@ -108,14 +108,14 @@ class Scenario:
     seed: int
     timeout_s: float
     reconverge_after_s: float | None
-    workload: Workload
+    workload: WorkloadSpec
     timeline: tuple[TimelineEvent, ...] = ()
     trials: int = 1
     #: Suspicious but valid timeline items (overlapping faults, a link_up with no
     #: link_down, faults outlasting the timeout), as Problems; not in ``to_dict``.
     warnings: tuple[Problem, ...] = dataclass_field(default=(), compare=False)
     #: Every job run at once (``jobs:``); ``workload`` is the first. Empty: ``(workload,)``.
-    jobs: tuple[Workload, ...] = ()
+    jobs: tuple[WorkloadSpec, ...] = ()
     #: ``agent_processes: N``: N host runtimes (:mod:`agents.runtime`) serve every agent, each
     #: on one loop; ``"per-host"``: one process per agent (per host and job); None (absent):
     #: the default, one runtime per core (:func:`testbed.run.agents.default_agent_processes`).
@@ -125,7 +125,7 @@ class Scenario:
     controller: str | None = None
 
     @property
-    def all_jobs(self) -> tuple[Workload, ...]:
+    def all_jobs(self) -> tuple[WorkloadSpec, ...]:
         """The jobs run at once: ``jobs``, or the single ``workload``. The timeline's
         ``at_iteration`` and flow selectors refer to the first."""
         return self.jobs or (self.workload,)
@@ -150,6 +150,6 @@ class Scenario:
 
 
 
-def _workload_dict(wl: Workload) -> dict:
+def _workload_dict(wl: WorkloadSpec) -> dict:
     return {**vars(wl), "hosts": list(wl.hosts), "sizes_bytes": list(wl.sizes_bytes),
             "targets": list(wl.targets) if wl.targets is not None else None}

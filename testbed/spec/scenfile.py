@@ -19,7 +19,7 @@ from testbed.spec.common import (COLLECTIVES, JOB_NAME_RE, ORDERS, parse_transpo
                                  _WORKLOAD_REQUIRED, SCENARIO_NAME_RE, ELEMENT_BYTES, MAX_WORKLOAD_BYTES,
                                  MAX_ITERATIONS, MAX_EVS, MAX_REFERRED_PROBLEMS, _sorted, _not_a_mapping,
                                  _did_you_mean, _explain_missing, CONTROLLER_POLICIES, EV_ACTIONS)
-from testbed.spec.model import Scenario, Workload
+from testbed.spec.model import Scenario, WorkloadSpec
 from testbed.spec.overrides import with_overrides
 from testbed.spec.timelinefile import _timeline, timeline_warnings
 from testbed.spec.topofile import load_topology
@@ -153,7 +153,7 @@ def _controller(r: Reader, node: Node | None, timeline) -> str | None:
     return policy
 
 
-def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None) -> list[Workload] | None:
+def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None) -> list[WorkloadSpec] | None:
     """``workload`` (one job, named job0) or ``jobs`` (a list of workloads with unique
     ``name``s, run at once on disjoint or shared hosts); exactly one of the two."""
     if ("workload" in m) == ("jobs" in m):
@@ -235,7 +235,7 @@ def _dcqcn_warnings(r: Reader, transports: tuple[str, ...], topo: Topology) -> t
 
 
 def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | None,
-              where: str = "workload", name: str = "job0") -> Workload | None:
+              where: str = "workload", name: str = "job0") -> WorkloadSpec | None:
     m = (r.mapping(node, where, _WORKLOAD_REQUIRED, ["evs", "evs_per_qp", "mtu", "order"]
                    + (["name"] if where != "workload" else []))
          if node is not None else None)
@@ -276,7 +276,7 @@ def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | N
         from agents.collectives import derangement
         targets = tuple(derangement(seed, len(hosts)))
     salt = "" if where == "workload" or where == "jobs[0]" else f":{name}"
-    return Workload(collective, order_hosts(hosts, order, topo, f"{seed}{salt}"), sizes[0], sizes[1], *counts,
+    return WorkloadSpec(collective, order_hosts(hosts, order, topo, f"{seed}{salt}"), sizes[0], sizes[1], *counts,
                     evs=evs, mtu=mtu, order=order, evs_per_qp=evs_per_qp, targets=targets, name=name)
 
 

@@ -15,11 +15,11 @@ from testbed.model.topology import Role, Topology
 from testbed.model.units import show
 from testbed.spec.yamlread import Problem, Reader, join
 from testbed.spec.common import ACTIONS, _ACTION_KEYS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S, _did_you_mean
-from testbed.spec.model import TimelineEvent, Workload
+from testbed.spec.model import TimelineEvent, WorkloadSpec
 
 
 def _timeline(r: Reader, node: Node | None, topo: Topology | None, seed: int | None, timeout_s: float | None,
-              workload: Workload | None, feats: KernelFeatures) -> tuple[TimelineEvent, ...] | None:
+              workload: WorkloadSpec | None, feats: KernelFeatures) -> tuple[TimelineEvent, ...] | None:
     if node is None:
         return ()
     items = r.seq(node, "timeline")
@@ -43,7 +43,7 @@ def _link_names(topo: Topology) -> dict[str, str]:
 
 
 def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
-           timeout_s: float | None, workload: Workload | None, feats: KernelFeatures,
+           timeout_s: float | None, workload: WorkloadSpec | None, feats: KernelFeatures,
            names: dict[str, str]) -> TimelineEvent | None:
     m = r.mapping(node, path, [], ["at", "at_iteration", "after", *ACTIONS])
     if m is None:
@@ -101,7 +101,7 @@ def _direction(r: Reader, node: Node, path: str, topo: Topology | None, link: st
 
 
 def _trigger(r: Reader, node: Node, m: dict[str, Node], path: str, fields: dict,
-             timeout_s: float | None, workload: Workload | None) -> bool:
+             timeout_s: float | None, workload: WorkloadSpec | None) -> bool:
     if ("at" in m) == ("at_iteration" in m):
         r.error(node, path, "needs exactly one trigger: 'at' or 'at_iteration'")
         return False
@@ -148,7 +148,7 @@ def _action_params(r: Reader, am: dict[str, Node], path: str, action: str, field
 
 
 def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
-              fields: dict, workload: Workload | None = None, names: dict[str, str] | None = None) -> str | None:
+              fields: dict, workload: WorkloadSpec | None = None, names: dict[str, str] | None = None) -> str | None:
     """A link name, a ``random <role>-<role>`` selector, or a flow target mapping
     (:mod:`testbed.faults.targets`: sets ``fields["target"]`` and returns "" for "resolved later")."""
     if isinstance(node, MappingNode):
@@ -183,7 +183,7 @@ def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: rand
 
 
 def _flow_target(r: Reader, node: Node, path: str, topo: Topology | None,
-                 workload: Workload | None) -> FlowTarget | None:
+                 workload: WorkloadSpec | None) -> FlowTarget | None:
     m = r.mapping(node, path, ["crossed_by"], ["hop", "repairable"])
     if m is None or "crossed_by" not in m or topo is None or workload is None:
         return None

@@ -18,10 +18,10 @@ def _ring_jobs(fabric, transport: str, seed: int = 1) -> list[dict]:
     from types import SimpleNamespace
 
     from testbed.spec.jobs import build_jobs
-    from testbed.spec import Workload
+    from testbed.spec import WorkloadSpec
     topo = fabric.topo
     hosts = tuple(h.name for h in topo.hosts)
-    wl = Workload("all_reduce", hosts, 1 << 20, 1 << 20, 2, 1, 0, evs=8)
+    wl = WorkloadSpec("all_reduce", hosts, 1 << 20, 1 << 20, 2, 1, 0, evs=8)
     scenario = SimpleNamespace(topology=topo, workload=wl, seed=seed)
     return build_jobs(scenario, transport, run_id="t", control_socket="/tmp/none.sock")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agents.protocol import (RUNNER_INBOUND, TO_CONTROLLER, Command, Event, Hello, LineFramer, Operator,
-                             ProtocolError, Stop, encode)
+                             ControlProtocolError, Stop, encode)
 from testbed.controller.policy import Connection, Controller, Path as EVPath
 from testbed.controller.process import serve
 from testbed.faults.steps import EVAction
@@ -94,12 +94,12 @@ def test_messages_round_trip_and_each_end_accepts_only_its_own():
     cmd = Command(3, "h1", "replace", 2, "why", 7)
     assert LineFramer(RUNNER_INBOUND).feed(encode(Hello("controller")) + encode(cmd)) == [Hello("controller"), cmd]
     assert LineFramer(TO_CONTROLLER).feed(encode(Operator("deny", "l", 1))) == [Operator("deny", "l", 1)]
-    with pytest.raises(ProtocolError, match="other way"):
+    with pytest.raises(ControlProtocolError, match="other way"):
         LineFramer(TO_CONTROLLER).feed(encode(cmd))
     for bad in ({"type": "command", "rank": 1, "peer": "h", "op": "retire", "ev_id": 1, "reason": ""},
                 {"type": "command", "rank": 1, "peer": "h", "op": "deny", "ev_id": 1, "reason": "", "new_ev_id": 2},
                 {"type": "hello", "role": "agent"}):
-        with pytest.raises(ProtocolError):
+        with pytest.raises(ControlProtocolError):
             LineFramer(RUNNER_INBOUND).feed(json.dumps(bad).encode() + b"\n")
 
 

@@ -20,7 +20,7 @@ from agents.protocol import (
     Iteration,
     LineFramer,
     LoopStats,
-    ProtocolError,
+    ControlProtocolError,
     Ready,
     Sample,
     Start,
@@ -76,23 +76,23 @@ def test_blank_lines_are_ignored():
 def test_over_long_line_raises_with_or_without_its_newline():
     framer = LineFramer(max_line_bytes=100)
     assert framer.feed(b"x" * 100) == []
-    with pytest.raises(ProtocolError, match="longer than 100 bytes"):
+    with pytest.raises(ControlProtocolError, match="longer than 100 bytes"):
         framer.feed(b"x")
-    with pytest.raises(ProtocolError, match="longer than 100"):
+    with pytest.raises(ControlProtocolError, match="longer than 100"):
         LineFramer(max_line_bytes=100).feed(b"{" + b" " * 200 + b"}\n")
 
 
 def test_bad_json_and_the_messages_before_it():
-    with pytest.raises(ProtocolError, match="bad control message") as err:
+    with pytest.raises(ControlProtocolError, match="bad control message") as err:
         LineFramer().feed(encode(Ready(0)) + b'{"type": "ready", "rank": \n' + encode(Ready(1)))
     assert err.value.messages == [Ready(0)]
 
 
 def test_stream_is_unusable_after_an_error():
     framer = LineFramer()
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ControlProtocolError):
         framer.feed(b"nonsense\n")
-    with pytest.raises(ProtocolError, match="earlier error"):
+    with pytest.raises(ControlProtocolError, match="earlier error"):
         framer.feed(encode(Stop()))
 
 
@@ -113,14 +113,14 @@ def test_stream_is_unusable_after_an_error():
     (b'\xff\xfe\xfa\n', "bad control message"),
 ])
 def test_not_a_message(line, match):
-    with pytest.raises(ProtocolError, match=match):
+    with pytest.raises(ControlProtocolError, match=match):
         LineFramer().feed(line + b"\n")
 
 
 def test_each_end_accepts_only_the_other_ends_messages():
-    with pytest.raises(ProtocolError, match="'stop' goes the other way"):
+    with pytest.raises(ControlProtocolError, match="'stop' goes the other way"):
         LineFramer(AGENT_MESSAGES).feed(encode(Stop()))
-    with pytest.raises(ProtocolError, match="'ready' goes the other way"):
+    with pytest.raises(ControlProtocolError, match="'ready' goes the other way"):
         LineFramer(RUNNER_MESSAGES).feed(encode(Ready(0)))
     assert LineFramer(RUNNER_MESSAGES).feed(encode(Start()) + encode(Stop())) == [Start(), Stop()]
 
@@ -138,7 +138,7 @@ def test_any_bytes_give_messages_or_protocol_error(chunks):
         for chunk in chunks:
             for msg in framer.feed(chunk):
                 assert isinstance(msg, protocol.MESSAGES)
-    except ProtocolError:
+    except ControlProtocolError:
         pass
 
 
@@ -155,7 +155,7 @@ def test_any_json_object_gives_a_message_or_protocol_error(kind, fields):
     line = json.dumps({"type": kind, **fields}).encode() + b"\n"
     try:
         (msg,) = LineFramer().feed(line)
-    except ProtocolError:
+    except ControlProtocolError:
         return
     assert LineFramer().feed(encode(msg)) == [msg]      # what decodes, re-encodes to itself
 
@@ -244,7 +244,7 @@ def test_sample_records_round_trip_and_are_validated():
     assert "type" not in rec and protocol.sample_from_record(json.loads(json.dumps(rec))) == msg
     for bad in ({"t": 1.0, "rank": "3", "flows": []}, {"t": 1.0, "rank": 3}, [1, 2],
                 {"type": "sample", "t": 1.0, "rank": 3, "flows": []}):
-        with pytest.raises(protocol.ProtocolError):
+        with pytest.raises(protocol.ControlProtocolError):
             protocol.sample_from_record(bad)
 
 

@@ -20,7 +20,7 @@ from testbed.model.topology import LinkParams, Role, Topology
 LP = LinkParams(10_000_000, 32)
 
 
-def _tables(topo: Topology) -> dict[str, list[routing.Route]]:
+def _tables(topo: Topology) -> dict[str, list[routing.PlannedRoute]]:
     ecmp = topo.ecmp_next_hops()
     return {name: routing.node_routes(topo, name, ecmp=ecmp) for name in topo.nodes}
 
