@@ -1,5 +1,7 @@
 """The agent's job spec (JSON written by the runner): strict parse into frozen dataclasses.
 
+One module on purpose (over ~400 lines): the job spec's dataclasses and their one strict parser.
+
 Every problem is collected and reported together as one :class:`JobSpecError`
 naming the key path (``send_to[1].evs[2].address: expected str``). Unknown
 keys are rejected. This module is the job spec's one definition: :class:`JobSpec` (its

@@ -1,5 +1,8 @@
 """The control channel between the runner and its agents: one typed definition, one framer.
 
+One module on purpose (over ~400 lines): both ends import this one definition of every message and
+the framer; splitting it would spell the contract in two places.
+
 Imported by both ends (:mod:`agents.net.control`, the agent's; :mod:`testbed.run.control`,
 the runner's). Sans-I/O: no socket, no clock here.
 

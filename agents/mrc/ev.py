@@ -1,5 +1,8 @@
 """Entropy values (EVs): the per-path state machine and the set a QP sprays over.
 
+One module on purpose (over ~400 lines): the EV state table and the EV set that applies it, one
+state machine.
+
 State names and values follow OCP MRC 1.0 ``mrc_ctl.h`` (``enum
 mrc_ctl_ev_state``: GOOD = 1<<0, ASSUMED_BAD = 1<<1, DENIED = 1<<2,
 UNKNOWN = 1<<31) plus the NIC-internal SKIP. All transitions live in one

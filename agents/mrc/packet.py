@@ -1,5 +1,8 @@
 """MRC wire format: data (WRITE / WRITE_WITH_IMM), SACK, NACK, EV probe request/response, CNP.
 
+One module on purpose (over ~400 lines): every packet type's layout, encoder and parser side by side, so
+the wire format is read in one place.
+
 Every packet starts with the same 8-byte prefix and ends with a CRC-32
 trailer (:func:`crc32`, zlib's CRC-32) over every byte before it (the role of
 RoCEv2's ICRC: the UDP checksum is zero because the destination address is

@@ -1,5 +1,8 @@
 """The MRC queue pair, sans-I/O (aioquic style): no sockets, no clock, no global RNG.
 
+One module on purpose (over ~400 lines): the QP's state machine and its dispatch; loss detection,
+probes, reverse EVs, the halves and CC live in their own modules.
+
 A QP owns both halves, like a verbs RC QP: its :class:`Requester` (posted writes go
 out, see :mod:`agents.mrc.requester`) and its :class:`Responder` (the peer's writes
 land in the registered memory region, see :mod:`agents.mrc.responder`), as aioquic's

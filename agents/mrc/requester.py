@@ -1,5 +1,8 @@
 """Requester half of a QP: packetise writes, spray over EVs, detect loss, retransmit.
 
+One module on purpose (over ~400 lines): the send path of one class (packetise, spray,
+retransmit); loss detection and probes are :mod:`.loss` and :mod:`.probes`.
+
 A :class:`Requester` is owned by its :class:`agents.mrc.qp.QP`. Inputs: posted writes
 (``post``), the SACKs, NACKs and probe responses the QP hands it, its clock, and what the
 QP's state machine sets (``evs`` at INIT, ``dest_qpn`` at RTR, ``attr`` at RTS); it shares

@@ -1,5 +1,8 @@
 """Responder half of a QP: place payloads by offset, track PSNs, coalesce SACKs.
 
+One module on purpose (over ~400 lines): one class whose batch and one-by-one paths must stay
+side by side (a property test holds them equal).
+
 A :class:`Responder` is owned by its :class:`agents.mrc.qp.QP`. Inputs: the datagrams the QP
 hands it (``on_data``, ``receive_batch``, ``on_probe_req``), its clock, and what the QP's
 state machine sets (``dest_qpn`` and ``mpr_dest`` at RTR); outputs: control packets in

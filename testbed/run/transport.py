@@ -1,4 +1,8 @@
 """One transport of a scenario on one fresh fabric (:class:`TransportRun`); the whole scenario
+
+One module on purpose (over ~400 lines): one class, the lifecycle of a transport run (bring-up,
+agents, loop, faults, controller, teardown); planning, priority and the scenario loop are their
+own modules.
 is :func:`testbed.run.scenario.run_scenario`.
 
 For each transport:

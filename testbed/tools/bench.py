@@ -26,6 +26,7 @@ import argparse
 import importlib
 import json
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -123,13 +124,60 @@ def _at_rate(scenario, rate_bps: int, dataclasses):
 
 
 def bench_fabric(topo: Topology) -> tuple[float, float, dict[str, float]]:
-    """(up seconds, down seconds, phase timings) for our fabric."""
+    """(up seconds, down seconds, phase timings) for our fabric; ``counters_read_ms``: the median
+    of 20 :meth:`LinkCounters.read` on it (polled every 100 ms by the runner: target 30 ms)."""
     fabric = Fabric(topo)
     t0 = time.perf_counter()
     fabric.start()
     up = time.perf_counter() - t0
-    down = fabric.stop()
-    return up, down, dict(fabric.timings)
+    try:
+        counters = fabric.link_counters()
+        reads = []
+        for _ in range(20):
+            t1 = time.perf_counter()
+            counters.read()
+            reads.append(time.perf_counter() - t1)
+    finally:
+        down = fabric.stop()
+    return up, down, {**fabric.timings, "counters_read_ms": statistics.median(reads) * 1e3}
+
+
+TARGET_SPEC_S = {"fat_tree(40) build": 10.0, "refuse a k=16 fat-tree": 1.0, "refuse a 4096x4096 leaf-spine": 1.0}
+"""Bounds on the pure model and the spec checks (they run before anything is built)."""
+
+
+def bench_spec(repeat: int = 3) -> dict[str, float]:
+    """Median seconds of: building ``fat_tree(40)`` (48,000 links: linear in links), and
+    refusing a k=16 fat-tree and a 4096 x 4096 leaf-spine as too large for a 24 GiB machine
+    from their counts alone (nothing built)."""
+    import statistics as st
+    from unittest import mock
+
+    from testbed.model.kernel import KernelFeatures
+    from testbed.spec import SpecError, load_file, topofile
+
+    feats = KernelFeatures(frozenset({"htb", "tbf", "pfifo"}), seg6_next_csid=True, nftables=True)
+    classes = "link_classes: {host: {rate: 1Mbit}, fabric: {rate: 1Mbit}}\n"
+    lp = LinkParams(10_000_000, 64)
+    out: dict[str, list[float]] = {k: [] for k in TARGET_SPEC_S}
+    with tempfile.TemporaryDirectory() as d, mock.patch.object(topofile, "machine_memory_bytes",
+                                                               lambda: 24 * 2**30):
+        files = {"refuse a k=16 fat-tree": "kind: fat-tree\nk: 16\n",
+                 "refuse a 4096x4096 leaf-spine": "kind: leaf-spine\nleaves: 4096\nspines: 4096\nhosts_per_leaf: 1\n"}
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fat_tree(40, host_link=lp, fabric_link=lp)
+            out["fat_tree(40) build"].append(time.perf_counter() - t0)
+            for name, text in files.items():
+                path = Path(d) / "t.yaml"
+                path.write_text(text + classes)
+                t0 = time.perf_counter()
+                try:
+                    load_file(path, features=feats)
+                except SpecError:
+                    pass
+                out[name].append(time.perf_counter() - t0)
+    return {k: st.median(v) for k, v in out.items()}
 
 
 def bench_plain_mininet(topo: Topology) -> tuple[float, float]:
@@ -182,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-transport", action="store_true", help="skip the MRC data-path bench")
     parser.add_argument("--no-fabric", action="store_true", help="skip the fabric bring-up bench (needs root)")
     parser.add_argument("--no-metrics", action="store_true", help="skip the metrics/report bench")
+    parser.add_argument("--no-spec", action="store_true", help="skip the model/spec-check bench")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the fabric ceiling sweep (needs root)")
     parser.add_argument("--ceiling-rates", type=int, nargs="+", default=list(CEILING_RATES_MBIT),
                         metavar="MBIT", help="link rates of the ceiling sweep, Mbit/s")
@@ -215,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         except ModuleNotFoundError:
             transport = None
     metrics_row = None if args.no_metrics else bench_metrics(args.repeat)
+    spec_row = None if args.no_spec else bench_spec(args.repeat)
     ceiling = None
     if not args.no_ceiling:
         def note(transport, rate, r):
@@ -225,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         ceiling = bench_ceiling(sorted(args.ceiling_rates), args.ceiling_transports, progress=note,
                                 agent_models=models)
     if args.json:
-        print(json.dumps({"fabric": rows, "transport": transport, "metrics": metrics_row, "ceiling": ceiling},
-                         indent=1))
+        print(json.dumps({"fabric": rows, "transport": transport, "metrics": metrics_row, "spec": spec_row,
+                          "ceiling": ceiling}, indent=1))
         return 0
     if rows:
         console.print(_fabric_table(rows))
@@ -234,6 +284,13 @@ def main(argv: list[str] | None = None) -> int:
         console.print(_transport_table(transport))
     if metrics_row is not None:
         console.print(_metrics_table(metrics_row))
+    if spec_row is not None:
+        table = Table(title="model and spec checks (median s)")
+        for col in ("what", "seconds", "target"):
+            table.add_column(col)
+        for what, secs in spec_row.items():
+            table.add_row(what, f"{secs:.3f}", f"< {TARGET_SPEC_S[what]:g}")
+        console.print(table)
     if ceiling is not None:
         console.print(_ceiling_table(ceiling))
     return 0
