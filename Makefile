@@ -8,7 +8,7 @@ SCENARIO   ?= scenarios/core-link-failure.yaml
 TOPO       ?= topologies/fat-tree-k4.yaml
 PYTEST_ARGS ?=
 
-.PHONY: setup run report up test test-unit test-netns test-e2e bench validate lint clean distclean
+.PHONY: setup run report up test test-unit test-netns test-e2e bench validate lint clean distclean reproduce
 
 setup: .stamp-apt .stamp-venv
 
@@ -53,9 +53,11 @@ test-netns: setup
 test-e2e: setup
 	$(PY) -m pytest $(PYTEST_ARGS) tests/e2e
 
-# Static checks (pyflakes + pycodestyle errors, see [tool.ruff] in pyproject.toml); CI runs it first.
+# Static checks (pyflakes + pycodestyle errors, see [tool.ruff] in pyproject.toml) and the layers of
+# testbed/ (import-linter contracts in pyproject.toml); CI runs it first.
 lint: setup
 	$(PY) -m ruff check testbed agents tests
+	$(VENV)/bin/lint-imports
 
 bench: setup
 	$(PY) -m testbed.tools.bench
