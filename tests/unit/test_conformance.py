@@ -104,3 +104,12 @@ def test_ev_mode_auto_is_refused():
     with pytest.raises(ProfileError, match="AUTO") as exc:
         p.modify(ev_mode=EVMode.AUTO)
     assert exc.value.errno == errno.EINVAL
+
+
+def test_nscc_multiplicative_decrease_follows_gamma_above_the_floor():
+    """ECN and d >= target: cwnd *= max(1 - gamma * (d - target) / d, 0.5), here 1 - 0.8 * 1/3."""
+    c = cc.create("uet-1.0-nscc", mss_bytes=1000, rate_bps=8e9, base_rtt_s=0.001, ecn_capable=True)
+    c.cwnd_bytes = 600_000
+    c.on_packets_acked(now=0.01, acked_bytes=1000, rtt_s=0.0025, ecn=True)   # d 1.5 ms, target 1 ms
+    assert c.cwnd_bytes == pytest.approx(600_000 * (1 - 0.8 * 0.5 / 1.5))
+    assert c.md_count == 1
