@@ -24,7 +24,7 @@ DENIED are the controller's, so they live on the profile and every attached QP f
 ASSUMED_BAD are each QP's own findings from its own packets (a path can be congested or
 broken for one flow's 5-tuple and not for another's, and one QP's losses say nothing about
 another's window), so they stay on the QP; QUERY_EV_STATE reports DENIED from the profile,
-otherwise ASSUMED_BAD if any active QP holds the EV ASSUMED_BAD, else GOOD (UNKNOWN for an
+otherwise ASSUMED_BAD if any active QP holds the EV ASSUMED_BAD, else GOOD (ENOENT for an
 unpopulated slot).
 
 REPLACE_EV on a QP keeps the slot (spray order) and starts the new EV GOOD with fresh
