@@ -171,13 +171,16 @@ class Suite:
                 left += max(0.0, self.estimate(p.claim) * factor - (time.monotonic() - self.t_claim)) / factor
         return left * factor
 
+    def __rich__(self) -> Table:    # the live display redraws it every second
+        return self.table()
+
     def table(self) -> Table:
         n = len(self.prepared)
         i = next((k for k, p in enumerate(self.prepared, 1) if p.claim.id == self.current), None)
         head = f"claim {i} of {n}" if i else f"{n} claims"
         t = Table(title=f"testbed reproduce{' --quick' if self.quick else ''}: {head}, ETA {_fmt_s(self.eta_s())}",
                   expand=False)
-        for col in ("claim", "status", "point / trial", "transports", "estimate", "took"):
+        for col in ("claim", "status", "running", "transports", "estimate", "took"):
             t.add_column(col)
         for p in self.prepared:
             c = p.claim
@@ -241,8 +244,7 @@ def _run_suite(args, suite: Suite, out: Path, console: Console, err: Console) ->
 
     status = 0
     docs: dict[str, tuple[dict | None, str | None, str | None]] = {}   # id -> (doc, not_run reason, results path)
-    live = Live(suite.table(), console=console, refresh_per_second=2, auto_refresh=False) \
-        if console.is_terminal else None
+    live = Live(suite, console=console, refresh_per_second=1) if console.is_terminal else None
     if live is not None:
         live.start()
     try:
@@ -264,12 +266,12 @@ def _run_suite(args, suite: Suite, out: Path, console: Console, err: Console) ->
             trials = suite.trials_of(c)
 
             def before(pi, points, ti, trials_, c=c, n=n):
-                suite.where[c.id] = f"{pi + 1}/{points}, {ti + 1}/{trials_}"
+                suite.where[c.id] = f"point {pi + 1}/{points}, trial {ti + 1}/{trials_}"
                 console.print(f"[bold]claim {n} of {len(suite.prepared)}[/] {c.id}: point {pi + 1}/{points}, "
                               f"trial {ti + 1}/{trials_}, transports {', '.join(p.scenario.transports)}; "
                               f"ETA {_fmt_s(suite.eta_s())}")
                 if live is not None:
-                    live.update(suite.table(), refresh=True)
+                    live.refresh()
 
             cargs = _claim_args(c, plots=args.plots)
             stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -297,10 +299,10 @@ def _run_suite(args, suite: Suite, out: Path, console: Console, err: Console) ->
             docs[c.id] = (doc, None, str(res_path))
             suite.status[c.id] = "done"
             if live is not None:
-                live.update(suite.table(), refresh=True)
+                live.refresh()
     finally:
         if live is not None:
-            live.update(suite.table(), refresh=True)
+            live.refresh()
             live.stop()
     entries, verdicts = [], []
     for p in suite.prepared:

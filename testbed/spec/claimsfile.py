@@ -158,14 +158,14 @@ def load_claims(path: Path | str) -> Claims:
 
 def _claim(r: Reader, node, where: str, base: Path, default_trials: int) -> Claim | None:
     m = r.mapping(node, where, *_CLAIM_KEYS)
-    if m is None or any(k not in m for k in _CLAIM_KEYS[0]):
+    if m is None:
         return None
     before = len(r.problems)
-    cid = r.text(m["id"], join(where, "id"))
+    cid = r.text(m.get("id"), join(where, "id"))
     if cid is not None and not ID_RE.fullmatch(cid):
         r.error(m["id"], join(where, "id"), f"id {cid!r} must start with a letter and hold only letters, "
                                             "digits, '-' and '_' (at most 40)")
-    texts = {k: r.text(m[k], join(where, k)) for k in ("section", "figure", "scaling", "scenario")}
+    texts = {k: r.text(m.get(k), join(where, k)) for k in ("section", "figure", "scaling", "scenario")}
     for k in ("section", "figure", "scaling"):
         if texts[k] is not None and not texts[k].strip():
             r.error(m[k], join(where, k), "must not be empty")
@@ -175,7 +175,7 @@ def _claim(r: Reader, node, where: str, base: Path, default_trials: int) -> Clai
         if not scenario.is_file():
             r.error(m["scenario"], join(where, "scenario"), f"no such scenario file: {scenario}")
     rules = []
-    for j, rn in enumerate(r.seq(m["rules"], join(where, "rules")) or []):
+    for j, rn in enumerate((r.seq(m["rules"], join(where, "rules")) if "rules" in m else None) or []):
         rp = join(join(where, "rules"), j)
         text = r.text(rn, rp)
         if text is None:
@@ -186,9 +186,9 @@ def _claim(r: Reader, node, where: str, base: Path, default_trials: int) -> Clai
             r.error(rn, rp, str(exc))
             continue
         rules.append(Rule(text.strip(), rn.start_mark.line + 1, left, op, constant, factor, right))
-    if isinstance(m["rules"].value, list) and not m["rules"].value:
+    if "rules" in m and isinstance(m["rules"].value, list) and not m["rules"].value:
         r.error(m["rules"], join(where, "rules"), "expected at least one rule")
-    est = r.mapping(m["estimate"], join(where, "estimate"), ["quick", "full"])
+    est = r.mapping(m["estimate"], join(where, "estimate"), ["quick", "full"]) if "estimate" in m else None
     quick = full = None
     if est is not None and len(est) == 2:
         quick = r.unit(est["quick"], join(where, "estimate.quick"), units.parse_duration)
