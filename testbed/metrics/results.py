@@ -21,7 +21,7 @@ A point is :func:`testbed.metrics.trials.aggregate`'s result (minus ``scenario``
 ``label``, ``values`` and ``dir``; trials are one point, a single run's summary.json is one
 point of one trial (:func:`from_summary`). :func:`load` also reads the ``trials.json`` of
 earlier versions (an aggregate without ``format``) and directories holding any of these files,
-so ``testbed report``, ``testbed compare`` (and a future ``reproduce``) read one format.
+so ``testbed report``, ``testbed compare`` and ``testbed reproduce`` read one format.
 """
 
 from __future__ import annotations
