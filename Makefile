@@ -8,7 +8,7 @@ SCENARIO   ?= scenarios/core-link-failure.yaml
 TOPO       ?= topologies/fat-tree-k4.yaml
 PYTEST_ARGS ?=
 
-.PHONY: setup run report up test test-unit test-netns test-e2e bench validate lint clean distclean reproduce
+.PHONY: setup run reproduce reproduce-full report up test test-unit test-netns test-e2e bench validate lint clean distclean
 
 setup: .stamp-apt .stamp-venv
 
@@ -32,6 +32,15 @@ setup: .stamp-apt .stamp-venv
 run: setup
 	$(PY) -m testbed run $(SCENARIO)
 
+# The MRC paper's claims, scaled (scenarios/paper/claims.yaml): the quick suite, 1 trial per
+# claim (~25 min on 2 cores); results in runs/reproduce-quick/ (an interrupted suite resumes).
+# CLAIMS=a,b runs only those; reproduce-full runs each claim's trials (runs/reproduce/).
+reproduce: setup
+	$(PY) -m testbed reproduce --quick $(if $(CLAIMS),--claims $(CLAIMS))
+
+reproduce-full: setup
+	$(PY) -m testbed reproduce $(if $(CLAIMS),--claims $(CLAIMS))
+
 report: setup
 	$(PY) -m testbed report $(RUN)
 
@@ -39,7 +48,7 @@ up: setup
 	$(PY) -m testbed up $(TOPO)
 
 validate: setup
-	$(PY) -m testbed validate topologies/*.yaml scenarios/*.yaml
+	$(PY) -m testbed validate topologies/*.yaml scenarios/*.yaml scenarios/paper/*.yaml
 
 test: setup
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests

@@ -1,4 +1,4 @@
-"""Command line: ``testbed validate|up|run|report|compare|clean|worker`` (also ``python -m testbed``).
+"""Command line: ``testbed validate|up|run|report|compare|reproduce|clean|worker`` (also ``python -m testbed``).
 
 One module per verb in :mod:`testbed.commands`; each defines ``add_parser(subparsers)``
 and ``run(args) -> int``. Exit status: 0 ok; otherwise the ``exit_code`` of the
@@ -17,7 +17,7 @@ import sys
 
 from testbed.model.errors import TestbedError
 
-VERBS = ("validate", "up", "run", "report", "compare", "clean", "worker")
+VERBS = ("validate", "up", "run", "report", "compare", "reproduce", "clean", "worker")
 
 
 def build_parser() -> argparse.ArgumentParser:

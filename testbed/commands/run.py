@@ -197,18 +197,80 @@ def _run_trials(args, scenario, transports: list[str], trials: int, console: Con
     run, the worst over the trials."""
     import time
 
-    from testbed.metrics import results
-    from testbed.report.results import results_tables
-
     parent = _parent(args.runs_dir / f"{scenario.name}-trials-{time.strftime('%Y%m%d-%H%M%S')}")
-    summaries, status, _ = _trials(args, scenario, (), parent, transports, trials, console, err)
-    if summaries:
-        doc = results.from_trials(summaries)
-        results.write(parent / results.TRIALS_FILE, doc)
-        for table in results_tables(doc):
-            console.print(table)
+    doc, status = run_many(args, scenario, None, [], transports, trials, parent, console, err)
+    _print_results(args, parent, doc, console)
     console.print(f"trials directory: {parent}")
     return status
+
+
+def _run_sweep(args, scenario, sweep, scenarios, transports: list[str], trials: int, console: Console,
+               err: Console) -> int:
+    """Every point of ``sweep`` (each with ``trials`` seeds) under
+    ``runs/<scenario>-sweep-<stamp>/p<NN>_<key>-<value>.../seed-<s>/``: see :func:`run_many`;
+    then a table per KPI and ``sweep-<kpi>.png``."""
+    import time
+
+    parent = _parent(args.runs_dir / f"{scenario.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    doc, status = run_many(args, scenario, sweep, scenarios, transports, trials, parent, console, err)
+    _print_results(args, parent, doc, console)
+    console.print(f"sweep directory: {parent}")
+    return status
+
+
+def _print_results(args, parent: Path, doc: dict | None, console: Console) -> None:
+    from testbed.report.results import results_tables
+    from testbed.report.sweepplot import plot_sweep
+
+    if doc is None:
+        return
+    for table in results_tables(doc):
+        console.print(table)
+    if doc.get("kind") == "sweep" and args.plots:
+        paths = plot_sweep(parent, doc)
+        console.print(f"plots in {parent}: " + ", ".join(p.name for p in paths))
+
+
+def run_many(args, scenario, sweep, scenarios, transports: list[str], trials: int, parent: Path,
+             console: Console, err: Console, before_trial=None) -> tuple[dict | None, int]:
+    """The "many runs" of one scenario under ``parent`` (made by the caller), shared by ``testbed
+    run`` (trials, sweeps) and ``testbed reproduce``: without a sweep, ``trials`` seeds under
+    ``parent/seed-<s>/`` and ``parent/trials.json``; with one, every point (``scenarios``: each
+    point's scenario, loaded beforehand) under ``parent/p<NN>_<key>-<value>.../seed-<s>/`` with its
+    ``trials.json``, and ``parent/sweep.json`` rewritten after each point (an interrupted sweep
+    keeps what it ran). ``before_trial(point_index, points, trial_index, trials)`` is called
+    before each trial (0-based indices). Returns (the results document or None if no trial gave
+    a summary, exit status: as for one run, the worst over the trials)."""
+    from testbed.metrics import results
+    from testbed.spec.overrides import point_dir, point_label
+
+    if not sweep:
+        summaries, status, _ = _trials(args, scenario, (), parent, transports, trials, console, err,
+                                       before=lambda i: before_trial and before_trial(0, 1, i, trials))
+        doc = results.from_trials(summaries) if summaries else None
+        if doc is not None:
+            results.write(parent / results.TRIALS_FILE, doc)
+        return doc, status
+    points, status, doc = [], 0, None
+    all_points = sweep.points()
+    for n, (point, sc) in enumerate(zip(all_points, scenarios), 1):
+        label = point_label(point)
+        console.print(f"[bold]sweep point {n}/{len(all_points)}[/]: {escape(label)}")
+        sub = f"p{n:02d}_{point_dir(point)}"
+        summaries, st, interrupted = _trials(
+            args, sc, point, _parent(parent / sub), transports, trials, console, err,
+            before=lambda i, n=n: before_trial and before_trial(n - 1, len(all_points), i, trials))
+        status = st if interrupted else (status or st)
+        if summaries:
+            one = results.from_trials(summaries)
+            results.write(parent / sub / results.TRIALS_FILE, one)
+            values = {o.path: _plain(o.node) for o in point}
+            points.append(results.point({**one["points"][0]}, values, label, sub))
+            doc = results.document("sweep", scenario.name, points, list(sweep.keys))
+            results.write(parent / results.SWEEP_FILE, doc)
+        if interrupted:
+            break
+    return doc, status
 
 
 def _parent(path: Path) -> Path:
@@ -216,15 +278,18 @@ def _parent(path: Path) -> Path:
     return make_dir(path, "the trials or sweep directory")
 
 
-def _trials(args, scenario, point, parent: Path, transports, trials: int, console: Console, err: Console):
+def _trials(args, scenario, point, parent: Path, transports, trials: int, console: Console, err: Console,
+            before=None):
     """Run the trials of one scenario (a sweep point: ``point``'s overrides) under ``parent``:
-    (summaries, exit status, interrupted)."""
+    (summaries, exit status, interrupted). ``before(i)`` is called before trial ``i`` (0-based)."""
     from testbed.report import load_summary
 
     summaries, status = [], 0
     for i in range(trials):
         seed = scenario.seed + i
         sc = _load(args, seed=seed, point=point, check_sweep=False)
+        if before is not None:
+            before(i)
         console.print(f"[bold]trial {i + 1}/{trials}[/]: seed {seed}")
         try:
             result = run_scenario(sc, runs_root=parent / f"seed-{seed}", console=console, transports=transports,
@@ -247,48 +312,6 @@ def _trials(args, scenario, point, parent: Path, transports, trials: int, consol
         if result.interrupted:
             return summaries, interrupted_status(result.signal), True
     return summaries, status, False
-
-
-def _run_sweep(args, scenario, sweep, scenarios, transports: list[str], trials: int, console: Console,
-               err: Console) -> int:
-    """Every point of ``sweep`` (each with ``trials`` seeds) under
-    ``runs/<scenario>-sweep-<stamp>/p<NN>_<key>-<value>.../seed-<s>/``: each point directory
-    holds its ``trials.json``, the parent ``sweep.json`` (rewritten after each point, so an
-    interrupted sweep keeps what it ran), a table per KPI and ``sweep-<kpi>.png``."""
-    import time
-
-    from testbed.metrics import results
-    from testbed.report.results import results_tables
-    from testbed.report.sweepplot import plot_sweep
-    from testbed.spec.overrides import point_dir, point_label
-
-    parent = _parent(args.runs_dir / f"{scenario.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
-    points, status, doc = [], 0, None
-    all_points = sweep.points()
-    for n, (point, sc) in enumerate(zip(all_points, scenarios), 1):
-        label = point_label(point)
-        console.print(f"[bold]sweep point {n}/{len(all_points)}[/]: {escape(label)}")
-        sub = f"p{n:02d}_{point_dir(point)}"
-        summaries, st, interrupted = _trials(args, sc, point, _parent(parent / sub), transports, trials,
-                                             console, err)
-        status = st if interrupted else (status or st)
-        if summaries:
-            one = results.from_trials(summaries)
-            results.write(parent / sub / results.TRIALS_FILE, one)
-            values = {o.path: _plain(o.node) for o in point}
-            points.append(results.point({**one["points"][0]}, values, label, sub))
-            doc = results.document("sweep", scenario.name, points, list(sweep.keys))
-            results.write(parent / results.SWEEP_FILE, doc)
-        if interrupted:
-            break
-    if doc is not None:
-        for table in results_tables(doc):
-            console.print(table)
-        if args.plots:
-            paths = plot_sweep(parent, doc)
-            console.print(f"plots in {parent}: " + ", ".join(p.name for p in paths))
-    console.print(f"sweep directory: {parent}")
-    return status
 
 
 def _plain(node):

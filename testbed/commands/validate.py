@@ -55,6 +55,10 @@ def summarize(obj: Topology | Scenario) -> dict:
 
 
 def _summary_text(s: dict) -> str:
+    if s["type"] == "claims":
+        est = s["estimate_s"]
+        return (f"claims: {len(s['claims'])} ({', '.join(s['claims'])}); estimated "
+                f"{est['quick'] / 60:.0f} min quick, {est['full'] / 60:.0f} min full")
     text = f"{s['type']} {s['name']}: {s['nodes']} nodes, {s['links']} links, {s['hosts']} hosts"
     if s["type"] == "scenario":
         text += (f" (topology {s['topology']}); "
@@ -71,7 +75,12 @@ def _summary_text(s: dict) -> str:
 def check(path: str, feats, cluster=None, placer: str = "pods") -> dict:
     """One file's result: ``ok``, ``summary`` or ``problems``, and ``warnings`` (as dicts).
     With ``cluster`` (a :class:`testbed.cluster.servers.Cluster`) the summary gains the
-    placement, and links its tunnels cannot carry are problems (named in the servers file)."""
+    placement, and links its tunnels cannot carry are problems (named in the servers file).
+    A claims file (``testbed reproduce``: a top-level ``claims`` key) is checked with its
+    scenarios and rules (:func:`check_claims`)."""
+    from testbed.spec.claimsfile import is_claims_file
+    if is_claims_file(path):
+        return check_claims(path)
     try:
         obj = load_file(path, features=feats)
     except SpecError as exc:
@@ -91,6 +100,33 @@ def check(path: str, feats, cluster=None, placer: str = "pods") -> dict:
                 "warnings": [w.to_dict() for w in warnings], "text": [str(p) for p in problems]}
     return {"file": path, "ok": True, "summary": summary, "problems": [],
             "warnings": [w.to_dict() for w in warnings], "text": [str(w) for w in warnings]}
+
+
+def check_claims(path: str) -> dict:
+    """A claims file's result, as :func:`check`'s: its shape and rules, each claim's scenario
+    (a scenario that does not load is a problem here, "not runnable" for ``reproduce``) and
+    what each rule names (transports, KPIs, sweep points)."""
+    from pathlib import Path
+
+    from testbed.commands.reproduce import prepare
+    from testbed.spec.claimsfile import load_claims
+
+    def failed(problems) -> dict:
+        return {"file": path, "ok": False, "problems": [p.to_dict() for p in problems], "warnings": [],
+                "text": [str(p) for p in problems]}
+    try:
+        claims = load_claims(path)
+    except SpecError as exc:
+        return failed(exc.problems)
+    prepared, problems = prepare(Path(path), list(claims.claims))
+    problems += [Problem(path, p.claim.line, f"claims.{p.claim.id}.scenario", p.not_runnable)
+                 for p in prepared if p.not_runnable]
+    if problems:
+        return failed(problems)
+    summary = {"type": "claims", "name": Path(path).name, "claims": [c.id for c in claims.claims],
+               "estimate_s": {"quick": sum(c.estimate_quick_s for c in claims.claims),
+                              "full": sum(c.estimate_full_s for c in claims.claims)}}
+    return {"file": path, "ok": True, "summary": summary, "problems": [], "warnings": [], "text": []}
 
 
 def safe(text: str, stream: TextIO) -> str:

@@ -14,13 +14,14 @@ A results document is::
          "trials": 3, "seeds": [1, 2, 3],
          "faulted_link": {"<link>": trials},
          "transports": {"<transport>": {"<kpi>": {"median", "min", "max", "n"}, ...,
-                                        "faulted_link": {...}}}}]}
+                                        "faulted_link": {...},
+                                        "validity": {"valid", "invalid", "reasons"}}}}]}
 
 A point is :func:`testbed.metrics.trials.aggregate`'s result (minus ``scenario``) plus
 ``label``, ``values`` and ``dir``; trials are one point, a single run's summary.json is one
 point of one trial (:func:`from_summary`). :func:`load` also reads the ``trials.json`` of
 earlier versions (an aggregate without ``format``) and directories holding any of these files,
-so ``testbed report``, ``testbed compare`` (and a future ``reproduce``) read one format.
+so ``testbed report``, ``testbed compare`` and ``testbed reproduce`` read one format.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def check(doc: dict) -> list[str]:
                 out.append(f"points[{i}].transports.{name}: expected an object")
                 continue
             for kpi, st in t.items():
-                if kpi != "faulted_link" and not (isinstance(st, dict) and "median" in st and "n" in st):
+                if kpi not in ("faulted_link", "validity") and not (isinstance(st, dict) and "median" in st and "n" in st):
                     out.append(f"points[{i}].transports.{name}.{kpi}: expected median, min, max, n")
     return out
 

@@ -15,7 +15,7 @@ KPIS: tuple[str, ...] = (
     "busbw_mbit_per_s", "busbw_fraction_of_host", "faulted_iteration.slowdown_pct", "detect_s",
     "false_retirements.count", "worst_stall.s", "worst_recovery.s", "healthy_gap_p99_s",
     "retransmits_after_fault", "iteration_s.p50", "wrong", "qp_errors", "balance.fabric.max_over_mean",
-    "balance.collisions.max_load",
+    "balance.collisions.max_load", "base_rtt_s",
 )
 #: Per job of a run of several jobs (``jobs.<name>.<key>``: the transport summary's ``jobs`` row).
 JOB_KPIS: tuple[str, ...] = ("busbw_fraction_of_host",)
@@ -69,7 +69,19 @@ def _transport(trials: list[dict | None]) -> dict:
         if s and (link := first_faulted_link(s)):
             links[link] = links.get(link, 0) + 1
     out["faulted_link"] = dict(sorted(links.items()))
+    out["validity"] = validity(trials)
     return out
+
+
+def validity(trials: list[dict | None]) -> dict:
+    """``{"valid", "invalid", "reasons"}``: how many of the trials that ran this transport the
+    fidelity check (:func:`testbed.metrics.fidelity.emulation_validity`, the summary's ``valid``)
+    passed and failed, and the failed ones' reasons (distinct, in order). A summary without
+    ``valid`` (an older version) counts as neither."""
+    ran = [s for s in trials if s]
+    bad = [s for s in ran if s.get("valid") is False]
+    reasons = list(dict.fromkeys(r for s in bad for r in s.get("invalid_reasons") or ()))
+    return {"valid": sum(1 for s in ran if s.get("valid") is True), "invalid": len(bad), "reasons": reasons}
 
 
 def aggregate(summaries: list[dict]) -> dict:
@@ -77,7 +89,8 @@ def aggregate(summaries: list[dict]) -> dict:
 
     Returns ``{"scenario", "trials": n, "seeds": [...] (each summary's "seed", where present),
     "faulted_link": {link: trials},
-    "transports": {name: {kpi: {"median", "min", "max", "n"}, ..., "faulted_link": {link: trials}}}}``
+    "transports": {name: {kpi: {"median", "min", "max", "n"}, ..., "faulted_link": {link: trials},
+    "validity": {"valid", "invalid", "reasons"}}}}``
     for the KPIs of :data:`KPIS` (``worst_recovery.s`` over the trials whose slowest flow
     recovered, plus ``no_dip`` and ``not_recovered`` trial counts); ``faulted_link`` counts the
     link of each trial's first disruptive fault (top-level ``faulted_link``: that of the

@@ -26,6 +26,7 @@ LABELS: dict[str, tuple[str, object]] = {
     "worst_stall.s": ("worst flow stall (ms)", _scaled(1e3)),
     "worst_recovery.s": ("worst flow recovery (ms)", _scaled(1e3)),
     "healthy_gap_p99_s": ("healthy gap p99 (ms)", _scaled(1e3)),
+    "base_rtt_s": ("base RTT (ms)", _scaled(1e3)),
     "retransmits_after_fault": ("retransmits after fault (pkts)", _count),
     "iteration_s.p50": ("iteration p50 (s)", fmt_sig),
     "wrong": ("#wrong", _count),

@@ -1,0 +1,320 @@
+"""``testbed reproduce``: run the MRC paper's claims, scaled, and say which hold.
+
+Each claim of ``scenarios/paper/claims.yaml`` (:mod:`testbed.spec.claimsfile`) is a shipped
+scenario plus rules written before the run. The claims file, every claim's scenario (and its
+sweep points) and every rule's transports, KPIs and points are checked first (exit 2, nothing
+built). Then each claim's scenario runs through the same machinery as ``testbed run --trials``
+and sweeps (:func:`testbed.commands.run.run_many`): ``--quick`` 1 trial per claim, else the
+claims' ``trials`` (or ``--trials N``), with a live display of the suite (claim i of n, sweep
+point, trial, ETA from the claims' estimates scaled by the finished claims' real times) above
+each run's own.
+
+Under ``--out`` (default ``runs/reproduce`` or ``runs/reproduce-quick``) each claim has a
+directory: ``<id>/runs-<stamp>/`` (its trials or sweep directory) and ``<id>/results.json`` (the
+results document, :mod:`testbed.metrics.results`), written when the claim's runs finished. A
+claim whose ``results.json`` exists is not run again: an interrupted suite resumes where it
+stopped (delete the file to rerun a claim). Then ``reproduce.json`` and ``reproduce.md``: one
+row per claim, "holds?" yes / no / not runnable (why) / invalid (a run failed the fidelity
+check: a claim never holds on starved runs) (:mod:`testbed.metrics.claims`).
+
+``--plan`` checks everything and prints the claims, their transports, points, trials and
+estimated time, and runs nothing (no fabric).
+
+Exit status: 0 the suite ran (whatever the verdicts); 1 a run failed (a crash, wrong results);
+2 bad input (the claims file, a scenario, a rule); 130 / 143 interrupted (what ran is kept;
+run the same command again to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from testbed.metrics import results
+from testbed.metrics.claims import judge
+from testbed.metrics.trials import JOB_KPIS, KPIS
+from testbed.report.reproduce import claim_entry, document, markdown, reproduce_table
+from testbed.spec import SpecError
+from testbed.spec.claimsfile import Claim, load_claims, rule_problems
+from testbed.spec.yamlread import Problem
+
+CLAIMS_FILE = Path("scenarios/paper/claims.yaml")
+RESULTS_NAME = "results.json"
+JSON_NAME, MD_NAME = "reproduce.json", "reproduce.md"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("reproduce", help="run the MRC paper's claims, scaled, and say which hold",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="1 trial per claim (the suite of `make reproduce`)")
+    p.add_argument("--claims", default=None, metavar="ID,ID",
+                   help="run only these claims (comma-separated ids; default: all)")
+    p.add_argument("--trials", type=int, default=None, metavar="N",
+                   help="trials per claim (default: 1 with --quick, else each claim's trials)")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="results directory (default: runs/reproduce, runs/reproduce-quick with --quick); "
+                        "claims with results there are not run again")
+    p.add_argument("--claims-file", type=Path, default=CLAIMS_FILE, metavar="YAML",
+                   help=f"the claims (default: {CLAIMS_FILE})")
+    p.add_argument("--plan", action="store_true", help="check everything, print the plan, run nothing")
+    p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write PNG plots")
+    p.set_defaults(func=run)
+
+
+@dataclass
+class Prepared:
+    """A claim with its scenario loaded (or why it cannot run here)."""
+
+    claim: Claim
+    scenario: object = None
+    sweep: object = None
+    scenarios: list = field(default_factory=list)
+    not_runnable: str | None = None
+
+    @property
+    def points(self) -> int:
+        return len(self.scenarios) if self.sweep else 1
+
+
+def _claim_args(claim: Claim, plots: bool = False) -> argparse.Namespace:
+    """What :func:`testbed.commands.run.run_many` reads of a ``testbed run`` command line."""
+    return argparse.Namespace(scenario=str(claim.scenario), overrides=[], seed=None, fabric_factory=None,
+                              agent_processes=None, plots=plots, runs_dir=None)
+
+
+def prepare(claims_file: Path, claims: list[Claim]) -> tuple[list[Prepared], list[Problem]]:
+    """Load every claim's scenario and sweep points and check its rules against them. A scenario
+    that does not load is "not runnable" (its first problem); a rule naming what the scenario
+    lacks is a problem (exit 2)."""
+    from testbed.commands.run import _load
+    from testbed.spec.overrides import sweep_of
+
+    out, problems = [], []
+    for c in claims:
+        p = Prepared(c)
+        args = _claim_args(c)
+        try:
+            p.scenario = _load(args)
+            p.sweep = sweep_of(args.scenario)
+            p.scenarios = [_load(args, point=pt, check_sweep=False) for pt in p.sweep.points()] if p.sweep else []
+        except SpecError as exc:
+            p.not_runnable = f"{c.scenario.name} does not load here: {exc.problems[0]}"
+            out.append(p)
+            continue
+        texts = [",".join(o.text for o in pt) for pt in p.sweep.points()] if p.sweep else None
+        jobs = [j.name for j in p.scenario.all_jobs]
+        problems += rule_problems(claims_file, c, list(p.scenario.transports), list(KPIS), jobs, list(JOB_KPIS),
+                                  texts)
+        out.append(p)
+    return out, problems
+
+
+def _select(claims, ids: str | None, claims_file: Path) -> tuple[list[Claim], list[str]]:
+    if not ids:
+        return list(claims), []
+    wanted = [i.strip() for i in ids.split(",") if i.strip()]
+    known = {c.id for c in claims}
+    unknown = [i for i in wanted if i not in known]
+    msgs = [f"{claims_file}: no claim {i!r} (claims: {', '.join(c.id for c in claims)})" for i in unknown]
+    return [c for c in claims if c.id in wanted], msgs
+
+
+def _fmt_s(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = max(0, int(round(s)))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class Suite:
+    """The suite's state for the live display and the ETA: each claim's status, its estimate
+    (the claims file's, for this mode), and the real time of those finished in this session."""
+
+    def __init__(self, prepared: list[Prepared], quick: bool, trials: int | None):
+        self.prepared = prepared
+        self.quick = quick
+        self.trials = trials
+        self.status = {p.claim.id: "waiting" for p in prepared}
+        self.where = {p.claim.id: "" for p in prepared}
+        self.took: dict[str, float] = {}
+        self.current: str | None = None
+        self.progress = 0.0          # fraction of the current claim's runs started before this one
+        self.t_claim = 0.0
+
+    def trials_of(self, c: Claim) -> int:
+        return self.trials or (1 if self.quick else c.trials)
+
+    def estimate(self, c: Claim) -> float:
+        """The claims file's estimate for this mode, scaled to this many trials."""
+        base, per = ((c.estimate_quick_s, 1) if self.quick else (c.estimate_full_s, c.trials))
+        return base * self.trials_of(c) / per
+
+    def eta_s(self) -> float:
+        """Remaining estimates times (real / estimated) over the claims finished so far."""
+        done = [p.claim for p in self.prepared if p.claim.id in self.took]
+        est = sum(self.estimate(c) for c in done)
+        factor = sum(self.took[c.id] for c in done) / est if est else 1.0
+        left = 0.0
+        for p in self.prepared:
+            st = self.status[p.claim.id]
+            if st == "waiting":
+                left += self.estimate(p.claim)
+            elif st == "running":
+                left += max(0.0, self.estimate(p.claim) * factor - (time.monotonic() - self.t_claim)) / factor
+        return left * factor
+
+    def __rich__(self) -> Table:    # the live display redraws it every second
+        return self.table()
+
+    def table(self) -> Table:
+        n = len(self.prepared)
+        i = next((k for k, p in enumerate(self.prepared, 1) if p.claim.id == self.current), None)
+        head = f"claim {i} of {n}" if i else f"{n} claims"
+        t = Table(title=f"testbed reproduce{' --quick' if self.quick else ''}: {head}, ETA {_fmt_s(self.eta_s())}",
+                  expand=False)
+        for col in ("claim", "status", "running", "transports", "estimate", "took"):
+            t.add_column(col)
+        for p in self.prepared:
+            c = p.claim
+            took = self.took.get(c.id)
+            if self.status[c.id] == "running":
+                took = time.monotonic() - self.t_claim
+            t.add_row(c.id, self.status[c.id], self.where[c.id],
+                      ", ".join(p.scenario.transports) if p.scenario else "-",
+                      _fmt_s(self.estimate(c)), _fmt_s(took))
+        return t
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    err = Console(stderr=True, highlight=False)
+    try:
+        claims_doc = load_claims(args.claims_file)
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    chosen, msgs = _select(claims_doc.claims, args.claims, args.claims_file)
+    if args.trials is not None and args.trials < 1:
+        msgs.append(f"--trials must be >= 1, got {args.trials}")
+    if msgs:
+        for m in msgs:
+            err.print(f"[red]testbed reproduce[/]: {escape(m)}")
+        return 2
+    prepared, problems = prepare(args.claims_file, chosen)
+    if problems:
+        print("\n".join(str(p) for p in problems), file=sys.stderr)
+        return 2
+    suite = Suite(prepared, args.quick, args.trials)
+    out = args.out or Path("runs/reproduce-quick" if args.quick else "runs/reproduce")
+    if args.plan:
+        return _plan(suite, out, console)
+    return _run_suite(args, suite, out, console, err)
+
+
+def _plan(suite: Suite, out: Path, console: Console) -> int:
+    from testbed.report.layout import Grid
+
+    total = sum(suite.estimate(p.claim) for p in suite.prepared)
+    rows = []
+    for p in suite.prepared:
+        c = p.claim
+        state = ("resumed: results exist" if (out / c.id / RESULTS_NAME).is_file()
+                 else f"not runnable: {p.not_runnable}" if p.not_runnable else "to run")
+        rows.append([c.id, c.scenario.name, ", ".join(p.scenario.transports) if p.scenario else "-",
+                     str(p.points), str(suite.trials_of(c)), _fmt_s(suite.estimate(c)),
+                     "; ".join(r.text for r in c.rules), state])
+    console.print(Grid(f"plan{' (quick)' if suite.quick else ''}: {len(rows)} claims, estimated {_fmt_s(total)}; "
+                       f"results in {out}",
+                       ["claim", "scenario", "transports", "points", "trials", "estimate", "rules", "state"], rows,
+                       split="rows", justify=["left"] * 8, shrink_first=(6, 7)))
+    return 0
+
+
+def _run_suite(args, suite: Suite, out: Path, console: Console, err: Console) -> int:
+    from testbed.commands.run import _parent, run_many
+    from testbed.rundir.errors import RunDirWriteError
+
+    status = 0
+    docs: dict[str, tuple[dict | None, str | None, str | None]] = {}   # id -> (doc, not_run reason, results path)
+    live = Live(suite, console=console, refresh_per_second=1) if console.is_terminal else None
+    if live is not None:
+        live.start()
+    try:
+        for n, p in enumerate(suite.prepared, 1):
+            c = p.claim
+            res_path = out / c.id / RESULTS_NAME
+            if res_path.is_file():
+                try:
+                    docs[c.id] = (results.load(res_path), None, str(res_path))
+                    suite.status[c.id] = "done (resumed)"
+                    continue
+                except results.ResultsError as exc:
+                    err.print(f"[yellow]warning[/] {escape(str(exc))}: running {c.id} again")
+            if p.not_runnable:
+                docs[c.id] = (None, p.not_runnable, None)
+                suite.status[c.id] = "not runnable"
+                continue
+            suite.current, suite.status[c.id], suite.t_claim = c.id, "running", time.monotonic()
+            trials = suite.trials_of(c)
+
+            def before(pi, points, ti, trials_, c=c, n=n):
+                suite.where[c.id] = f"point {pi + 1}/{points}, trial {ti + 1}/{trials_}"
+                console.print(f"[bold]claim {n} of {len(suite.prepared)}[/] {c.id}: point {pi + 1}/{points}, "
+                              f"trial {ti + 1}/{trials_}, transports {', '.join(p.scenario.transports)}; "
+                              f"ETA {_fmt_s(suite.eta_s())}")
+                if live is not None:
+                    live.refresh()
+
+            cargs = _claim_args(c, plots=args.plots)
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            try:
+                parent = _parent(out / c.id / f"runs-{stamp}")
+                doc, st = run_many(cargs, p.scenario, p.sweep, p.scenarios, list(p.scenario.transports), trials,
+                                   parent, console, err, before_trial=before)
+            except RunDirWriteError as exc:
+                from testbed.commands.run import write_failed
+                st, doc = write_failed(exc, err), None
+            suite.took[c.id] = time.monotonic() - suite.t_claim
+            if st >= 128:             # interrupted: keep what ran, stop the suite
+                suite.status[c.id] = "interrupted"
+                docs[c.id] = (None, "interrupted (run the command again to resume)", None)
+                status = st
+                break
+            status = status or st
+            if doc is None:
+                suite.status[c.id] = "failed"
+                docs[c.id] = (None, f"no run gave a summary (exit status {st})", None)
+                continue
+            for pt in doc["points"]:
+                pt["dir"] = f"{parent.name}/{pt['dir']}" if pt.get("dir") else parent.name
+            results.write(res_path, doc)
+            docs[c.id] = (doc, None, str(res_path))
+            suite.status[c.id] = "done"
+            if live is not None:
+                live.refresh()
+    finally:
+        if live is not None:
+            live.refresh()
+            live.stop()
+    entries, verdicts = [], []
+    for p in suite.prepared:
+        doc, why, path = docs.get(p.claim.id, (None, "not run (the suite stopped before it)", None))
+        entries.append(claim_entry(p.claim, path))
+        verdicts.append(judge(p.claim, doc, why))
+    rep = document(entries, verdicts, quick=suite.quick, trials=suite.trials or (1 if suite.quick else None))
+    results_dir = out
+    from testbed.rundir.write import make_dir, write_atomic
+    make_dir(results_dir, "the reproduce directory")
+    write_atomic(results_dir / JSON_NAME, results.dumps(rep), what=JSON_NAME)
+    write_atomic(results_dir / MD_NAME, markdown(rep), what=MD_NAME)
+    console.print(reproduce_table(rep))
+    console.print(f"reproduce results: {results_dir / JSON_NAME}, {results_dir / MD_NAME}")
+    return status

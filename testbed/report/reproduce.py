@@ -1,0 +1,93 @@
+"""The reproduction table (``testbed reproduce``): one row per claim of the paper.
+
+| claim (paper section) | paper's figure | this testbed, median [min-max] (n) | holds? | scaling |
+
+from the claims (:mod:`testbed.spec.claimsfile`) and their verdicts
+(:func:`testbed.metrics.claims.judge`): :func:`document` is ``reproduce.json``,
+:func:`reproduce_table` the console table and :func:`markdown` ``reproduce.md``.
+"""
+
+from __future__ import annotations
+
+from testbed.metrics.claims import INVALID, NO, NOT_RUNNABLE
+from testbed.report.layout import Grid
+from testbed.report.trials import JOB_LABELS, LABELS, fmt_stats
+
+FORMAT = "mrc-testbed-reproduce"
+VERSION = 1
+HEADERS = ["claim (paper section)", "paper's figure", "this testbed, median [min-max] (n)", "holds?", "scaling"]
+
+
+def _label(kpi: str) -> tuple[str, object]:
+    if kpi.startswith("jobs."):
+        _, name, key = kpi.split(".", 2)
+        label, fmt = JOB_LABELS.get(key, (key, None))
+        return f"{name}: {label}", fmt
+    return LABELS.get(kpi, (kpi, None))
+
+
+def term_cell(term: dict) -> str:
+    """``mrc busbw / host (%) @1%: 93.1 [92-94] (3)``."""
+    label, fmt = _label(term["kpi"])
+    at = f" @{term['point']}" if term.get("point") else ""
+    stats = term.get("stats") or {}
+    return f"{term['transport']} {label}{at}: " + (fmt_stats(stats, fmt) if fmt else fmt_stats(stats))
+
+
+def holds_cell(verdict: dict) -> str:
+    v = verdict["verdict"]
+    if v in (NO, NOT_RUNNABLE, INVALID) and verdict.get("reason"):
+        return f"{v} ({verdict['reason']})"
+    return v
+
+
+def row(claim: dict, verdict: dict) -> list[str]:
+    return [f"{claim['id']} ({claim['section']})", claim["figure"],
+            "; ".join(term_cell(t) for t in verdict.get("terms") or ()) or "-",
+            holds_cell(verdict), claim["scaling"]]
+
+
+def claim_entry(claim, results: str | None) -> dict:
+    """A claim (:class:`testbed.spec.claimsfile.Claim`) as ``reproduce.json`` keeps it."""
+    return {"id": claim.id, "section": claim.section, "figure": claim.figure, "scenario": str(claim.scenario),
+            "rules": [r.text for r in claim.rules], "scaling": claim.scaling,
+            "estimate_s": {"quick": claim.estimate_quick_s, "full": claim.estimate_full_s},
+            "results": results}
+
+
+def document(claims: list[dict], verdicts: list[dict], *, quick: bool, trials: int | None) -> dict:
+    """``reproduce.json``: ``{"format", "version", "quick", "trials" (None: each claim's own),
+    "claims": [claim entry + {"verdict": judge()'s dict}]}``."""
+    return {"format": FORMAT, "version": VERSION, "quick": quick, "trials": trials,
+            "claims": [{**c, "verdict": v} for c, v in zip(claims, verdicts)]}
+
+
+def reproduce_table(doc: dict) -> Grid:
+    rows = [row(c, c["verdict"]) for c in doc["claims"]]
+    held = sum(1 for c in doc["claims"] if c["verdict"]["verdict"] == "yes")
+    title = f"the MRC paper's claims, scaled{' (quick)' if doc.get('quick') else ''}: {held} of {len(rows)} hold"
+    return Grid(title, HEADERS, rows, split="rows", justify=["left"] * len(HEADERS), shrink_first=(1, 4))
+
+
+def _md(cell: str) -> str:
+    return cell.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(doc: dict) -> str:
+    """``reproduce.md``: the table, then each claim's rules with their values."""
+    lines = [f"# The MRC paper's claims, scaled{' (quick suite)' if doc.get('quick') else ''}", "",
+             "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(_md(c) for c in row(c, c["verdict"])) + " |" for c in doc["claims"]]
+    lines += ["", "## Rules (medians compared; written before the runs)", ""]
+    for c in doc["claims"]:
+        lines.append(f"- **{c['id']}** ({c['scenario']}; results: {c.get('results') or '-'}):")
+        judged = {r["rule"]: r for r in c["verdict"].get("rules") or ()}
+        for text in c["rules"]:
+            r = judged.get(text)
+            if r is None or r["holds"] is None:
+                state = "not judged" + (f": {r['reason']}" if r and r.get("reason") else "")
+            else:
+                state = (f"{'holds' if r['holds'] else 'fails'}: {r['left']['median']:.4g} vs "
+                         f"{r['bound']:.4g}" + (" (invalid runs)" if r.get("invalid") else ""))
+            lines.append(f"  - `{text}`: {state}")
+    return "\n".join(lines) + "\n"
