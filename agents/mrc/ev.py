@@ -380,11 +380,15 @@ class EVSet:
                 if ev != exclude:
                     self._picks += 1
                     return ev
-        for state in (EVState.GOOD, EVState.SKIP):
-            for ev in self.order:
-                if info[ev].state is state:
-                    self._picks += 1
-                    return ev
+        for ev in self.order:
+            if info[ev].state is EVState.GOOD:
+                self._picks += 1
+                return ev
+        skipped = [ev for ev in self.order if info[ev].state is EVState.SKIP]
+        if skipped:   # every usable EV skipped: spread over them, never pile onto the first
+            ev = skipped[self._picks % len(skipped)]
+            self._picks += 1
+            return ev
         return None
 
     def _new_rotation(self) -> list[int]:

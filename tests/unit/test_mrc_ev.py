@@ -107,3 +107,13 @@ def test_bad_configuration_rejected():
         make(evs=(1, 1))
     with pytest.raises(ValueError):
         make(evs=(1, 2), floor=3)
+
+
+def test_with_every_ev_skipped_the_spray_stays_spread():
+    """When every usable EV is in SKIP (an incast marks them all), packets still go round the
+    EVs instead of all onto the first one (which then congests and is marked the more)."""
+    s = make(skip_timeout_s=10.0)
+    for ev in (10, 11, 12, 13):
+        s.apply(ev, EVCause.CONGESTION, 0.0, always=True)
+    counts = Counter(s.pick(0.001) for _ in range(400))
+    assert set(counts) == {10, 11, 12, 13} and max(counts.values()) - min(counts.values()) <= 1
