@@ -22,6 +22,16 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="needs root (network namespaces)"))
 
 
+def ipv6_loopback_ok() -> bool:
+    """True if a UDP socket can bind ::1 (a container run with --network none has no IPv6 loopback)."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
 def tier_timeout(items, tier: str, seconds: int) -> None:
     """Give every item under tests/<tier>/ a ``timeout(seconds)`` mark unless it sets its own.
     (A conftest's collection hook sees the whole session's items: filter by path.)"""

@@ -1,5 +1,5 @@
 """The CNP packet (type 0x81, RoCEv2's CNP opcode): round trip, and any bytes of its type either
-parse or raise ProtocolError."""
+parse or raise ProtocolError (single-byte corruption: with every packet type in test_mrc_packet)."""
 import struct
 import zlib
 
@@ -20,16 +20,6 @@ def test_round_trip(pkt):
     assert pk.parse(raw) == pkt
     assert pk.peek_dest_qpn(raw) == pkt.dest_qpn
     assert pk.encode_cnp(pkt.dest_qpn, pkt.ev, pkt.psn) == raw
-
-
-@settings(max_examples=1000, deadline=None)
-@given(cnps, st.data())
-def test_any_single_byte_corruption_is_detected(pkt, data):
-    raw = bytearray(pk.encode(pkt))
-    i = data.draw(st.integers(0, len(raw) - 1))
-    raw[i] ^= data.draw(st.integers(1, 255))
-    with pytest.raises(pk.ProtocolError):
-        pk.parse(bytes(raw))
 
 
 @settings(max_examples=2000, deadline=None)

@@ -2,29 +2,21 @@
 about the paced rate, the loop woken by the QP's pacing deadline."""
 import os
 import random
-import socket
 import time
 
 import pytest
 
 from agents.mrc import QP, QPAttr, QPConfig, Transport, WCStatus, WorkCompletion, connect_pair
 from agents.net.udp import Endpoint, EventLoop, Route
+from tests.conftest import ipv6_loopback_ok
 
 SIZE = 250_000
 RATE = 20e6      # 100 ms for SIZE
 
 
-def loopback_ok():
-    try:
-        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        s.bind(("::1", 0))
-        s.close()
-        return True
-    except OSError:
-        return False
 
 
-@pytest.mark.skipif(not loopback_ok(), reason="no IPv6 loopback")
+@pytest.mark.skipif(not ipv6_loopback_ok(), reason="no IPv6 loopback")
 def test_a_paced_write_over_loopback_takes_its_rate():
     cfg = QPConfig(transport=Transport.RC, cc="dcqcn", cc_params={"rate_bps": RATE}, min_rto_s=0.05,
                    cnp_interval_s=0.001)

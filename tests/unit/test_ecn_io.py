@@ -19,21 +19,13 @@ from agents.net.udp import CE, ECT0, UDP_NO_CHECK6_RX, Endpoint, EventLoop, Rout
 from agents.mrc import (EVEvent, EVState, QP, QPAttr, QPConfig, WCStatus, WorkCompletion,
                         connect_pair)
 from agents.mrc import packet as pk
+from tests.conftest import ipv6_loopback_ok
 
 SIZE = 256 << 10
 EVS = [0, 1, 2, 3]
 
 
-def loopback_ok():
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not loopback_ok(), reason="no IPv6 loopback")
+pytestmark = pytest.mark.skipif(not ipv6_loopback_ok(), reason="no IPv6 loopback")
 
 
 def tclass_of(sock: socket.socket) -> int:

@@ -7,21 +7,14 @@ import pytest
 
 from agents.net.udp import UDP_NO_CHECK6_RX, UDP_NO_CHECK6_TX, Endpoint, EventLoop, Route
 from agents.mrc import QP, QPAttr, QPConfig, WCStatus, WorkCompletion, connect_pair
+from tests.conftest import ipv6_loopback_ok
 
 SIZE = 4 << 20
 
 
-def loopback_ok():
-    try:
-        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        s.bind(("::1", 0))
-        s.close()
-        return True
-    except OSError:
-        return False
 
 
-pytestmark = pytest.mark.skipif(not loopback_ok(), reason="no IPv6 loopback")
+pytestmark = pytest.mark.skipif(not ipv6_loopback_ok(), reason="no IPv6 loopback")
 
 
 def qp_pair():

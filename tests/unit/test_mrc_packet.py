@@ -29,6 +29,7 @@ packets = st.one_of(
               st.sampled_from(list(pk.SackMode)), st.sampled_from([0, pk.FLAG_ECN_ECHO])),
     st.builds(pk.NackPacket, u32, psn, u32, u64, st.sampled_from(list(pk.NackReason))),
     st.builds(pk.ProbePacket, u32, st.integers(0, 0xFFFF), u32, u32, u64, st.booleans()),
+    st.builds(pk.CnpPacket, u32, u32, st.integers(0, pk.MAX_PSN)),
 )
 
 
