@@ -27,6 +27,7 @@ import importlib
 import json
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -142,6 +143,67 @@ def bench_fabric(topo: Topology) -> tuple[float, float, dict[str, float]]:
     return up, down, {**fabric.timings, "counters_read_ms": statistics.median(reads) * 1e3}
 
 
+LIMIT_SECONDS = 8.0
+"""Seconds each iperf3 client of the kernel-limit ring runs."""
+MRC_DATAGRAM_BYTES = 4096
+"""UDP payload of the kernel-limit ring's datagrams: MRC's default payload (packets, not bits, cost)."""
+
+
+def ring_pairs(hosts: list[str]) -> list[tuple[str, str]]:
+    """The ring of the baseline all-reduce: host i sends to host i+1 (the last to the first)."""
+    return [(hosts[i], hosts[(i + 1) % len(hosts)]) for i in range(len(hosts))]
+
+
+def iperf3_totals(reports: list[dict], seconds: float) -> dict:
+    """Per-host and total delivered rate of iperf3 ``-J`` client reports (one per ring flow):
+    ``{"flows", "mbit_per_host", "mbit_total", "pps_total", "lost_pct"}``; TCP reports have no
+    packet counts (pps None). Raises KeyError for a report without ``end``."""
+    bits, pkts, lost, sent = 0.0, 0, 0, 0
+    udp = False
+    for r in reports:
+        end = r["end"]
+        if "sum" in end and "packets" in end["sum"]:       # UDP: what the receiver got
+            udp = True
+            s = end["sum"]
+            got = s["packets"] - s.get("lost_packets", 0)
+            pkts += got
+            sent += s["packets"]
+            lost += s.get("lost_packets", 0)
+            bits += got * MRC_DATAGRAM_BYTES * 8 / seconds
+        else:
+            bits += end["sum_received"]["bits_per_second"]
+    n = len(reports)
+    return {"flows": n, "mbit_per_host": bits / n / 1e6 if n else 0.0, "mbit_total": bits / 1e6,
+            "pps_total": pkts / seconds if udp else None, "lost_pct": 100.0 * lost / sent if udp and sent else None}
+
+
+def bench_kernel_limit(rate_mbit: int, *, seconds: float = LIMIT_SECONDS) -> dict:
+    """The kernel fabric's own ring capacity, no agents: fat-tree k=4 at ``rate_mbit`` on every
+    link, the baseline's 16-flow ring (host i -> i+1 over the ECMP addresses) driven at once by
+    iperf3, TCP, then UDP with MRC's datagram size offered at the link rate. Returns
+    ``{"rate_mbit", "tcp": totals, "udp": totals}`` (:func:`iperf3_totals`). Needs root."""
+    lp = LinkParams(rate_mbit * 1_000_000, 64)
+    topo = fat_tree(4, host_link=lp, fabric_link=lp)
+    out = {"rate_mbit": rate_mbit}
+    with Fabric(topo) as fabric:
+        pairs = ring_pairs([h.name for h in topo.hosts])
+        for proto in ("tcp", "udp"):
+            servers = [fabric.popen(dst, ["iperf3", "-s", "-1", "-p", str(5301 + i)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       for i, (_, dst) in enumerate(pairs)]
+            time.sleep(0.5)   # iperf3 -s has no readiness signal; its socket is bound within ms
+            extra = ["-u", "-b", f"{rate_mbit}M", "-l", str(MRC_DATAGRAM_BYTES)] if proto == "udp" else []
+            clients = [fabric.popen(src, ["iperf3", "-c", str(topo.nics[dst][0].address), "-p", str(5301 + i),
+                                          "-t", str(seconds), "-J", *extra],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                       for i, (src, dst) in enumerate(pairs)]
+            reports = [json.loads(c.communicate(timeout=seconds + 30)[0]) for c in clients]
+            for srv in servers:
+                srv.wait(timeout=10)
+            out[proto] = iperf3_totals(reports, seconds)
+    return out
+
+
 TARGET_SPEC_S = {"fat_tree(40) build": 10.0, "refuse a k=16 fat-tree": 1.0, "refuse a 4096x4096 leaf-spine": 1.0}
 """Bounds on the pure model and the spec checks (they run before anything is built)."""
 
@@ -231,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-fabric", action="store_true", help="skip the fabric bring-up bench (needs root)")
     parser.add_argument("--no-metrics", action="store_true", help="skip the metrics/report bench")
     parser.add_argument("--no-spec", action="store_true", help="skip the model/spec-check bench")
+    parser.add_argument("--no-limit", action="store_true", help="skip the kernel ring limit (iperf3, needs root)")
+    parser.add_argument("--limit-rates", type=int, nargs="+", default=[10, 100], metavar="MBIT",
+                        help="link rates of the kernel ring limit, Mbit/s")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the fabric ceiling sweep (needs root)")
     parser.add_argument("--ceiling-rates", type=int, nargs="+", default=list(CEILING_RATES_MBIT),
                         metavar="MBIT", help="link rates of the ceiling sweep, Mbit/s")
@@ -265,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             transport = None
     metrics_row = None if args.no_metrics else bench_metrics(args.repeat)
     spec_row = None if args.no_spec else bench_spec(args.repeat)
+    limits = [] if args.no_limit else [bench_kernel_limit(r) for r in args.limit_rates]
     ceiling = None
     if not args.no_ceiling:
         def note(transport, rate, r):
@@ -276,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                                 agent_models=models)
     if args.json:
         print(json.dumps({"fabric": rows, "transport": transport, "metrics": metrics_row, "spec": spec_row,
-                          "ceiling": ceiling}, indent=1))
+                          "kernel_limit": limits, "ceiling": ceiling}, indent=1))
         return 0
     if rows:
         console.print(_fabric_table(rows))
@@ -291,9 +357,25 @@ def main(argv: list[str] | None = None) -> int:
         for what, secs in spec_row.items():
             table.add_row(what, f"{secs:.3f}", f"< {TARGET_SPEC_S[what]:g}")
         console.print(table)
+    if limits:
+        console.print(_limit_table(limits))
     if ceiling is not None:
         console.print(_ceiling_table(ceiling))
     return 0
+
+
+def _limit_table(limits: list[dict]) -> Table:
+    table = Table(title=f"kernel fabric limit: fat-tree k=4 ring (16 flows at once), iperf3, no agents, "
+                        f"{LIMIT_SECONDS:g} s; UDP with {MRC_DATAGRAM_BYTES}-byte datagrams at the link rate")
+    for col in ("link Mbit/s", "TCP Mbit/s per host", "TCP total", "UDP Mbit/s per host", "UDP total",
+                "UDP packets/s (all)", "UDP lost"):
+        table.add_column(col, justify="right")
+    for r in limits:
+        t, u = r["tcp"], r["udp"]
+        table.add_row(str(r["rate_mbit"]), f"{t['mbit_per_host']:.1f}", f"{t['mbit_total']:.0f}",
+                      f"{u['mbit_per_host']:.1f}", f"{u['mbit_total']:.0f}", f"{u['pps_total']:.0f}",
+                      f"{u['lost_pct']:.2f}%")
+    return table
 
 
 def _ceiling_table(c: dict) -> Table:

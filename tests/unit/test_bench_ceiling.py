@@ -18,3 +18,14 @@ def test_scenario_at_a_rate_changes_only_rates_and_sizes():
     assert 0.25 <= size * 8 / 100e6 <= 1.0              # ~0.5 s of the link per iteration
     assert sc.workload.hosts == base.workload.hosts and sc.timeline == ()
     assert bench._at_rate(base, 1_000, dataclasses).workload.min_bytes == 64 << 10   # the floor
+
+
+def test_kernel_limit_ring_and_iperf3_totals():
+    assert bench.ring_pairs(["a", "b", "c"]) == [("a", "b"), ("b", "c"), ("c", "a")]
+    tcp = [{"end": {"sum_received": {"bits_per_second": 9.5e6}}}, {"end": {"sum_received": {"bits_per_second": 8.5e6}}}]
+    t = bench.iperf3_totals(tcp, 8.0)
+    assert (t["flows"], t["mbit_per_host"], t["mbit_total"], t["pps_total"]) == (2, 9.0, 18.0, None)
+    udp = [{"end": {"sum": {"packets": 2000, "lost_packets": 20, "bits_per_second": 1e7}}}]
+    u = bench.iperf3_totals(udp, 8.0)
+    assert u["pps_total"] == 1980 / 8.0 and u["lost_pct"] == 1.0
+    assert u["mbit_total"] == 1980 * bench.MRC_DATAGRAM_BYTES * 8 / 8.0 / 1e6
