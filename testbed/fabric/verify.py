@@ -65,14 +65,16 @@ def _udp_socket(fabric: FabricBackend, host: str, *, bind_port: int | None) -> s
 
 def probe(fabric: FabricBackend, pairs: Iterable[tuple[str, str]] | None = None, *,
           ecmp: bool = True, srv6: bool = True, timeout_s: float = 2.0,
-          quiet_s: float = 0.15) -> Reachability:
+          quiet_s: float = 0.15, retries: int = 1) -> Reachability:
     """Send one datagram per EV (SRv6) and one per NIC pair (ECMP) for each host pair.
 
     ``pairs`` defaults to every ordered pair of distinct hosts. Pairs go in
     rounds in which every host sends to at most one host and receives from at
     most one (no incast on the shaped links' short queues). A round ends when
     all its datagrams arrived, or after ``quiet_s`` without an arrival, or
-    after ``timeout_s``.
+    after ``timeout_s``. A datagram still missing after the rounds is sent again up to
+    ``retries`` times and waited for ``timeout_s`` (a probe that arrived after its round's
+    quiet window, on a loaded machine, is not a lost path).
     """
     topo = fabric.topo
     hosts = [h.name for h in topo.hosts]
@@ -81,6 +83,7 @@ def probe(fabric: FabricBackend, pairs: Iterable[tuple[str, str]] | None = None,
     rx = {h: _udp_socket(fabric, h, bind_port=PROBE_PORT) for h in involved}
     tx = {h: _udp_socket(fabric, h, bind_port=None) for h in involved}
     result = Reachability()
+    addr: dict[tuple, str] = {}
     t0 = time.perf_counter()
     try:
         for round_pairs in _rounds(pairs):
@@ -89,16 +92,24 @@ def probe(fabric: FabricBackend, pairs: Iterable[tuple[str, str]] | None = None,
                     for ev in topo.evs(src, dst):
                         key = (src, dst, ev.ev_id)
                         result.evs[key] = ev
-                        _send(tx[src], key, str(ev.address))
+                        addr[key] = str(ev.address)
+                        _send(tx[src], key, addr[key])
                         result.sent.add(key)
                 if ecmp:
                     for s_nic in topo.nics[src]:
                         for d_nic in topo.nics[dst]:
                             if s_nic.plane == d_nic.plane:
                                 key = (src, dst, -1 - s_nic.plane)
-                                _send(tx[src], key, str(d_nic.address))
+                                addr[key] = str(d_nic.address)
+                                _send(tx[src], key, addr[key])
                                 result.sent.add(key)
             _collect(rx, result, timeout_s, quiet_s)
+        for _ in range(retries):
+            if not result.lost:
+                break
+            for key in sorted(result.lost):
+                _send(tx[key[0]], key, addr[key])
+            _collect(rx, result, timeout_s, timeout_s)
     finally:
         for sock in [*rx.values(), *tx.values()]:
             sock.close()

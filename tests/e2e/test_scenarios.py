@@ -61,9 +61,11 @@ def start_long_run(tmp_path: Path) -> subprocess.Popen:
     """``testbed run`` of the LONG scenario (60 s timeout) in a child process, output captured."""
     path = tmp_path / "s.yaml"
     path.write_text(LONG.replace("@REPO@", str(REPO)).replace("timeout: 4s", "timeout: 60s"))
+    # SIGINT as a terminal gives it: a suite started in the background inherits it ignored
     return subprocess.Popen([sys.executable, "-m", "testbed", "run", str(path), "--runs-dir",
                              str(tmp_path / "runs"), "--no-plots"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 @pytest.fixture(scope="module")
