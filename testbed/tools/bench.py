@@ -179,10 +179,10 @@ def iperf3_totals(reports: list[dict], seconds: float) -> dict:
 
 def bench_kernel_limit(rate_mbit: int, *, seconds: float = LIMIT_SECONDS) -> dict:
     """The kernel fabric's own ring capacity, no agents: fat-tree k=4 at ``rate_mbit`` on every
-    link, the baseline's 16-flow ring (host i -> i+1 over the ECMP addresses) driven at once by
+    link (queue 32, MTU 9000, as topologies/fat-tree-k4.yaml), the baseline's 16-flow ring (host i -> i+1 over the ECMP addresses) driven at once by
     iperf3, TCP, then UDP with MRC's datagram size offered at the link rate. Returns
     ``{"rate_mbit", "tcp": totals, "udp": totals}`` (:func:`iperf3_totals`). Needs root."""
-    lp = LinkParams(rate_mbit * 1_000_000, 64)
+    lp = LinkParams(rate_mbit * 1_000_000, 32, mtu=9000)   # topologies/fat-tree-k4.yaml's classes
     topo = fat_tree(4, host_link=lp, fabric_link=lp)
     out = {"rate_mbit": rate_mbit}
     with Fabric(topo) as fabric:
