@@ -24,9 +24,10 @@ ECN (UET): a CE-marked data packet is acknowledged at once by a SACK of its own 
 echoes that packet's EV and timestamp with ECN_ECHO and ``m`` SKIP_ONCE, so the requester
 skips the EV that carried the mark; SACKs for unmarked packets carry no echo. When an EV's
 arrivals were CE-marked ``config.always_skip_ce_run`` times in a row (no unmarked arrival
-on that EV in between) the mark's SACK says ALWAYS_SKIP instead: after a SKIP_ONCE the
-requester leaves the EV for a rotation, so a run of marks means the EV stays congested
-while it is used. The SACK's out-of-order count is the number of PSNs received above the
+on that EV in between) while other EVs of the QP delivered unmarked packets (the congestion
+is that path's, not the last hop's that every path shares), the mark's SACK says ALWAYS_SKIP
+instead: after a SKIP_ONCE the requester leaves the EV for a rotation, so a run of marks
+means the EV stays congested while it is used. The SACK's out-of-order count is the number of PSNs received above the
 cumulative PSN now (UET's ooo count), falling as the cumulative PSN advances.
 
 Trims: a trimmed header is NACKed TRIMMED, or TRIMMED_LASTHOP when the switch set
@@ -102,7 +103,8 @@ class Responder:
         self.max_wimm_dest = QPAttr().max_wimm_dest
         self.rx_no_recv = 0                          # WRITE_WITH_IMMs NACKed NO_PKT_BUFFER
         self._seq_err_sent = False
-        self._ce_run: dict[int, int] = {}            # EV -> CE-marked arrivals in a row on it
+        self._ce_run: dict[int, tuple[int, int]] = {}  # EV -> (CE-marked arrivals in a row, _clean then)
+        self._clean = 0                              # unmarked arrivals while some EV has a CE run
         self._above = 0                              # PSNs received above the cumulative PSN
         self._ctrl_out: list[tuple[bytes, int]] = []
         self.reverse_evs: dict[int, float] = {}
@@ -152,6 +154,7 @@ class Responder:
                     return
                 if self._ce_run:
                     self._ce_run.pop(ev, None)
+                    self._clean += 1
                 if flags & _ACK_NOW or self._sack_pending >= self.config.sack_every:
                     self._flush_sacks()
                 elif self._ack_deadline is None:
@@ -256,6 +259,7 @@ class Responder:
                         pending += 1
                         if ce_run:
                             ce_run.pop(ev, None)
+                            self._clean += 1
                         if flags & _ACK_NOW or pending >= sack_every:
                             self._rcv_cum, self._sack_pending = cum, pending
                             self.rx_packets += packets
@@ -350,6 +354,7 @@ class Responder:
             return
         if self._ce_run:
             self._ce_run.pop(ev, None)
+            self._clean += 1
         if flags & _ACK_NOW or self._sack_pending >= self.config.sack_every:
             self._flush_sacks()
         elif self._ack_deadline is None:
@@ -393,9 +398,13 @@ class Responder:
 
     def _ce_sack(self, ev: int, ts: int) -> None:
         """A CE-marked packet (EV ``ev``, stamp ``ts``) just placed: SACK now, echoing it."""
-        run = self._ce_run.get(ev, 0) + 1
-        self._ce_run[ev] = run
-        mode = _ALWAYS_SKIP if run >= self.config.always_skip_ce_run else _SKIP_ONCE
+        run, start = self._ce_run.get(ev, (0, self._clean))
+        self._ce_run[ev] = (run + 1, start)
+        # ALWAYS_SKIP only for a path-specific run: other EVs delivered unmarked meanwhile. When
+        # every path is marked (the last hop, an incast) skipping one helps nothing and only
+        # unbalances the senders sharing it.
+        always = run + 1 >= self.config.always_skip_ce_run and self._clean > start
+        mode = _ALWAYS_SKIP if always else _SKIP_ONCE
         self._flush_sacks(ev, ts, mode)
 
     def _flush_sacks(self, ce_ev: int = -1, ce_ts: int = 0, ce_mode: int = 0) -> None:
