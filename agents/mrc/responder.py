@@ -153,8 +153,7 @@ class Responder:
                     self._ce_sack(ev, ts)
                     return
                 if self._ce_run:
-                    self._ce_run.pop(ev, None)
-                    self._clean += 1
+                    self._end_ce_run(ev)
                 if flags & _ACK_NOW or self._sack_pending >= self.config.sack_every:
                     self._flush_sacks()
                 elif self._ack_deadline is None:
@@ -258,8 +257,7 @@ class Responder:
                         dirty[psn >> 6] = (ev, ts)
                         pending += 1
                         if ce_run:
-                            ce_run.pop(ev, None)
-                            self._clean += 1
+                            self._end_ce_run(ev)
                         if flags & _ACK_NOW or pending >= sack_every:
                             self._rcv_cum, self._sack_pending = cum, pending
                             self.rx_packets += packets
@@ -353,8 +351,7 @@ class Responder:
             self._ce_sack(ev, ts)
             return
         if self._ce_run:
-            self._ce_run.pop(ev, None)
-            self._clean += 1
+            self._end_ce_run(ev)
         if flags & _ACK_NOW or self._sack_pending >= self.config.sack_every:
             self._flush_sacks()
         elif self._ack_deadline is None:
@@ -395,6 +392,11 @@ class Responder:
     def _nack(self, psn: int, ev: int, ts: int, reason: pk.NackReason) -> None:
         self._ctrl_out.append((pk.encode(pk.NackPacket(self.dest_qpn, psn, ev, ts, reason)),
                                self.reverse.choose(ev)))
+
+    def _end_ce_run(self, ev: int) -> None:
+        """An unmarked arrival on ``ev`` while some EV has a CE run (callers test that first)."""
+        self._ce_run.pop(ev, None)
+        self._clean += 1
 
     def _ce_sack(self, ev: int, ts: int) -> None:
         """A CE-marked packet (EV ``ev``, stamp ``ts``) just placed: SACK now, echoing it."""

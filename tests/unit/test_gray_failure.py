@@ -13,27 +13,13 @@ from testbed.faults.timeline import Timeline
 from testbed.model.kernel import KernelFeatures
 from testbed.spec import SpecError, load_scenario
 from tests.unit.test_faults import LINK, fake_faults
-from tests.unit.test_targets import RC_3_4, RC_7_8
+from tests.unit.test_targets import RC_3_4, RC_7_8, SCENARIO
 
 FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo"}), seg6_next_csid=True, nftables=True)
 TOPO = Path(__file__).resolve().parents[2] / "topologies" / "fat-tree-k4.yaml"
-SCENARIO = """\
-name: gray
-topology: {topo}
-transports: [mrc, rc, tcp]
-seed: 1
-timeout: 60s
-workload: {{collective: all_reduce, hosts: all, min_bytes: 1MiB, max_bytes: 1MiB, factor: 2,
-           iterations: 3, warmup: 1}}
-timeline:
-  - at: 1s
-    loss: {loss}
-"""
-
-
 def load(tmp_path, loss: str):
     path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO.format(topo=TOPO, loss=loss))
+    path.write_text(SCENARIO.format(topo=TOPO, action=f"loss: {loss}"))
     return load_scenario(path, features=FEATURES)
 
 
@@ -52,7 +38,7 @@ def test_a_named_link_loses_one_way_into_the_named_node(tmp_path):
 def test_bad_directions_name_the_key_and_line(tmp_path, loss, message):
     with pytest.raises(SpecError) as err:
         load(tmp_path, loss)
-    assert message in str(err.value) and "s.yaml:10" in str(err.value) and "loss.direction" in str(err.value)
+    assert message in str(err.value) and "s.yaml:11" in str(err.value) and "loss.direction" in str(err.value)
 
 
 def test_forward_and_reverse_resolve_to_the_flows_way_over_the_link(tmp_path):
@@ -70,6 +56,7 @@ def test_the_timeline_step_carries_the_receiving_node(tmp_path):
     e = load(tmp_path, "{link: a0_0-c0_0, percent: 20%, direction: c0_0->a0_0, duration: 1s}").timeline[0]
     tl = Timeline([e], [False, False, False])
     tl.start(0.0)
+    tl.iteration_done(0, 0.0)                    # at_iteration: 1
     assert [s.change for s in tl.due(5.0)] == [Loss("a0_0-c0_0", 20.0, "a0_0"), Loss("a0_0-c0_0", None)]
 
 
