@@ -50,7 +50,10 @@ def make_jobs(tmp_path: Path, transport: str, *, world_size=3, sizes=(4 << 20,),
                "recv_from": [peer(p) for p in recv_from], "bind_addr": "::1", "tcp_port": tcp[r],
                "collective": collective, "qps": qps, "job": "j", "agent": 10 + r,
                "qp": {"timeout": 16, "retry_linear": 7, "retry_exp": 7, "cc": "uet-1.0-nscc",
-                      "cc_params": {"rate_bps": 1e9, "base_rtt_s": 0.001}}, "linger_s": 5.0}
+                      "cc_params": {"rate_bps": 1e9, "base_rtt_s": 0.001}},
+               # the test always sends stop: a ready agent must not leave on its own while a
+               # slower rank (a loaded CI machine) is still finishing
+               "linger_s": 60.0}
         if targets is not None:
             job["targets"] = list(targets)
         job.update(extra)
@@ -113,8 +116,14 @@ class FakeRunner:
         return [m["type"] for m in self.messages[rank]]
 
     def broadcast(self, msg: dict) -> None:
-        for conn in self.conns.values():
-            conn.sendall(json.dumps(msg).encode() + b"\n")
+        for rank, conn in self.conns.items():
+            try:
+                conn.sendall(json.dumps(msg).encode() + b"\n")
+            except BrokenPipeError:
+                codes = [p.poll() for p in self.procs]
+                raise AssertionError(f"rank {rank} left before {msg['type']}: exit codes {codes}; "
+                                     f"its messages {self.types(rank)[-3:]}; stderr "
+                                     f"{[p.stderr.read() for p in self.procs if p.poll() is not None]}")
 
     def wait_exit(self, timeout_s: float) -> list[int]:
         return [p.wait(timeout_s) for p in self.procs]
