@@ -39,6 +39,7 @@ from testbed.fabric.local import Fabric
 from testbed.model.generators import fat_tree
 from testbed.model.topology import LinkParams, Topology
 from testbed.fabric.kernel import features
+from testbed.tools.cost import packet_cost
 
 TARGET_UP_S = {8: 3.0}
 TARGET_DOWN_S = {8: 2.0}
@@ -88,10 +89,17 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
                 s = load_summary(result.run_dir)["transports"][transport]
                 v = s.get("validity") or {}
                 ok = bool(s.get("valid")) and (s.get("busbw_fraction_of_host") or 0) >= CEILING_BUSBW
+                try:
+                    cost = packet_cost(result.run_dir / transport)
+                except (OSError, ValueError, KeyError):
+                    cost = {}
                 runs[rate] = {"busbw_fraction": s.get("busbw_fraction_of_host"), "valid": bool(s.get("valid")),
                               "cpu_p95": v.get("cpu_p95"), "status": result.status.get(transport),
                               "runner_cpu": ((s.get("fidelity") or {}).get("runner_cpu") or {}).get("fraction"),
-                              "reasons": s.get("invalid_reasons") or []}
+                              "reasons": s.get("invalid_reasons") or [],
+                              "agent_us_per_packet": cost.get("agent_us_per_packet"),
+                              "machine_us_per_packet": cost.get("machine_us_per_packet"),
+                              "packets_per_s": cost.get("packets_per_s")}
                 if progress is not None:
                     progress(row, rate, runs[rate])
                 shutil.rmtree(result.run_dir, ignore_errors=True)
@@ -294,17 +302,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-metrics", action="store_true", help="skip the metrics/report bench")
     parser.add_argument("--no-spec", action="store_true", help="skip the model/spec-check bench")
     parser.add_argument("--no-limit", action="store_true", help="skip the kernel ring limit (iperf3, needs root)")
-    parser.add_argument("--limit-rates", type=int, nargs="+", default=[10, 100], metavar="MBIT",
-                        help="link rates of the kernel ring limit, Mbit/s")
+    parser.add_argument("--limit-rates", type=int, nargs="+", default=[10, 100, 1000], metavar="MBIT",
+                        help="link rates of the kernel ring limit, Mbit/s (the best UDP figure is the limit "
+                             "the ceilings are set against)")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the fabric ceiling sweep (needs root)")
     parser.add_argument("--ceiling-rates", type=int, nargs="+", default=list(CEILING_RATES_MBIT),
                         metavar="MBIT", help="link rates of the ceiling sweep, Mbit/s")
     parser.add_argument("--ceiling-transports", nargs="+", default=list(CEILING_TRANSPORTS),
                         help="transports of the ceiling sweep")
-    parser.add_argument("--ceiling-agents", nargs="+", default=["per-host", str(os.cpu_count() or 1)],
+    parser.add_argument("--ceiling-agents", nargs="+", default=[str(os.cpu_count() or 1)],
                         metavar="MODEL", help="agent models of the ceiling sweep: per-host (one process per "
-                                              "agent) and/or N (N host runtimes); default: per-host and one "
-                                              "runtime per core")
+                                              "agent) and/or N (N host runtimes); default: one runtime per core")
+    parser.add_argument("--profile", nargs="*", metavar="TRANSPORT@MBIT", default=None,
+                        help="py-spy profiles of the agents' processes on the ceiling's fabric, attributed per "
+                             "category (default with no value: mrc@20 rc@20)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
     console = Console(width=max(Console().width, 150))
@@ -331,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     metrics_row = None if args.no_metrics else bench_metrics(args.repeat)
     spec_row = None if args.no_spec else bench_spec(args.repeat)
     limits = [] if args.no_limit else [bench_kernel_limit(r) for r in args.limit_rates]
+    profiles = []
+    for item in [] if args.profile is None else (args.profile or ["mrc@20", "rc@20"]):
+        transport_name, _, rate = item.partition("@")
+        profiles.append(bench_profile(transport_name, int(rate or 20)))
     ceiling = None
     if not args.no_ceiling:
         def note(transport, rate, r):
@@ -342,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                                 agent_models=models)
     if args.json:
         print(json.dumps({"fabric": rows, "transport": transport, "metrics": metrics_row, "spec": spec_row,
-                          "kernel_limit": limits, "ceiling": ceiling}, indent=1))
+                          "kernel_limit": limits, "ceiling": ceiling, "profiles": profiles}, indent=1))
         return 0
     if rows:
         console.print(_fabric_table(rows))
@@ -361,7 +376,85 @@ def main(argv: list[str] | None = None) -> int:
         console.print(_limit_table(limits))
     if ceiling is not None:
         console.print(_ceiling_table(ceiling))
+    if profiles:
+        console.print(_profile_table(profiles))
+    if ceiling is not None and limits:
+        console.print(_versus_table(limits, ceiling))
     return 0
+
+
+def bench_profile(transport: str, rate_mbit: int, *, scenario_path: Path = CEILING_SCENARIO) -> dict:
+    """One ceiling run (:func:`_at_rate`) of ``transport`` at ``rate_mbit`` with py-spy on every
+    agent process (:class:`testbed.tools.cost.Profiler`, 100 Hz, native frames): ``{"transport",
+    "rate_mbit", "valid", "busbw_fraction", "samples": {category: n}, **packet_cost}``. py-spy
+    pauses a process for each sample, so the run's own CPU figures are a little high."""
+    import dataclasses
+    import io
+    import shutil
+
+    from testbed.report.files import load_summary
+    from testbed.run import run_scenario
+    from testbed.spec import load_file
+    from testbed.tools.cost import Profiler
+
+    sc = _at_rate(load_file(scenario_path, features=features()), rate_mbit * 1_000_000, dataclasses)
+    root = Path(tempfile.mkdtemp(prefix="mrc-profile-"))
+    try:
+        with Profiler(str(root), root / "py-spy") as prof:
+            result = run_scenario(sc, runs_root=root, console=Console(file=io.StringIO()),
+                                  transports=[transport], live=False)
+        s = load_summary(result.run_dir)["transports"][transport]
+        return {"transport": transport, "rate_mbit": rate_mbit, "valid": bool(s.get("valid")),
+                "busbw_fraction": s.get("busbw_fraction_of_host"), "samples": prof.categories(),
+                **packet_cost(result.run_dir / transport)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _profile_table(profiles: list[dict]) -> Table:
+    from testbed.tools.cost import CATEGORIES
+
+    t = Table(title="where the agents' processes spend their busy time (py-spy samples, % of busy; "
+                    "syscalls include the kernel forwarding a send runs in its caller's context)")
+    t.add_column("category")
+    for p in profiles:
+        t.add_column(f"{p['transport']} @ {p['rate_mbit']} Mbit/s", justify="right")
+    busy = [sum(v for k, v in p["samples"].items() if k != "waiting") or 1 for p in profiles]
+    for cat in CATEGORIES:
+        t.add_row(cat, *(f"{p['samples'].get(cat, 0) / b:.0%}" for p, b in zip(profiles, busy)))
+    t.add_row("busy samples", *(str(b) for b in busy))
+    t.add_row("agents / machine us per data packet",
+              *(f"{p['agent_us_per_packet']:.0f} / {p['machine_us_per_packet']:.0f}" for p in profiles))
+    return t
+
+
+def kernel_udp_limit(limits: list[dict]) -> tuple[float, int]:
+    """(Mbit/s per host, link Mbit/s) of the best UDP ring of :func:`bench_kernel_limit` runs."""
+    best = max(limits, key=lambda r: r["udp"]["mbit_per_host"])
+    return best["udp"]["mbit_per_host"], best["rate_mbit"]
+
+
+def _versus_table(limits: list[dict], c: dict) -> Table:
+    limit, at = kernel_udp_limit(limits)
+    t = Table(title=f"ceilings against the kernel fabric's own limit: UDP ring with {MRC_DATAGRAM_BYTES}-byte "
+                    f"datagrams, {limit:.1f} Mbit/s per host (best, at {at} Mbit/s links); CPU per delivered "
+                    "data packet at the ceiling (agents' processes / whole machine)")
+    for col in ("transport, agents", "ceiling", "busbw Mbit/s per host", "of the kernel limit",
+                "data packets/s", "agents us/packet", "machine us/packet"):
+        t.add_column(col, justify="right")
+    for row, best in c["ceiling"].items():
+        r = c["runs"][row].get(best) if best else None
+        if r is None:
+            t.add_row(row, "below the sweep", "-", "-", "-", "-", "-")
+            continue
+        mbit = (r["busbw_fraction"] or 0) * best
+
+        def us(v):
+            return f"{v:.0f}" if v else "-"
+        t.add_row(row, f"{best} Mbit/s", f"{mbit:.1f}", f"{mbit / limit:.0%}",
+                  f"{r['packets_per_s']:,.0f}" if r.get("packets_per_s") else "-",
+                  us(r.get("agent_us_per_packet")), us(r.get("machine_us_per_packet")))
+    return t
 
 
 def _limit_table(limits: list[dict]) -> Table:
@@ -393,7 +486,8 @@ def _ceiling_table(c: dict) -> Table:
                 cells.append("-")
                 continue
             mark = "" if r["valid"] else " (invalid)"
-            cells.append(f"{(r['busbw_fraction'] or 0) * 100:.1f}%{mark}")
+            cost = f", {r['machine_us_per_packet']:.0f} us/pkt" if r.get("machine_us_per_packet") else ""
+            cells.append(f"{(r['busbw_fraction'] or 0) * 100:.1f}%{mark}{cost}")
         best = c["ceiling"].get(transport)
         t.add_row(transport, *cells, f"{best} Mbit/s" if best else "below the sweep")
     return t
