@@ -4,15 +4,21 @@ the reproduce table's scaling column."""
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from rich.console import Console
 
 from agents.jobspec import JobSpecError, parse_job
 from agents.mrc.packet import MIN_MTU_BYTES, mtu_for_payload, payload_bytes_for_mtu
 from testbed import cli
 from testbed.commands import run as run_cmd
 from testbed.model.kernel import KernelFeatures
+from testbed.report import tables
+from testbed.report.reproduce import claim_entry, payload_scaling
 from testbed.spec import SpecError, load_scenario
 from testbed.spec.jobs import ROCE_PMTU_BYTES, build_jobs, job_mtu, job_payload_bytes
 from testbed.spec.overrides import parse_set, sweep_of
@@ -168,6 +174,75 @@ def test_sweep(tmp_path):
     bad = write(tmp_path, HEAD + "sweep:\n  workload.payload: [1KiB, 16KiB]\n")
     out = problems(bad)
     assert len(out) == 1 and out[0].startswith(f"{bad}:14: workload.payload: 16384 bytes need an MTU"), out
+
+
+def test_manifest_and_summary_carry_the_payload(tmp_path, monkeypatch):
+    from testbed.run import manifest as mf
+    monkeypatch.setattr(mf, "features", lambda: FEATURES)
+    sc = load(write(tmp_path, HEAD + "  payload: 2KiB\n"))
+    m = mf.base_manifest(sc)
+    assert m["payload_bytes"] == 2048 and m["scenario"]["workload"]["payload"] == 2048
+    from testbed.rundir.schemas import MANIFEST_FIELDS
+    assert "payload_bytes" in MANIFEST_FIELDS
+
+
+def _title(summary: dict) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=100, color_system=None).print(tables.comparison_table(summary))
+    title = buf.getvalue().split("\n\u250f")[0].split("\n+")[0]   # the lines above the table's frame
+    return " ".join(title.split())
+
+
+def _summary(transports, payload=8192) -> dict:
+    t = {"size_bytes": 1024, "completion": {"complete": True}}
+    return {"scenario": "s", "host_link_rate_bps": 10e6, "payload_bytes": payload,
+            "transports": {name: dict(t) for name in transports}}
+
+
+def test_report_line_states_the_payload():
+    assert "(host link 10 Mbit/s, payload 8192 bytes per data packet)" in _title(_summary(["mrc", "rc-x8"]))
+    assert ("(host link 10 Mbit/s, payload 8192 bytes per data packet (mrc, rc-dcqcn))"
+            in _title(_summary(["mrc", "rc-dcqcn", "tcp"])))
+    assert "payload" not in _title(_summary(["tcp"]))                 # kernel tcp: not sized by it
+    assert "payload" not in _title(_summary(["mrc"], payload=None))   # a run older than the key
+    assert tables.payload_text(_summary(["rc"], payload=4096)) == "payload 4096 bytes per data packet"
+
+
+def test_summary_json_records_the_payload(tmp_path):
+    from testbed.metrics.synthetic import write_run
+    from testbed import report
+    run = write_run(tmp_path / "run", ("mrc", "tcp"), world_size=4, duration_s=5.0)
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "payload_bytes": 2048}))
+    report.write_outputs(run)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["payload_bytes"] == 2048
+    assert "payload 2048 bytes per data packet (mrc)" in _title(summary)
+
+
+def test_reproduce_scaling_states_a_non_default_payload(tmp_path):
+    default = load(write(tmp_path, HEAD))
+    big = load(write(tmp_path, HEAD + "  payload: 8KiB\n"))
+    tcp_only = load(write(tmp_path, HEAD.replace("[mrc, rc, tcp]", "[tcp]") + "  payload: 8KiB\n"))
+    assert payload_scaling([default]) == "" and payload_scaling([]) == "" and payload_scaling([tcp_only]) == ""
+    assert payload_scaling([big]) == "payload 8192 bytes per data packet"
+    assert payload_scaling([default, big]) == "payload 4096/8192 bytes per data packet"   # a sweep of it
+    claim = SimpleNamespace(id="c", section="s", figure="f", scenario=Path("x.yaml"), rules=(), scaling="10 Mbit/s;",
+                            estimate_quick_s=1, estimate_full_s=2)
+    assert claim_entry(claim, None, [big])["scaling"] == "10 Mbit/s; payload 8192 bytes per data packet"
+    assert claim_entry(claim, None, [default])["scaling"] == "10 Mbit/s;"
+    assert claim_entry(claim, None)["scaling"] == "10 Mbit/s;"
+
+
+def test_shipped_claims_keep_their_scaling_text():
+    """The paper's scenarios all run the default payload: the scaling column is as written."""
+    from testbed.commands.reproduce import prepare
+    from testbed.spec.claimsfile import load_claims
+    claims = load_claims(ROOT / "scenarios" / "paper" / "claims.yaml")
+    prepared, _ = prepare(claims.path, list(claims.claims))
+    for p in prepared:
+        if p.scenario is not None:
+            assert claim_entry(p.claim, None, p.scenarios or [p.scenario])["scaling"] == p.claim.scaling, p.claim.id
 
 
 def test_agents_refuse_an_mtu_below_the_least_payload():
