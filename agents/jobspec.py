@@ -25,6 +25,7 @@ from typing import Any
 
 from agents.collectives import COLLECTIVES, COMPLETION_GATED, peers
 from agents.channels.qp import QPN_MAX, max_qpn
+from agents.mrc.packet import MIN_MTU_BYTES, MIN_PAYLOAD_BYTES
 from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT
 
 
@@ -120,7 +121,8 @@ class JobSpec:
     ``sample_interval_s``; ``ev_stats_s`` (> 0: every MRC tx connection's per-EV packet counts
     go to the runner as ``ev_stats`` events this often, for a controller; 0: never); ``samples_path`` (absolute; samples go to this file, one JSON object
     a line, not over the control socket); ``port`` / ``tcp_port`` (this agent's UDP and TCP
-    ports); ``mtu``; ``qp`` (:data:`QP_ATTR_KEYS`, :data:`QP_CONFIG_KEYS`,
+    ports); ``mtu`` (sizes mrc/rc data packets: :func:`agents.mrc.packet.payload_bytes_for_mtu`,
+    at least :data:`agents.mrc.packet.MIN_MTU_BYTES`; kernel tcp ignores it); ``qp`` (:data:`QP_ATTR_KEYS`, :data:`QP_CONFIG_KEYS`,
     :data:`QP_CHANNEL_KEYS`); ``connect_timeout_s``; ``linger_s`` (after ``done``)."""
 
     run_id: str
@@ -417,8 +419,8 @@ def parse_job(raw: Any, source: str = "<job>") -> JobSpec:
         "samples_path": g(raw, "samples_path", "", str, default="", check=lambda v: not v or os.path.isabs(v),
                           why="must be an absolute path"),
         "port": g(raw, "port", "", int, default=UDP_PORT, check=_port, why="not a port"),
-        "mtu": g(raw, "mtu", "", int, default=1500, check=lambda v: 1280 <= v <= 65535,
-                 why="must be in [1280, 65535] (IPv6)"),
+        "mtu": g(raw, "mtu", "", int, default=1500, check=lambda v: MIN_MTU_BYTES <= v <= 65535,
+                 why=f"must be in [{MIN_MTU_BYTES}, 65535] ({MIN_PAYLOAD_BYTES} bytes of payload and more)"),
         "tcp_port": g(raw, "tcp_port", "", int, default=TCP_PORT, check=_port, why="not a port"),
         "qp": g(raw, "qp", "", dict, default={}),
         "connect_timeout_s": g(raw, "connect_timeout_s", "", float, default=10.0, **pos),

@@ -86,6 +86,19 @@ def payload_bytes_for_mtu(mtu_bytes: int = 1500) -> int:
 
 
 DEFAULT_PAYLOAD_BYTES = payload_bytes_for_mtu(1500)  # 1408
+MIN_PAYLOAD_BYTES = 256
+"""The least payload per data packet a job may ask for (RoCEv2's smallest path MTU, IBTA)."""
+
+
+def mtu_for_payload(payload_bytes: int) -> int:
+    """The MTU whose data packets carry ``payload_bytes`` of payload (the inverse of
+    :func:`payload_bytes_for_mtu`): payload + IPv6 40 + UDP 8 + MRC overhead."""
+    return payload_bytes + IPV6_UDP_BYTES + DATA_OVERHEAD_BYTES
+
+
+MIN_MTU_BYTES = mtu_for_payload(MIN_PAYLOAD_BYTES)
+"""The least ``mtu`` of a job spec (:data:`MIN_PAYLOAD_BYTES` of payload): the agents' MTU sizes
+their data packets only; it may be below IPv6's 1280, which the interfaces keep."""
 
 
 class ProtocolError(ValueError):

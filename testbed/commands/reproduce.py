@@ -307,7 +307,7 @@ def _run_suite(args, suite: Suite, out: Path, console: Console, err: Console) ->
     entries, verdicts = [], []
     for p in suite.prepared:
         doc, why, path = docs.get(p.claim.id, (None, "not run (the suite stopped before it)", None))
-        entries.append(claim_entry(p.claim, path))
+        entries.append(claim_entry(p.claim, path, p.scenarios or ([p.scenario] if p.scenario else [])))
         verdicts.append(judge(p.claim, doc, why))
     rep = document(entries, verdicts, quick=suite.quick, trials=suite.trials or (1 if suite.quick else None))
     results_dir = out

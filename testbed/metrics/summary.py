@@ -241,6 +241,7 @@ def job_row(job: str, s: dict, busbw_fraction: float | None) -> dict:
 def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
     """Summary of a whole run (``scenario``, ``world_size``, ``host_link_rate_bps``,
     ``host_bandwidth_bps`` and ``host_nics`` (an older run's: :func:`testbed.rundir.upgrade.upgrade`),
+    ``payload_bytes`` (of an mrc/rc data packet; None for a run older than the key),
     ``definitions``,
     ``transports`` by name, ``comparison`` rows) and the per-transport analyses.
     Raises RunDirError / MetricsError."""
@@ -277,6 +278,7 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
     summary = {"scenario": scenario_name(manifest), "run_dir": str(run_dir),
                "world_size": manifest.get("world_size"), "host_link_rate_bps": rate,
                "host_bandwidth_bps": host_bw, "host_nics": manifest.get("host_nics"),
+               "payload_bytes": manifest.get("payload_bytes"),
                "definitions": DEFINITIONS, "transports": {a.name: a.summary for a in analyses},
                "comparison": [comparison_row(a.summary) for a in analyses]}
     return summary, analyses

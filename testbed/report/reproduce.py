@@ -47,10 +47,29 @@ def row(claim: dict, verdict: dict) -> list[str]:
             holds_cell(verdict), claim["scaling"]]
 
 
-def claim_entry(claim, results: str | None) -> dict:
-    """A claim (:class:`testbed.spec.claimsfile.Claim`) as ``reproduce.json`` keeps it."""
+def payload_scaling(scenarios) -> str:
+    """What the scaling column adds for a claim's scenarios (its sweep points, or the scenario
+    alone) whose mrc/rc data packets do not carry RoCEv2's largest path MTU
+    (:data:`testbed.spec.jobs.ROCE_PMTU_BYTES`): ``payload 8192 bytes per data packet`` (a sweep
+    of it: ``payload 1024/4096/8192 bytes ...``); "" when they all do, or without an mrc/rc
+    transport (kernel tcp is not sized by it)."""
+    from testbed.spec.common import parse_transport
+    from testbed.spec.jobs import ROCE_PMTU_BYTES, job_payload_bytes
+    sizes = [job_payload_bytes(sc) for sc in scenarios
+             if any(parse_transport(t).base in ("mrc", "rc") for t in sc.transports)]
+    if not sizes or set(sizes) == {ROCE_PMTU_BYTES}:
+        return ""
+    return f"payload {'/'.join(str(n) for n in dict.fromkeys(sizes))} bytes per data packet"
+
+
+def claim_entry(claim, results: str | None, scenarios=()) -> dict:
+    """A claim (:class:`testbed.spec.claimsfile.Claim`) as ``reproduce.json`` keeps it; the
+    scaling text gets :func:`payload_scaling` of ``scenarios`` (the loaded scenario or its sweep
+    points) appended, so a non-default payload is never left unsaid."""
+    extra = payload_scaling(scenarios)
+    scaling = f"{claim.scaling.rstrip().rstrip(';')}; {extra}" if extra else claim.scaling
     return {"id": claim.id, "section": claim.section, "figure": claim.figure, "scenario": str(claim.scenario),
-            "rules": [r.text for r in claim.rules], "scaling": claim.scaling,
+            "rules": [r.text for r in claim.rules], "scaling": scaling,
             "estimate_s": {"quick": claim.estimate_quick_s, "full": claim.estimate_full_s},
             "results": results}
 

@@ -154,6 +154,30 @@ COMPARISON_ROWS = [
 ]
 
 
+def _packet_transports(names) -> list[str]:
+    """The names among ``names`` whose data packets the agents size (mrc, rc and its variants)."""
+    from testbed.spec.common import parse_transport
+    out = []
+    for name in names:
+        try:
+            if parse_transport(name).base in ("mrc", "rc"):
+                out.append(name)
+        except ValueError:
+            pass
+    return out
+
+
+def payload_text(summary: dict) -> str:
+    """``payload 4096 bytes per data packet`` (``... (mrc, rc)`` when some transport, kernel tcp,
+    is not sized by it); "" without ``payload_bytes`` (an older run) or an mrc/rc transport."""
+    payload = summary.get("payload_bytes")
+    names = list(summary.get("transports") or ())
+    sized = _packet_transports(names)
+    if not payload or not sized:
+        return ""
+    return f"payload {payload} bytes per data packet" + ("" if sized == names else f" ({', '.join(sized)})")
+
+
 def _host(summary: dict) -> str:
     rate = summary.get("host_link_rate_bps")
     host_bw = summary.get("host_bandwidth_bps") or rate
@@ -162,6 +186,8 @@ def _host(summary: dict) -> str:
     if rate:
         parts.append(f"host link {rate / 1e6:g} Mbit/s" if nics == 1 else
                      f"host: {nics} NICs, {host_bw / 1e6:g} Mbit/s")
+    if payload := payload_text(summary):
+        parts.append(payload)
     return f" ({', '.join(parts)})" if parts else ""
 
 

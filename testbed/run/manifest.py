@@ -13,7 +13,7 @@ from testbed import __version__
 from testbed.fabric.kernel import features
 from testbed.spec import Scenario
 from testbed.rundir.upgrade import FORMAT
-from testbed.spec.jobs import host_bandwidth_bps, host_link_rate_bps
+from testbed.spec.jobs import host_bandwidth_bps, host_link_rate_bps, job_payload_bytes
 
 
 def versions() -> dict:
@@ -38,6 +38,7 @@ def base_manifest(scenario: Scenario) -> dict:
         "world_size": len(hosts), "host_link_rate_bps": host_link_rate_bps(scenario),
         "host_bandwidth_bps": host_bandwidth_bps(scenario),
         "host_nics": min(len(scenario.topology.nics[h]) for h in hosts), "seed": scenario.seed,
+        "payload_bytes": job_payload_bytes(scenario),
         "workload": scenario.to_dict()["workload"],
         "topology_sha256": hashlib.sha256(topo_bytes).hexdigest(),
         "versions": versions(), "kernel_features": dataclasses.asdict(features()), "started_at": time.time(),

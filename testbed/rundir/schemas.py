@@ -127,6 +127,7 @@ MANIFEST_FIELDS = {
                                and safe_name(v)), 64),
     "world_size": Opt(Int(1, MAX_WORLD)), "host_link_rate_bps": Opt(Num(1, 1e15)),
     "host_bandwidth_bps": Opt(Num(1, 1e18)), "host_nics": Opt(Int(1, MAX_WORLD)), "workload": Opt(_WORKLOAD),
+    "payload_bytes": Opt(Int(1, 65535)),
     "spec": Check("an object", lambda v: isinstance(v, dict)), "seed": Opt(Int()), "status": Opt(MapOf(ANY)), "planned_transports": Opt(ListOf(STR, 64)),
     "started_at": Opt(TIME), "finished_at": Opt(TIME), "format": Opt(Int(1, 1 << 16, "a format number")),
 }

@@ -42,7 +42,10 @@ runtime per core), ``workload`` (``collective``: all_reduce, all_gather, reduce_
 all_to_all or permutation; ``hosts: all`` or a list of >= 2 hosts; ``order``?:
 listed (default), random (seeded) or rail; ``min_bytes``, ``max_bytes``,
 ``factor`` (int >= 2), ``iterations`` (>= 1), ``warmup`` (>= 0), ``evs``? (at most
-one EV per path) or ``evs_per_qp``? (exactly that many, reusing paths), ``mtu``?) and ``timeline``? (a list; each item has exactly one trigger, ``at:
+one EV per path) or ``evs_per_qp``? (exactly that many, reusing paths), ``mtu``? (the agents' IPv6
+MTU) or ``payload``? (a size: payload bytes per mrc/rc data packet, a multiple of 4, >= 256, whose
+MTU, payload + IPv6/UDP + MRC headers, fits the fabric's smallest link MTU; default 4096, RoCEv2's
+largest path MTU, capped by the fabric; kernel tcp is unaffected: :func:`testbed.spec.jobs.job_mtu`)) and ``timeline``? (a list; each item has exactly one trigger, ``at:
 <duration>`` or ``at_iteration: N`` with optional ``after: <duration>``, and
 exactly one action: ``link_down: LINK``, ``link_up: LINK``, ``flap: {link,
 period, count}``, ``loss: {link, percent, duration?}``, ``rate: {link, rate,

@@ -11,7 +11,8 @@ A claims file is::
         scenario: failover.yaml      # relative to the claims file
         rules:                       # every rule must hold
           - mrc worst_stall.s <= 0.25 * rc worst_stall.s
-        scaling: "10 Mbit/s links, ~2 ms base RTT, ..."   # what differs from the paper
+        scaling: "10 Mbit/s links, ~2 ms base RTT, ..."   # what differs from the paper (a payload per
+                                                          # data packet other than 4096 is appended)
         estimate: {quick: 3m, full: 9m}                   # wall time of the claim's runs
         trials: 3                    # optional: this claim's trials in the full suite
 

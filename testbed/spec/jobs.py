@@ -187,13 +187,25 @@ def host_bandwidth_bps(scenario: Scenario) -> int:
 
 
 def job_mtu(scenario: Scenario) -> int:
-    """The agents' IPv6 MTU: ``workload.mtu``, else the fabric's smallest link MTU capped where
-    an MRC data packet carries :data:`ROCE_PMTU_BYTES` of payload (RoCEv2 on a jumbo fabric)."""
-    if scenario.workload.mtu:
-        return scenario.workload.mtu
-    from agents.mrc.packet import DATA_OVERHEAD_BYTES, IPV6_UDP_BYTES
+    """The agents' IPv6 MTU: ``workload.mtu``; else the MTU whose MRC/RC data packets carry
+    ``workload.payload`` bytes (:func:`agents.mrc.packet.mtu_for_payload`; the loader checked it
+    fits the fabric); else the fabric's smallest link MTU capped where a data packet carries
+    :data:`ROCE_PMTU_BYTES` of payload (RoCEv2 on a jumbo fabric)."""
+    from agents.mrc.packet import mtu_for_payload
+    wl = scenario.workload
+    if wl.mtu:
+        return wl.mtu
+    if wl.payload:
+        return mtu_for_payload(wl.payload)
     link_mtu = min(link.params.mtu for link in scenario.topology.links)
-    return min(link_mtu, ROCE_PMTU_BYTES + IPV6_UDP_BYTES + DATA_OVERHEAD_BYTES)
+    return min(link_mtu, mtu_for_payload(ROCE_PMTU_BYTES))
+
+
+def job_payload_bytes(scenario: Scenario) -> int:
+    """Payload bytes of an mrc/rc data packet of ``scenario.workload`` (of :func:`job_mtu`):
+    ``workload.payload``, else :data:`ROCE_PMTU_BYTES` where the fabric carries it. Kernel tcp
+    does not use it (its segments follow the interfaces' MTU)."""
+    return payload_bytes_for_mtu(job_mtu(scenario))
 
 
 def _ecmp_evs(topo: Topology, host: str, src_ports: list[int]) -> list[dict]:

@@ -17,7 +17,9 @@ from testbed.spec.yamlread import Problem
 class WorkloadSpec:
     """The collective to run: ``hosts`` resolved to names in rank order (after ``order``);
     sizes in bytes. ``evs``: at most that many EVs per QP, one per distinct path;
-    ``evs_per_qp``: exactly that many, reusing paths round-robin where there are fewer."""
+    ``evs_per_qp``: exactly that many, reusing paths round-robin where there are fewer.
+    ``payload``: bytes of payload per mrc/rc data packet as the file gave it (None: the default,
+    :func:`testbed.spec.jobs.job_payload_bytes`); ``mtu`` and ``payload`` exclude each other."""
 
     collective: str
     hosts: tuple[str, ...]
@@ -34,6 +36,7 @@ class WorkloadSpec:
     targets: tuple[int, ...] | None = None
     #: the job's name (``jobs[i].name``; ``job0`` for a scenario's single ``workload``)
     name: str = "job0"
+    payload: int | None = None
 
     def peers(self, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(send_to, recv_from) ranks of ``rank`` (:func:`agents.collectives.peers`)."""

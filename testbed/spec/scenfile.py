@@ -236,7 +236,7 @@ def _dcqcn_warnings(r: Reader, transports: tuple[str, ...], topo: Topology) -> t
 
 def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | None,
               where: str = "workload", name: str = "job0") -> WorkloadSpec | None:
-    m = (r.mapping(node, where, _WORKLOAD_REQUIRED, ["evs", "evs_per_qp", "mtu", "order"]
+    m = (r.mapping(node, where, _WORKLOAD_REQUIRED, ["evs", "evs_per_qp", "mtu", "payload", "order"]
                    + (["name"] if where != "workload" else []))
          if node is not None else None)
     if m is None or not set(_WORKLOAD_REQUIRED) <= m.keys():
@@ -269,6 +269,7 @@ def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | N
     mtu = r.integer(m.get("mtu"), f"{where}.mtu", minimum=1280, maximum=65535)
     if mtu is not None and topo is not None and mtu > (low := min(l.params.mtu for l in topo.links)):
         r.error(m["mtu"], f"{where}.mtu", f"{mtu} is above the fabric's smallest link MTU ({low})")
+    payload = _payload(r, m, topo, where)
     if r.problems or None in (collective, hosts, order, *sizes, *counts):
         return None
     targets = None
@@ -277,7 +278,37 @@ def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | N
         targets = tuple(derangement(seed, len(hosts)))
     salt = "" if where == "workload" or where == "jobs[0]" else f":{name}"
     return WorkloadSpec(collective, order_hosts(hosts, order, topo, f"{seed}{salt}"), sizes[0], sizes[1], *counts,
-                    evs=evs, mtu=mtu, order=order, evs_per_qp=evs_per_qp, targets=targets, name=name)
+                    evs=evs, mtu=mtu, order=order, evs_per_qp=evs_per_qp, targets=targets, name=name,
+                        payload=payload)
+
+
+def _payload(r: Reader, m: dict, topo: Topology | None, where: str) -> int | None:
+    """``workload.payload``: bytes of payload per mrc/rc data packet (a size: ``8KiB``, ``8192``),
+    a multiple of :data:`ELEMENT_BYTES`, at least :data:`agents.mrc.packet.MIN_PAYLOAD_BYTES`, whose
+    MTU (:func:`agents.mrc.packet.mtu_for_payload`) fits the fabric's smallest link MTU; not with
+    ``mtu``. None when absent or wrong (a problem is recorded)."""
+    from agents.mrc.packet import MIN_PAYLOAD_BYTES, mtu_for_payload, payload_bytes_for_mtu
+    if "payload" not in m:
+        return None
+    node, key = m["payload"], f"{where}.payload"
+    payload = r.unit(node, key, units.parse_size)
+    if payload is None:
+        return None
+    if "mtu" in m:
+        r.error(node, key, "give either mtu (the agents' IPv6 MTU) or payload (bytes per data packet), not both")
+        return None
+    if payload < MIN_PAYLOAD_BYTES:
+        r.error(node, key, f"must be >= {MIN_PAYLOAD_BYTES} bytes (RoCEv2's smallest path MTU), got {payload}")
+        return None
+    if payload % ELEMENT_BYTES:
+        r.error(node, key, f"{payload} bytes is not a whole number of float32 elements ({ELEMENT_BYTES} bytes each)")
+        return None
+    if topo is not None and mtu_for_payload(payload) > (low := min(l.params.mtu for l in topo.links)):
+        fits = payload_bytes_for_mtu(low) // ELEMENT_BYTES * ELEMENT_BYTES if low >= mtu_for_payload(0) else 0
+        r.error(node, key, f"{payload} bytes need an MTU of {mtu_for_payload(payload)} (payload + IPv6/UDP + MRC "
+                           f"headers), above the fabric's smallest link MTU ({low}): at most {fits} bytes fit")
+        return None
+    return payload
 
 
 def order_hosts(hosts: tuple[str, ...], order: str, topo: Topology, seed: int | str | None) -> tuple[str, ...]:

@@ -110,7 +110,7 @@ BAD = [
       "12: workload.warmup: must be >= 0, got -1",
       "13: workload.mtu: must be <= 65535, got 9999999",
       "14: workload.gpus: unknown key (allowed: collective, hosts, min_bytes, max_bytes, factor, iterations, "
-      "warmup, evs, evs_per_qp, mtu, order)"]),
+      "warmup, evs, evs_per_qp, mtu, payload, order)"]),
     ("unknown host", HEAD.replace("hosts: all", "hosts: [h0_0_0, h0_0_9, h0_0_0]"),
      ["7: workload.hosts[1]: unknown host 'h0_0_9' (did you mean 'h0_0_1'?)",
       "7: workload.hosts[2]: duplicate host 'h0_0_0'"]),
