@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.netns:
         from . import runtime
         try:
-            status = runtime.run(specs, args.netns)
+            status = runtime.run(specs, args.netns, max(spec.rx_hold_s for spec in specs))
         except OSError as exc:
             print(f"agent: error: host runtime: {exc}", file=sys.stderr)
             return 1

@@ -66,7 +66,10 @@ class Agent:
     def __init__(self, spec: JobSpec, loop: EventLoop | None = None):
         self.spec = spec
         self._own_loop = loop is None
-        self.loop = loop if loop is not None else EventLoop()
+        if loop is None:
+            loop = EventLoop()
+            loop.hold_s = spec.rx_hold_s
+        self.loop = loop
         self.wall_offset_s = time.time() - self.loop.time()
         self.control: ControlClient | None = None
         self.channel: Channel | None = None

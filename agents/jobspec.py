@@ -123,7 +123,9 @@ class JobSpec:
     a line, not over the control socket); ``port`` / ``tcp_port`` (this agent's UDP and TCP
     ports); ``mtu`` (sizes mrc/rc data packets: :func:`agents.mrc.packet.payload_bytes_for_mtu`,
     at least :data:`agents.mrc.packet.MIN_MTU_BYTES`; kernel tcp ignores it); ``qp`` (:data:`QP_ATTR_KEYS`, :data:`QP_CONFIG_KEYS`,
-    :data:`QP_CHANNEL_KEYS`); ``connect_timeout_s``; ``linger_s`` (after ``done``)."""
+    :data:`QP_CHANNEL_KEYS`); ``connect_timeout_s``; ``linger_s`` (after ``done``); ``rx_hold_s``
+    (>= 0, s: receive moderation of the agent's event loop, :class:`agents.net.loop.EventLoop`
+    ``hold_s``; 0: none)."""
 
     run_id: str
     rank: int
@@ -152,6 +154,7 @@ class JobSpec:
     qp: dict = field(default_factory=dict)
     connect_timeout_s: float = 10.0
     linger_s: float = 2.0
+    rx_hold_s: float = 0.0
 
     @property
     def world_size(self) -> int:
@@ -426,6 +429,8 @@ def parse_job(raw: Any, source: str = "<job>") -> JobSpec:
         "connect_timeout_s": g(raw, "connect_timeout_s", "", float, default=10.0, **pos),
         "linger_s": g(raw, "linger_s", "", float, default=2.0,
                       check=lambda v: v >= 0, why="must be >= 0"),
+        "rx_hold_s": g(raw, "rx_hold_s", "", float, default=0.0,
+                       check=lambda v: 0 <= v <= 0.1, why="must be in [0, 0.1]"),
     }
     world_ok = v["world"] is not None
     v["targets"] = _targets(c, raw, v["collective"], len(v["world"]) if world_ok else None)

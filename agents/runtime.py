@@ -105,7 +105,7 @@ class LoopView:
         pass
 
 
-def run(specs: list[JobSpec], netns_paths: list[str]) -> int:
+def run(specs: list[JobSpec], netns_paths: list[str], rx_hold_s: float = 0.0) -> int:
     """Run ``specs`` (one per emulated host, ``netns_paths[i]`` the namespace of
     ``specs[i]``'s host) on one loop; the worst exit status. Raises OSError if a namespace
     cannot be opened (before any agent starts).
@@ -113,12 +113,14 @@ def run(specs: list[JobSpec], netns_paths: list[str]) -> int:
     An agent gets a turn when one of its sockets or timers fired (its view marks it
     ready) or at the next time it named (:meth:`agents.agent.Agent.next_due`: its next
     sample, its wait's deadline, soon while it polls), kept in a heap: the work per
-    wake-up grows with the agents that have something to do, not with all of them."""
+    wake-up grows with the agents that have something to do, not with all of them.
+    ``rx_hold_s``: the loop's receive moderation (:class:`agents.net.loop.EventLoop` ``hold_s``)."""
     if len(specs) != len(netns_paths):
         raise ValueError(f"{len(specs)} jobs but {len(netns_paths)} namespaces")
     fds = [os.open(p, os.O_RDONLY | os.O_CLOEXEC) for p in netns_paths]
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     loop = EventLoop()
+    loop.hold_s = rx_hold_s
     ready: set[int] = set(range(len(specs)))
     views = [LoopView(loop, ready, i) for i in range(len(specs))]
     agents = [Agent(spec, view) for spec, view in zip(specs, views)]

@@ -36,10 +36,18 @@ class EventLoop:
     lateness is ``clock() - deadline`` (>= 0). ``timers_fired`` and ``timer_late_sum_s``
     count every timer since the loop was made; :meth:`take_timer_late_max_s` gives the
     largest lateness since its previous call.
+
+    Receive moderation (a NIC's ``rx-usecs``): with ``hold_s`` > 0 the loop does not wake
+    for I/O sooner than ``hold_s`` after its previous I/O wake-up; it sleeps the rest first
+    (never past a due timer or ``max_wait_s``), so that the datagrams of several sockets
+    that arrive meanwhile are served in one pass. ``holds`` and ``hold_sum_s`` count those
+    sleeps (s). A datagram waits at most ``hold_s`` longer for its agent.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *,
+                 sleep: Callable[[float], None] = time.sleep):
         self.time = clock
+        self._sleep = sleep
         self._sel = selectors.DefaultSelector()
         self._timers: list[tuple[float, int, TimerHandle]] = []
         self._seq = 0
@@ -47,6 +55,10 @@ class EventLoop:
         self.timers_fired = 0
         self.timer_late_sum_s = 0.0
         self._timer_late_max_s = 0.0
+        self.hold_s = 0.0
+        self.holds = 0
+        self.hold_sum_s = 0.0
+        self._last_wake = -1e18
 
     def take_timer_late_max_s(self) -> float:
         """The largest timer lateness (s) since the previous call (or the start); resets it."""
@@ -79,10 +91,26 @@ class EventLoop:
         while timers and timers[0][2].cancelled:
             heapq.heappop(timers)
         wait = max_wait_s
+        now = self.time()
         if timers:
-            until_timer = max(timers[0][0] - self.time(), 0.0)
+            until_timer = max(timers[0][0] - now, 0.0)
             wait = until_timer if wait is None else min(wait, until_timer)
-        for key, _ in self._sel.select(wait):
+        if self.hold_s:
+            # receive moderation (a NIC's rx-usecs): no new wake-up sooner than hold_s after the
+            # last one, so that datagrams arriving meanwhile are served in one pass
+            pause = self._last_wake + self.hold_s - now
+            if wait is not None:
+                pause = min(pause, wait)
+            if pause > 0:
+                self._sleep(pause)
+                self.holds += 1
+                self.hold_sum_s += pause
+                if wait is not None:
+                    wait = max(wait - pause, 0.0)
+        events = self._sel.select(wait)
+        if events:
+            self._last_wake = self.time()
+        for key, _ in events:
             key.data()
             if timers and timers[0][0] <= self.time():   # a timer came due: it goes before
                 self.run_due()                           # the next socket's batch

@@ -93,7 +93,8 @@ DEFINITIONS = {
     "cpu_busy": "host CPU busy fraction (all cores) in the workload window, mean and p95; 0..1; reported "
                 "beside validity, not deciding it (any neighbour process counts there)",
     "validity": "the emulation was not starved: agents' p95 scheduling delay per timeslice (/proc/PID/schedstat "
-                f"run-queue wait / timeslices, per 100 ms) < {SCHED_DELAY_MAX_RTT:g} base RTT, p99 timer lateness "
+                f"run-queue wait / timeslices, per 100 ms) plus the agents' receive hold (job rx_hold_s) < "
+                f"{SCHED_DELAY_MAX_RTT:g} base RTT, p99 timer lateness "
                 f"(agent event loop) < {TIMER_LATE_MAX_RTT:g} base RTT, and the runner's link samplers covered >= "
                 f"{SAMPLER_COVERAGE_MIN:.0%} of their 100 ms periods; a measure not recorded is null and not judged",
     "links": f"per link end: tx bytes and drops per {LINK_BIN_S * 1000:.0f} ms bin from kernel counters; "

@@ -88,11 +88,13 @@ def sampler_coverage(t_s: np.ndarray, t0_s: float, window: tuple[float, float], 
 
 
 def emulation_validity(sched: list[dict], loop: list[tuple], link_t: np.ndarray, cpu: dict | None, t0_s: float,
-                       window: tuple[float, float], base_rtt_s: float | None) -> dict:
+                       window: tuple[float, float], base_rtt_s: float | None, rx_hold_s: float = 0.0) -> dict:
     """Was the emulation starved? ``{valid, reasons, sched_delay_p95_s, timer_late_p99_s,
     sampler_coverage, sampler_max_gap_s, cpu_p95}``; thresholds in base RTTs
     (:data:`testbed.metrics.definitions.DEFINITIONS` ``validity``); a measure with no
-    records is None and not judged. ``loop``: (t, rank, late_max_s) from agent samples."""
+    records is None and not judged. ``loop``: (t, rank, late_max_s) from agent samples.
+    ``rx_hold_s``: the agents' receive moderation (job ``rx_hold_s``), the longest a datagram
+    waits for its agent beyond a wake-up: added to the scheduling delay that is judged."""
     from testbed.metrics.kpis import p_nearest_rank
     delays = sched_delays(sched, t0_s, window)
     late = [v for t, _, v in loop if window[0] <= t - t0_s <= window[1]]
@@ -102,8 +104,11 @@ def emulation_validity(sched: list[dict], loop: list[tuple], link_t: np.ndarray,
            "cpu_p95": cpu["p95"] if cpu else None, "cpu_mean": cpu["mean"] if cpu else None}
     reasons = []
     rtt = base_rtt_s or 0.0
-    if rtt and out["sched_delay_p95_s"] is not None and out["sched_delay_p95_s"] >= SCHED_DELAY_MAX_RTT * rtt:
-        reasons.append(f"agents starved: p95 scheduling delay {out['sched_delay_p95_s'] * 1e3:.2f} ms >= "
+    out["rx_hold_s"] = rx_hold_s
+    if rtt and out["sched_delay_p95_s"] is not None and \
+            out["sched_delay_p95_s"] + rx_hold_s >= SCHED_DELAY_MAX_RTT * rtt:
+        hold = f" + receive hold {rx_hold_s * 1e3:.2f} ms" if rx_hold_s else ""
+        reasons.append(f"agents starved: p95 scheduling delay {out['sched_delay_p95_s'] * 1e3:.2f} ms{hold} >= "
                        f"{SCHED_DELAY_MAX_RTT:g} base RTT ({SCHED_DELAY_MAX_RTT * rtt * 1e3:.2f} ms)")
     if rtt and out["timer_late_p99_s"] is not None and out["timer_late_p99_s"] >= TIMER_LATE_MAX_RTT * rtt:
         reasons.append(f"agents' timers late: p99 {out['timer_late_p99_s'] * 1e3:.2f} ms >= "

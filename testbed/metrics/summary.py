@@ -100,7 +100,8 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     link_edges = bin_edges(0.0, t_last, LINK_BIN_S)
     links = link_series(tr.links, t0, link_edges)
     cpu = cpu_fidelity(tr.cpu, t0, window)
-    validity = emulation_validity(tr.sched, tr.samples.loop, tr.links.t, cpu, t0, window, fk["base_rtt_s"])
+    rx_hold = (tr.jobs[0].get("rx_hold_s") if tr.jobs else None) or 0.0
+    validity = emulation_validity(tr.sched, tr.samples.loop, tr.links.t, cpu, t0, window, fk["base_rtt_s"], rx_hold)
     invalid = validity["reasons"]
     summary = {
         "transport": tr.name, "collective": collective, "t0_wall_s": t0, "workload_window_s": list(window),

@@ -63,3 +63,96 @@ def test_counters_are_cumulative_and_the_max_is_per_read():
     loop.run_once(0)
     assert loop.timers_fired == 4 and loop.take_timer_late_max_s() == pytest.approx(0.0015)
     loop.close()
+
+
+class _Datagrams:
+    """A connected pair of Unix datagram sockets; ``b`` is registered with the loop."""
+
+    def __init__(self, loop):
+        import socket
+        self.a, self.b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.b.setblocking(False)
+        self.got = []
+        loop.add_reader(self.b, self._read)
+
+    def _read(self):
+        while True:
+            try:
+                self.got.append(self.b.recv(64))
+            except BlockingIOError:
+                return
+
+    def close(self):
+        self.a.close()
+        self.b.close()
+
+
+def _moderated(hold_s):
+    clock = FakeClock()
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        clock.now += s
+    loop = EventLoop(clock, sleep=sleep)
+    loop.hold_s = hold_s
+    return clock, loop, slept
+
+
+def test_receive_moderation_holds_the_next_wake_up_and_serves_what_arrived_in_one_pass():
+    clock, loop, slept = _moderated(0.001)
+    io = _Datagrams(loop)
+    io.a.send(b"1")
+    loop.run_once(1.0)                   # the first wake-up is not held
+    assert io.got == [b"1"] and slept == []
+    clock.now += 0.0002
+    io.a.send(b"2")
+    io.a.send(b"3")
+    loop.run_once(1.0)                   # 0.2 ms after the last wake-up: held 0.8 ms, both in one pass
+    assert io.got == [b"1", b"2", b"3"]
+    assert slept == [pytest.approx(0.0008)]
+    assert (loop.holds, loop.hold_sum_s) == (1, pytest.approx(0.0008))
+    clock.now += 0.002                   # longer than the hold since the last wake-up: no hold
+    io.a.send(b"4")
+    loop.run_once(1.0)
+    assert io.got[-1] == b"4" and loop.holds == 1
+    loop.close()
+    io.close()
+
+
+def test_receive_moderation_never_makes_a_timer_late_nor_outlasts_max_wait():
+    clock, loop, slept = _moderated(0.001)
+    io = _Datagrams(loop)
+    io.a.send(b"1")
+    loop.run_once(1.0)
+    fired = []
+    loop.call_at(clock.now + 0.0003, lambda: fired.append(clock.now))
+    loop.run_once(1.0)                   # the hold ends at the timer's deadline
+    assert slept == [pytest.approx(0.0003)] and len(fired) == 1
+    assert loop.take_timer_late_max_s() == pytest.approx(0.0)
+    io.a.send(b"2")
+    loop.run_once(0.0)                   # a runtime with agents ready polls: no hold
+    assert len(slept) == 1 and io.got[-1] == b"2"
+    loop.close()
+    io.close()
+
+
+def test_without_a_hold_the_loop_never_sleeps():
+    clock, loop, slept = _moderated(0.0)
+    io = _Datagrams(loop)
+    for i in range(3):
+        io.a.send(b"x")
+        loop.run_once(1.0)
+    assert slept == [] and loop.holds == 0 and len(io.got) == 3
+    loop.close()
+    io.close()
+
+
+def test_the_receive_hold_counts_against_the_scheduling_delay_bound():
+    from testbed.metrics.fidelity import emulation_validity
+    sched = [{"t": 1.0 + i * 0.1, "ranks": {"0": [0, i * 3_000_000, i * 1000]}} for i in range(10)]   # 3 us/slice
+    link_t = [i * 0.1 for i in range(101)]                           # the runner's samplers on time
+    args = (sched, [], link_t, None, 0.0, (0.0, 10.0), 0.001)      # base RTT 1 ms: bound 100 us
+    assert emulation_validity(*args)["valid"]
+    v = emulation_validity(*args, rx_hold_s=0.0001)
+    assert not v["valid"] and "receive hold 0.10 ms" in v["reasons"][0]
