@@ -66,12 +66,15 @@ class SchedSampler:
         self.procs = procs
 
     def sample(self) -> dict:
-        """``{"t", "ranks": {"<rank>": [cpu_ns, wait_ns, slices]}}``; exited agents left out."""
-        ranks = {}
+        """``{"t", "ranks": {"<rank>": [cpu_ns, wait_ns, slices]}}``; exited agents left out. The
+        ranks of one host runtime get the same list (its process is read once per sample)."""
+        ranks, read = {}, {}
         for rank, proc in self.procs.items():
             if proc.poll() is not None:
                 continue
-            stat = read_schedstat(proc.pid)
+            if proc.pid not in read:
+                read[proc.pid] = read_schedstat(proc.pid)
+            stat = read[proc.pid]
             if stat is not None:
                 ranks[str(rank)] = stat
         return {"t": time.time(), "ranks": ranks}

@@ -53,7 +53,8 @@ def packet_cost(transport_dir: Path) -> dict:
     sched = list(iter_jsonl(d / "sched.jsonl"))
     if len(sched) < 2 or packets == 0:
         raise ValueError(f"{d}: no agent CPU records or no delivered packets")
-    # the ranks of one host runtime repeat its process's figures: count each process once
+    # the ranks of one host runtime carry its process's figures (read once per record): count
+    # each process once
     first = {r: v for r, v in sched[0]["ranks"].items()}
     end = sched[-1]["ranks"]
     seen, agent_ns = set(), 0

@@ -88,3 +88,24 @@ def test_agents_samples_files_merge_into_samples_jsonl_in_time_order(tmp_path):
     assert [(r["t"], r["rank"]) for r in recs] == [(1.0, 0), (2.0, 1), (3.0, 0), (4.0, 1), (5.0, 0)]
     assert not (d / SAMPLES_DIR).exists()
     assert merge_samples(d, world=2) == {"files": 0, "samples": 0, "skipped": 0}
+
+
+def test_sched_sampler_reads_a_runtime_once_for_all_its_ranks(monkeypatch):
+    from testbed.run import sampling
+
+    class Proc:
+        def __init__(self, pid):
+            self.pid = pid
+
+        def poll(self):
+            return None
+    reads = []
+
+    def read(pid):                      # a running process's figures change from read to read
+        reads.append(pid)
+        return [len(reads), 0, 1]
+    monkeypatch.setattr(sampling, "read_schedstat", read)
+    a, b = Proc(100), Proc(200)
+    rec = SchedSampler({0: a, 1: b, 2: a, 3: b}).sample()
+    assert sorted(reads) == [100, 200]
+    assert rec["ranks"]["0"] == rec["ranks"]["2"] != rec["ranks"]["1"] == rec["ranks"]["3"]
