@@ -24,7 +24,6 @@ the agent's view of how starved of CPU the emulation is.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -35,7 +34,7 @@ from .jobspec import JobSpec
 from .net.control import ControlClient, ControlError
 from .net.loop import EventLoop
 from .protocol import (Command, Done, Event, Failed, Iteration, LoopStats, Message, Ready, Sample, Start, Stop,
-                       sample_record)
+                       dumps, sample_record)
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +153,7 @@ class Agent:
         if f is None:
             self.send(sample)
             return
-        f.write(json.dumps(sample_record(sample), separators=(",", ":")) + "\n")
+        f.write(dumps(sample_record(sample)) + b"\n")
         if force or now >= self._next_flush:
             f.flush()
             self._next_flush = now + SAMPLE_FLUSH_S
@@ -245,7 +244,7 @@ class Agent:
         self.loop.add_reader(self.control.sock, self._on_control)
         if spec.samples_path:
             try:
-                self._samples_file = open(spec.samples_path, "w", encoding="utf-8",
+                self._samples_file = open(spec.samples_path, "wb",
                                           opener=lambda path, flags: os.open(path, flags, 0o600))
             except OSError as exc:   # reported as the job's failure, like any other
                 reason = f"samples file: {exc}"

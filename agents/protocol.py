@@ -69,6 +69,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Union
 
+import orjson
+
 UDP_PORT = 4791
 """RoCEv2 destination UDP port (IBTA RoCEv2 annex A17): MRC's datagrams go to it."""
 TCP_PORT = 5201
@@ -361,7 +363,14 @@ def sample_from_record(obj: Any) -> Sample:
 
 def encode(msg: Message) -> bytes:
     """One message as its line on the wire (compact JSON, newline-terminated)."""
-    return json.dumps({"type": msg.TYPE, **msg.as_dict()}, separators=(",", ":")).encode() + b"\n"
+    return dumps({"type": msg.TYPE, **msg.as_dict()}) + b"\n"
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON of ``obj`` (orjson: ~10x faster than ``json.dumps`` on an agent's sample,
+    which 128 agents write 50 times a second each); non-string keys become strings as with
+    ``json``."""
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
 
 
 # -- framing -----------------------------------------------------------------------
