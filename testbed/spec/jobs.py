@@ -108,7 +108,7 @@ def dcqcn_qp(rate_bps: float, base_rtt: float, mtu: int) -> dict:
             "cc_params": {"rate_bps": rate_bps, "base_rtt_s": base_rtt, "overhead_bytes": overhead}}
 
 
-RX_HOLD_BASE_RTTS = 0.02
+RX_HOLD_BASE_RTTS = 0.05
 """Receive moderation of the agents' loops (job ``rx_hold_s``), in base RTTs: a datagram waits at
 most this much longer for its agent (counted in the fidelity check beside the scheduling delay)."""
 

@@ -79,13 +79,15 @@ def packet_cost(transport_dir: Path) -> dict:
 CATEGORIES = ("syscalls", "event loop", "timers", "protocol", "samples and logging", "buffers",
               "collective", "other")
 """Where a profile sample's busy time goes (:func:`categorize`); samples waiting in
-``epoll_wait`` are counted apart as ``waiting`` (py-spy's ``--native`` mode records them)."""
+``epoll_wait`` or asleep (the receive hold) are counted apart as ``waiting`` (py-spy's
+``--native`` mode records them)."""
 
 # libc entry points of system calls and the vDSO: a native leaf frame "name (libc.so.6)"
 _SYSCALLS = frozenset({"send", "sendto", "sendmsg", "sendmmsg", "recv", "recvfrom", "recvmsg", "recvmmsg",
                        "write", "read", "__write", "__read", "setns", "clock_gettime", "__clock_gettime",
                        "epoll_ctl", "close", "ioctl", "fstat", "openat"})
-_WAITS = frozenset({"epoll_wait", "epoll_pwait", "select", "poll", "ppoll", "pselect"})
+_WAITS = frozenset({"epoll_wait", "epoll_pwait", "select", "poll", "ppoll", "pselect", "clock_nanosleep",
+                    "nanosleep", "__clock_nanosleep"})
 
 # (category, substrings of a collapsed-stack frame "function (file:line)"), tried from the leaf
 # frame up: the first frame that matches any rule decides the sample

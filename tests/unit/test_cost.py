@@ -71,9 +71,10 @@ def test_categorize_attributes_each_stack_by_its_innermost_known_frame():
         "random_bounded_uint8_fill (numpy/random/_bounded.so) 5",
         "Workload.on_arrival (agents/collectives/workload.py:162) 1",
         "0x7f00 (libc.so.6) 1",
+        "EventLoop.run_once (agents/net/loop.py:99);clock_nanosleep (libc.so.6) 4",
         "garbage line",
     ])
     c = categorize(raw)
     assert set(c) == {*CATEGORIES, "waiting"}
-    assert c == {"waiting": 40, "syscalls": 20, "event loop": 7, "protocol": 11, "timers": 3,
+    assert c == {"waiting": 44, "syscalls": 20, "event loop": 7, "protocol": 11, "timers": 3,
                  "samples and logging": 2, "buffers": 5, "collective": 1, "other": 1}
