@@ -247,7 +247,8 @@ def validity_table(summary: dict) -> Grid:
         runner = ((s.get("fidelity") or {}).get("runner_cpu") or {}).get("fraction")
         machines = machines or bool(cpu.get("machines"))
         rows.append([name, f"{cpu.get('server') or 'runner'} of {cpu['machines']}" if cpu.get("machines") else "-",
-                     fmt_pct(cpu.get("mean")), fmt_pct(p95), fmt_pct(runner), fmt_s(v.get("sched_delay_p95_s")),
+                     fmt_pct(cpu.get("mean")), fmt_pct(p95), fmt_pct(runner),
+                     fmt_s(v.get("sched_delay_p95_s")) + (f" + hold {fmt_s(v['rx_hold_s'])}" if v.get("rx_hold_s") else ""),
                      fmt_s(v.get("timer_late_p99_s")), fmt_pct(v.get("sampler_coverage"), 3)])
     head = ["transport", "machine", "CPU mean", "CPU p95", "runner CPU", "sched delay p95", "timer late p99",
             "sampler coverage"]
