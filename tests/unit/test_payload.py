@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,25 +23,15 @@ from testbed.report.reproduce import claim_entry, payload_scaling
 from testbed.spec import SpecError, load_scenario
 from testbed.spec.jobs import ROCE_PMTU_BYTES, build_jobs, job_mtu, job_payload_bytes
 from testbed.spec.overrides import parse_set, sweep_of
+from tests.unit.test_spec_scenario import HEAD as SCENARIO_HEAD
 
 ROOT = Path(__file__).resolve().parents[2]
 FEATURES = KernelFeatures(frozenset({"htb", "tbf", "pfifo"}), seg6_next_csid=True, nftables=True)
 K4 = ROOT / "topologies" / "fat-tree-k4.yaml"          # MTU 9000
 TINY = ROOT / "topologies" / "tiny.yaml"               # MTU 1500
 
-HEAD = f"""topology: {K4}
-transports: [mrc, rc, tcp]
-seed: 7
-timeout: 60s
-workload:
-  collective: all_reduce
-  hosts: all
-  min_bytes: 1KiB
-  max_bytes: 4KiB
-  factor: 2
-  iterations: 2
-  warmup: 0
-"""
+# test_spec_scenario's scenario, with kernel tcp beside mrc and rc
+HEAD = textwrap.dedent(SCENARIO_HEAD).lstrip("\n").replace("transports: [mrc, rc]", "transports: [mrc, rc, tcp]")
 PAYLOAD_LINE = 13   # a key appended to HEAD's workload
 
 
