@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import textwrap
@@ -12,6 +13,46 @@ from testbed.cluster.servers import load_servers
 from testbed.cluster.sharded import standin_underlay
 
 ROOT_TIERS = ("netns", "e2e")
+
+
+PR_SET_CHILD_SUBREAPER = 36   # linux/prctl.h
+
+
+def pytest_configure(config):
+    if os.geteuid() == 0:
+        adopt_orphans()
+
+
+def adopt_orphans() -> None:
+    """Make the test process a child subreaper (prctl(2)): an orphan of anything a test
+    started (a host shell's background job whose shell was killed) is re-parented to it, so
+    what a test leaves behind stays among :func:`own_processes`. OSError if refused."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
+
+
+def own_processes() -> set[int]:
+    """PIDs of this process's descendants (what its tests started, orphans included once it
+    adopts them): the leak checks count only these, so a neighbour's namespaces on a busy
+    machine are not charged to a test."""
+    children: dict[int, list[int]] = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(pid))
+    out, todo = set(), [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
 
 
 def pytest_collection_modifyitems(config, items):
@@ -41,19 +82,21 @@ def tier_timeout(items, tier: str, seconds: int) -> None:
 
 
 def net_namespaces() -> set[int]:
-    """Inodes of every network namespace some process is in."""
-    out = set()
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                out.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
-            except (FileNotFoundError, PermissionError, ProcessLookupError):
-                pass
+    """Inodes of the network namespaces this process's descendants are in (:func:`own_processes`;
+    the test process's own namespace too)."""
+    out = {os.stat("/proc/self/ns/net").st_ino}
+    for pid in own_processes():
+        try:
+            out.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+        except (FileNotFoundError, PermissionError, ProcessLookupError):
+            pass
     return out
 
 
 def root_interfaces() -> set[str]:
-    return {name for _, name in socket.if_nameindex()}
+    """Interfaces of this namespace named as the testbed names them (``<node>-eth<i>`` ports,
+    ``mrc``-prefixed devices): a neighbour's devices on a busy machine are not a test's leak."""
+    return {name for _, name in socket.if_nameindex() if "-eth" in name or name.startswith("mrc")}
 
 
 def servers_yaml(tmp_path, key: str) -> str:

@@ -38,9 +38,15 @@ def proc_starttime(pid: int) -> int | None:
 
 
 def pid_alive(pid: int, starttime: int | None) -> bool:
-    """True if ``pid`` runs and is the same process that was recorded."""
-    now = proc_starttime(pid)
-    return now is not None and (starttime is None or now == starttime)
+    """True if ``pid`` runs and is the same process that was recorded; a zombie (exited, not
+    yet reaped by its parent) holds nothing and cannot be killed: not alive."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    fields = stat[stat.rindex(")") + 2:].split()
+    return fields[0] not in ("Z", "X") and (starttime is None or int(fields[19]) == starttime)
 
 
 @dataclass
