@@ -125,7 +125,8 @@ class JobSpec:
     at least :data:`agents.mrc.packet.MIN_MTU_BYTES`; kernel tcp ignores it); ``qp`` (:data:`QP_ATTR_KEYS`, :data:`QP_CONFIG_KEYS`,
     :data:`QP_CHANNEL_KEYS`); ``connect_timeout_s``; ``linger_s`` (after ``done``); ``rx_hold_s``
     (>= 0, s: receive moderation of the agent's event loop, :class:`agents.net.loop.EventLoop`
-    ``hold_s``; 0: none)."""
+    ``hold_s``; 0: none); ``rt_priority`` (0..99: the agent's process runs at SCHED_RR with this
+    priority, :func:`agents.realtime`; 0: the normal policy)."""
 
     run_id: str
     rank: int
@@ -155,6 +156,7 @@ class JobSpec:
     connect_timeout_s: float = 10.0
     linger_s: float = 2.0
     rx_hold_s: float = 0.0
+    rt_priority: int = 0
 
     @property
     def world_size(self) -> int:
@@ -431,6 +433,8 @@ def parse_job(raw: Any, source: str = "<job>") -> JobSpec:
                       check=lambda v: v >= 0, why="must be >= 0"),
         "rx_hold_s": g(raw, "rx_hold_s", "", float, default=0.0,
                        check=lambda v: 0 <= v <= 0.1, why="must be in [0, 0.1]"),
+        "rt_priority": g(raw, "rt_priority", "", int, default=0,
+                         check=lambda v: 0 <= v <= 99, why="must be in [0, 99]"),
     }
     world_ok = v["world"] is not None
     v["targets"] = _targets(c, raw, v["collective"], len(v["world"]) if world_ok else None)

@@ -38,7 +38,8 @@ unique, from ``mrc rc tcp``, or ``rc-x<N>``: RC with N QPs per connection, 1 <= 
 ``reconverge_after``? (duration), ``trials``? (int >= 1: seeds seed, seed+1, ..., each on
 fresh fabrics), ``agent_processes``? (int 1..256: that many host runtimes serve every agent,
 each on one loop, :mod:`agents.runtime`; ``per-host``: one process per agent; absent: one
-runtime per core), ``workload`` (``collective``: all_reduce, all_gather, reduce_scatter,
+runtime per core), ``agent_realtime``? (bool, default false: the agents' processes run at
+SCHED_RR priority 1, ahead of every normal task), ``workload`` (``collective``: all_reduce, all_gather, reduce_scatter,
 all_to_all or permutation; ``hosts: all`` or a list of >= 2 hosts; ``order``?:
 listed (default), random (seeded) or rail; ``min_bytes``, ``max_bytes``,
 ``factor`` (int >= 2), ``iterations`` (>= 1), ``warmup`` (>= 0), ``evs``? (at most

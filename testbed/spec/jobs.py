@@ -112,6 +112,10 @@ RX_HOLD_BASE_RTTS = 0.05
 """Receive moderation of the agents' loops (job ``rx_hold_s``), in base RTTs: a datagram waits at
 most this much longer for its agent (counted in the fidelity check beside the scheduling delay)."""
 
+AGENT_RT_PRIORITY = 1
+"""SCHED_RR priority of the agents with ``agent_realtime: true`` (the lowest real-time one: above
+every normal task, below the kernel's own real-time threads)."""
+
 ROCE_PMTU_BYTES = 4096   # largest RoCEv2 path MTU (IBTA: 256..4096 bytes of payload)
 SAMPLE_INTERVAL_S = 0.02
 ECMP_SRC_PORTS = (49152, 65535)   # IANA dynamic range, where RoCEv2 source-port entropy lives
@@ -326,5 +330,6 @@ def build_job_specs(scenario: Scenario, transport: str, *, run_id: str, control_
             send_to=tuple(peer(r, d, True) for d in send_to),
             recv_from=tuple(peer(r, s, False) for s in recv_from),
             qp=qp, connect_timeout_s=10.0, linger_s=2.0, rx_hold_s=round(RX_HOLD_BASE_RTTS * base_rtt, 6),
+            rt_priority=AGENT_RT_PRIORITY if scenario.agent_realtime else 0,
             targets=tuple(targets) if targets is not None else None, qps=qps))
     return jobs

@@ -123,6 +123,9 @@ class Scenario:
     #: on one loop; ``"per-host"``: one process per agent (per host and job); None (absent):
     #: the default, one runtime per core (:func:`testbed.run.agents.default_agent_processes`).
     agent_processes: int | str | None = None
+    #: ``agent_realtime: true``: the agents' processes run at SCHED_RR (job ``rt_priority``
+    #: :data:`testbed.spec.jobs.AGENT_RT_PRIORITY`) instead of the normal policy.
+    agent_realtime: bool = False
     #: ``controller: {policy}``: the MRC controller's policy (:mod:`testbed.controller`), started
     #: on every mrc run; None: no controller (and no ``ev_*`` timeline action).
     controller: str | None = None
@@ -142,7 +145,8 @@ class Scenario:
                          "params": dict(topo.params), "nodes": len(topo.nodes), "links": len(topo.links),
                          "hosts": len(topo.hosts)},
             "transports": list(self.transports), "seed": self.seed, "trials": self.trials,
-            "agent_processes": self.agent_processes, "controller": self.controller,
+            "agent_processes": self.agent_processes, "agent_realtime": self.agent_realtime,
+            "controller": self.controller,
             "timeout_s": self.timeout_s,
             "reconverge_after_s": self.reconverge_after_s,
             "workload": _workload_dict(self.workload),

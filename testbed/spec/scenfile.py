@@ -69,7 +69,7 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
         return None
     m = r.mapping(root, "", ["topology", "transports", "seed", "timeout"],
                   ["name", "description", "reconverge_after", "timeline", "trials", "workload", "jobs",
-                   "agent_processes", "controller"])
+                   "agent_processes", "agent_realtime", "controller"])
     if m is None:
         return None
     found = [k for k in SCENARIO_KEYS if k in m]
@@ -115,6 +115,14 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
         else:
             r.error(node, "agent_processes", f"expected {PER_HOST} or a number of host runtimes "
                                              f"1..{MAX_AGENT_PROCESSES}, got {r.describe(node)}")
+    agent_realtime = False
+    if "agent_realtime" in m:
+        node = m["agent_realtime"]
+        value = r.value(node) if isinstance(node, ScalarNode) else None
+        if isinstance(value, bool):
+            agent_realtime = value
+        else:
+            r.error(node, "agent_realtime", f"expected true or false, got {r.describe(node)}")
     timeout_s = r.unit(m.get("timeout"), "timeout", units.parse_duration)
     if timeout_s == 0:
         r.error(m["timeout"], "timeout", "must be > 0")
@@ -130,7 +138,7 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     warnings = timeline_warnings(r, timeline, timeout_s) + _dcqcn_warnings(r, transports, topo)
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
                     reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs),
-                    agent_processes=agent_processes, controller=controller)
+                    agent_processes=agent_processes, agent_realtime=agent_realtime, controller=controller)
 
 
 def _controller(r: Reader, node: Node | None, timeline) -> str | None:

@@ -95,7 +95,7 @@ BAD = [
     ("unknown keys", HEAD + """
     colour: blue
     """, ["14: colour: unknown key (allowed: topology, transports, seed, timeout, name, description, "
-          "reconverge_after, timeline, trials, workload, jobs, agent_processes, controller)"]),
+          "reconverge_after, timeline, trials, workload, jobs, agent_processes, agent_realtime, controller)"]),
     ("transports", HEAD.replace("[mrc, rc]", "[mrc, roce, mrc]"),
      ["2: transports[1]: 'roce' is not a transport (mrc, rc, tcp, or rc-x<N> for RC with N QPs per connection, "
       "rc-dcqcn[-x<N>] for RC with DCQCN, 1 <= N <= 64)", "2: transports[2]: duplicate transport 'mrc'"]),
@@ -306,3 +306,20 @@ def test_agent_processes(tmp_path):
     for bad in ("0", "257", "two", "true", "[2]"):
         with pytest.raises(SpecError, match="agent_processes"):
             load_scenario(write(tmp_path, HEAD + f"\n    agent_processes: {bad}\n"), features=FEATURES)
+
+
+def test_agent_realtime_sets_the_jobs_rt_priority_and_is_checked(tmp_path):
+    from testbed.spec.jobs import AGENT_RT_PRIORITY, build_job_specs
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(HEAD) + "agent_realtime: true\n")
+    sc = load_scenario(path, features=FEATURES)
+    assert sc.agent_realtime and sc.to_dict()["agent_realtime"] is True
+    kw = dict(run_id="r", control_socket="/tmp/s")
+    assert {j.rt_priority for j in build_job_specs(sc, "mrc", **kw)} == {AGENT_RT_PRIORITY}
+    path.write_text(textwrap.dedent(HEAD))
+    assert {j.rt_priority for j in build_job_specs(load_scenario(path, features=FEATURES), "mrc", **kw)} == {0}
+    path.write_text(textwrap.dedent(HEAD) + "agent_realtime: yes please\n")
+    with pytest.raises(SpecError) as err:
+        load_scenario(path, features=FEATURES)
+    line = len(textwrap.dedent(HEAD).splitlines()) + 1
+    assert f"{path}:{line}: agent_realtime: expected true or false" in str(err.value)
