@@ -60,12 +60,14 @@ def agent_model_name(processes: int | str | None) -> str:
 
 def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, *,
                   scenario_path: Path = CEILING_SCENARIO, progress=None,
-                  agent_models: tuple = (None,)) -> dict:
+                  agent_models: tuple = (None,), payload: int | None = None, realtime: bool = False) -> dict:
     """The fabric ceiling sweep (module docstring): ``{"rates": [...], "runs": {row:
     {rate: {"busbw_fraction", "valid", "cpu_p95", "runner_cpu", "reasons"}}}, "ceiling":
     {row: rate | None}}`` (rates in Mbit/s), a row per transport and agent model
     (``agent_models``: ``"per-host"`` one process per agent, N host runtimes, None the
-    default; a row is named ``"mrc"`` for the default alone, else ``"mrc, <model>"``)."""
+    default; a row is named ``"mrc"`` for the default alone, else ``"mrc, <model>"``).
+    ``payload`` (bytes per data packet, ``workload.payload``) and ``realtime``
+    (``agent_realtime``) apply to every run and are named in the rows."""
     import dataclasses
     import io
     import shutil
@@ -81,9 +83,13 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
     try:
         for transport, model in [(t, m) for t in transports for m in agent_models]:
             row = transport if tuple(agent_models) == (None,) else f"{transport}, {agent_model_name(model)}"
+            row += (f", payload {payload}" if payload else "") + (", SCHED_RR" if realtime else "")
             runs, fails, best = {}, 0, None
             for rate in rates_mbit:
                 sc = _at_rate(base, rate * 1_000_000, dataclasses)
+                if payload:
+                    sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, payload=payload))
+                sc = dataclasses.replace(sc, agent_realtime=realtime)
                 result = run_scenario(sc, runs_root=root, console=quiet, transports=[transport], live=False,
                                       agent_processes=model)
                 s = load_summary(result.run_dir)["transports"][transport]
@@ -162,7 +168,7 @@ def ring_pairs(hosts: list[str]) -> list[tuple[str, str]]:
     return [(hosts[i], hosts[(i + 1) % len(hosts)]) for i in range(len(hosts))]
 
 
-def iperf3_totals(reports: list[dict], seconds: float) -> dict:
+def iperf3_totals(reports: list[dict], seconds: float, datagram: int = MRC_DATAGRAM_BYTES) -> dict:
     """Per-host and total delivered rate of iperf3 ``-J`` client reports (one per ring flow):
     ``{"flows", "mbit_per_host", "mbit_total", "pps_total", "lost_pct"}``; TCP reports have no
     packet counts (pps None). Raises KeyError for a report without ``end``."""
@@ -177,7 +183,7 @@ def iperf3_totals(reports: list[dict], seconds: float) -> dict:
             pkts += got
             sent += s["packets"]
             lost += s.get("lost_packets", 0)
-            bits += got * MRC_DATAGRAM_BYTES * 8 / seconds
+            bits += got * datagram * 8 / seconds
         else:
             bits += end["sum_received"]["bits_per_second"]
     n = len(reports)
@@ -185,14 +191,16 @@ def iperf3_totals(reports: list[dict], seconds: float) -> dict:
             "pps_total": pkts / seconds if udp else None, "lost_pct": 100.0 * lost / sent if udp and sent else None}
 
 
-def bench_kernel_limit(rate_mbit: int, *, seconds: float = LIMIT_SECONDS) -> dict:
+def bench_kernel_limit(rate_mbit: int, *, seconds: float = LIMIT_SECONDS,
+                       datagram: int = MRC_DATAGRAM_BYTES) -> dict:
     """The kernel fabric's own ring capacity, no agents: fat-tree k=4 at ``rate_mbit`` on every
     link (queue 32, MTU 9000, as topologies/fat-tree-k4.yaml), the baseline's 16-flow ring (host i -> i+1 over the ECMP addresses) driven at once by
     iperf3, TCP, then UDP with MRC's datagram size offered at the link rate. Returns
-    ``{"rate_mbit", "tcp": totals, "udp": totals}`` (:func:`iperf3_totals`). Needs root."""
+    ``{"rate_mbit", "datagram", "tcp": totals, "udp": totals}`` (:func:`iperf3_totals`);
+    ``datagram``: the UDP payload bytes. Needs root."""
     lp = LinkParams(rate_mbit * 1_000_000, 32, mtu=9000)   # topologies/fat-tree-k4.yaml's classes
     topo = fat_tree(4, host_link=lp, fabric_link=lp)
-    out = {"rate_mbit": rate_mbit}
+    out = {"rate_mbit": rate_mbit, "datagram": datagram}
     with Fabric(topo) as fabric:
         pairs = ring_pairs([h.name for h in topo.hosts])
         for proto in ("tcp", "udp"):
@@ -200,7 +208,7 @@ def bench_kernel_limit(rate_mbit: int, *, seconds: float = LIMIT_SECONDS) -> dic
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                        for i, (_, dst) in enumerate(pairs)]
             time.sleep(0.5)   # iperf3 -s has no readiness signal; its socket is bound within ms
-            extra = ["-u", "-b", f"{rate_mbit}M", "-l", str(MRC_DATAGRAM_BYTES)] if proto == "udp" else []
+            extra = ["-u", "-b", f"{rate_mbit}M", "-l", str(datagram)] if proto == "udp" else []
             clients = [fabric.popen(src, ["iperf3", "-c", str(topo.nics[dst][0].address), "-p", str(5301 + i),
                                           "-t", str(seconds), "-J", *extra],
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -208,7 +216,7 @@ def bench_kernel_limit(rate_mbit: int, *, seconds: float = LIMIT_SECONDS) -> dic
             reports = [json.loads(c.communicate(timeout=seconds + 30)[0]) for c in clients]
             for srv in servers:
                 srv.wait(timeout=10)
-            out[proto] = iperf3_totals(reports, seconds)
+            out[proto] = iperf3_totals(reports, seconds, datagram)
     return out
 
 
@@ -302,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-metrics", action="store_true", help="skip the metrics/report bench")
     parser.add_argument("--no-spec", action="store_true", help="skip the model/spec-check bench")
     parser.add_argument("--no-limit", action="store_true", help="skip the kernel ring limit (iperf3, needs root)")
-    parser.add_argument("--limit-rates", type=int, nargs="+", default=[10, 100, 1000], metavar="MBIT",
+    parser.add_argument("--limit-rates", type=int, nargs="+", default=[10, 100, 200, 500, 1000], metavar="MBIT",
                         help="link rates of the kernel ring limit, Mbit/s (the best UDP figure is the limit "
                              "the ceilings are set against)")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the fabric ceiling sweep (needs root)")
@@ -313,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ceiling-agents", nargs="+", default=[str(os.cpu_count() or 1)],
                         metavar="MODEL", help="agent models of the ceiling sweep: per-host (one process per "
                                               "agent) and/or N (N host runtimes); default: one runtime per core")
+    parser.add_argument("--ceiling-payload", type=int, default=None, metavar="BYTES",
+                        help="payload bytes per mrc/rc data packet in the ceiling sweep (workload.payload; "
+                             "default 4096)")
+    parser.add_argument("--ceiling-realtime", action="store_true",
+                        help="run the ceiling sweep's agents at SCHED_RR (agent_realtime)")
     parser.add_argument("--profile", nargs="*", metavar="TRANSPORT@MBIT", default=None,
                         help="py-spy profiles of the agents' processes on the ceiling's fabric, attributed per "
                              "category (default with no value: mrc@20 rc@20)")
@@ -341,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
             transport = None
     metrics_row = None if args.no_metrics else bench_metrics(args.repeat)
     spec_row = None if args.no_spec else bench_spec(args.repeat)
-    limits = [] if args.no_limit else [bench_kernel_limit(r) for r in args.limit_rates]
+    limits = [] if args.no_limit else [bench_kernel_limit(r, datagram=args.ceiling_payload or MRC_DATAGRAM_BYTES)
+                                       for r in args.limit_rates]
     profiles = []
     for item in [] if args.profile is None else (args.profile or ["mrc@20", "rc@20"]):
         transport_name, _, rate = item.partition("@")
@@ -354,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                                        f"{'valid' if r['valid'] else 'invalid'}")
         models = tuple(m if m == "per-host" else int(m) for m in args.ceiling_agents)
         ceiling = bench_ceiling(sorted(args.ceiling_rates), args.ceiling_transports, progress=note,
-                                agent_models=models)
+                                agent_models=models, payload=args.ceiling_payload, realtime=args.ceiling_realtime)
     if args.json:
         print(json.dumps({"fabric": rows, "transport": transport, "metrics": metrics_row, "spec": spec_row,
                           "kernel_limit": limits, "ceiling": ceiling, "profiles": profiles}, indent=1))
@@ -436,7 +450,7 @@ def kernel_udp_limit(limits: list[dict]) -> tuple[float, int]:
 
 def _versus_table(limits: list[dict], c: dict) -> Table:
     limit, at = kernel_udp_limit(limits)
-    t = Table(title=f"ceilings against the kernel fabric's own limit: UDP ring with {MRC_DATAGRAM_BYTES}-byte "
+    t = Table(title=f"ceilings against the kernel fabric's own limit: UDP ring with {limits[0]['datagram']}-byte "
                     f"datagrams, {limit:.1f} Mbit/s per host (best, at {at} Mbit/s links); CPU per delivered "
                     "data packet at the ceiling (agents' processes / whole machine)")
     for col in ("transport, agents", "ceiling", "busbw Mbit/s per host", "of the kernel limit",
@@ -459,7 +473,8 @@ def _versus_table(limits: list[dict], c: dict) -> Table:
 
 def _limit_table(limits: list[dict]) -> Table:
     table = Table(title=f"kernel fabric limit: fat-tree k=4 ring (16 flows at once), iperf3, no agents, "
-                        f"{LIMIT_SECONDS:g} s; UDP with {MRC_DATAGRAM_BYTES}-byte datagrams at the link rate")
+                        f"{LIMIT_SECONDS:g} s; UDP with {limits[0]['datagram']}-byte datagrams (the data packets' "
+                        "payload) at the link rate")
     for col in ("link Mbit/s", "TCP Mbit/s per host", "TCP total", "UDP Mbit/s per host", "UDP total",
                 "UDP packets/s (all)", "UDP lost"):
         table.add_column(col, justify="right")
