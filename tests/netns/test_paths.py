@@ -15,14 +15,12 @@ PACKETS = 40
 
 def _ring_jobs(fabric, transport: str, seed: int = 1) -> list[dict]:
     """Job specs of a 16-rank ring in host order, as the runner builds them (pure)."""
-    from types import SimpleNamespace
-
     from testbed.spec.jobs import build_jobs
-    from testbed.spec import WorkloadSpec
+    from testbed.spec import Scenario, WorkloadSpec
     topo = fabric.topo
     hosts = tuple(h.name for h in topo.hosts)
     wl = WorkloadSpec("all_reduce", hosts, 1 << 20, 1 << 20, 2, 1, 0, evs=8)
-    scenario = SimpleNamespace(topology=topo, workload=wl, seed=seed)
+    scenario = Scenario("ring", "-", "", topo, "-", (transport,), seed, 60.0, None, wl)
     return build_jobs(scenario, transport, run_id="t", control_socket="/tmp/none.sock")
 
 
