@@ -28,7 +28,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from testbed.model.units import show
 from testbed.spec.yamlread import Problem, Reader, join, line_of
-from testbed.spec.yamlsafe import StrictLoader
+from testbed.spec.yamlsafe import compose_one
 
 SWEEP_KEY = "sweep"
 #: Most points a sweep may expand to (each runs every transport, with its trials).
@@ -102,11 +102,7 @@ def value_node(text: str, line: int = 0) -> Node:
     its marks at ``line`` (1-based; 0: none, so problems about it name the file only).
     Raises KeyError_ if it is not one YAML value."""
     try:
-        loader = StrictLoader(text)
-        try:
-            node = loader.get_single_node()
-        finally:
-            loader.dispose()
+        node = compose_one(text)
     except yaml.YAMLError as exc:
         raise KeyError_(f"value {show(text)} is not YAML: {getattr(exc, 'problem', None) or exc}") from None
     if node is None:

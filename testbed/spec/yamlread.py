@@ -22,7 +22,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from testbed.model.errors import InputError
 from testbed.model.units import UnitError, show
-from testbed.spec.yamlsafe import (MAX_DEPTH, MAX_EXPANDED_NODES, StrictLoader, expanded_size,
+from testbed.spec.yamlsafe import (MAX_DEPTH, MAX_EXPANDED_NODES, StrictLoader, compose_one, expanded_size,
                                    flow_depth_line, read_spec_text)
 
 NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -110,11 +110,7 @@ class Reader:
             self.error(deep, "", f"not valid YAML: nested deeper than {MAX_DEPTH} levels")
             return None
         try:
-            loader = StrictLoader(text)
-            try:
-                root = loader.get_single_node()
-            finally:
-                loader.dispose()
+            root = compose_one(text)
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             self.error(mark.line + 1 if mark else 1, "", f"not valid YAML: {exc.problem or exc.context}")

@@ -184,3 +184,12 @@ def decode_spec(data: bytes) -> str:
                          "text?); save it as UTF-8") from None
     return text.removeprefix("\ufeff")
 
+
+def compose_one(text: str):
+    """The node of the one YAML document in ``text`` (None if empty), composed by
+    :class:`StrictLoader`; raises what the loader raises (``yaml.YAMLError``)."""
+    loader = StrictLoader(text)
+    try:
+        return loader.get_single_node()
+    finally:
+        loader.dispose()
