@@ -592,20 +592,3 @@ def test_runtime_groups_deal_agents_round_robin():
     assert runtime_groups(3, 8) == [[0], [1], [2]]
     assert runtime_groups(5, 1) == [[0, 1, 2, 3, 4]]
 
-
-def test_an_agent_with_rt_priority_asks_for_sched_rr_and_exits_2_if_refused(tmp_path, monkeypatch):
-    import os as _os
-
-    import agents.__main__ as agent_main
-    calls = []
-
-    def refuse(pid, policy, param):
-        calls.append((pid, policy, param.sched_priority))
-        raise PermissionError(1, "Operation not permitted")
-    monkeypatch.setattr(_os, "sched_setscheduler", refuse)
-    job = make_jobs(tmp_path, "mrc", world_size=2)[0]
-    job["rt_priority"] = 1
-    path = tmp_path / "job.json"
-    path.write_text(json.dumps(job))
-    assert agent_main.main(["--job", str(path)]) == 2
-    assert calls == [(0, _os.SCHED_RR, 1)]
