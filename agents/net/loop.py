@@ -108,7 +108,7 @@ class EventLoop:
                 if wait is not None:
                     wait = max(wait - pause, 0.0)
         events = self._sel.select(wait)
-        if events:
+        if events and self.hold_s:
             self._last_wake = self.time()
         for key, _ in events:
             key.data()
