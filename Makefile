@@ -3,7 +3,7 @@
 SHELL      := /bin/bash
 VENV       := .venv
 PY         := $(VENV)/bin/python
-APT_PKGS   := mininet iproute2 nftables python3-nftables ethtool iperf3 iputils-ping python3-venv procps traceroute tmux clang llvm libbpf-dev openssh-server
+APT_PKGS   := mininet iproute2 nftables python3-nftables ethtool iperf3 iputils-ping python3-venv procps traceroute tmux clang llvm libbpf-dev openssh-server gcc python3-dev libisal-dev
 SCENARIO   ?= scenarios/core-link-failure.yaml
 TOPO       ?= topologies/fat-tree-k4.yaml
 PYTEST_ARGS ?=
@@ -21,8 +21,10 @@ setup: .stamp-apt .stamp-venv
 	@touch $@
 
 # The venv is made from Debian's /usr/bin/python3 with --system-site-packages:
-# Debian's Mininet module lives in /usr/lib/python3/dist-packages.
-.stamp-venv: pyproject.toml .stamp-apt
+# Debian's Mininet module lives in /usr/lib/python3/dist-packages. pip install -e also builds
+# the native MRC engine (agents/mrc/_core, from agents/mrc/core/), so its sources are inputs.
+NATIVE_SRC := setup.py agents/mrc/_core.pyx $(wildcard agents/mrc/_core_*.pxi agents/mrc/core/*.c agents/mrc/core/*.h)
+.stamp-venv: pyproject.toml $(NATIVE_SRC) .stamp-apt
 	@[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@

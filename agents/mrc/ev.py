@@ -46,10 +46,10 @@ from __future__ import annotations
 
 import enum
 import logging
-import itertools
-import random
 from dataclasses import dataclass
 from typing import Callable, Iterable
+
+from .rng import Pcg32
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +99,6 @@ TRANSITIONS: dict[tuple[EVState, EVCause], EVState] = {
     (G, C.DELIVERED): G, (S, C.DELIVERED): S, (B, C.DELIVERED): G, (U, C.DELIVERED): G, (D, C.DELIVERED): D,
 }
 """(state, cause) -> next state. Missing pairs are illegal (e.g. GOOD + SKIP_EXPIRED)."""
-
-MAX_PERM_TABLE_EVS = 6
-"""Up to this many EVs (6! = 720 orderings) a rotation is one draw from a table."""
 
 USABLE = frozenset({EVState.GOOD, EVState.SKIP})
 """States counted as active for the ``ev_min_active`` floor."""
@@ -195,14 +192,14 @@ class EVSet:
 
     ``evs``: EV ids (u32, distinct). ``ev_min_active``: floor of usable EVs
     (mrc_ctl.h ``ev_min_active``, <= len(evs)). ``rng``: a seeded
-    ``random.Random`` used for the randomised rotation. ``skip_timeout_fn()``: the
+    :class:`agents.mrc.rng.Pcg32` used for the randomised rotation. ``skip_timeout_fn()``: the
     SKIP timeout bound in seconds (the QP's SRTT) or None before it is known, then
     ``skip_timeout_s`` applies. ``event_mask``: the states whose changes are reported
     (GOOD and/or ASSUMED_BAD bits). ``sink``: a list-like that receives every reported
     EVEvent (default: the ``events`` list). Raises ValueError on a bad configuration.
     """
 
-    def __init__(self, evs: Iterable[int], *, qpn: int, rng: random.Random,
+    def __init__(self, evs: Iterable[int], *, qpn: int, rng: Pcg32,
                  ev_min_active: int = 1, skip_timeout_s: float = 0.001,
                  initial_state: EVState = EVState.GOOD, sink: list | None = None,
                  skip_timeout_fn: Callable[[], float | None] | None = None,
@@ -225,10 +222,6 @@ class EVSet:
         self._picks = 0              # EVs handed out by pick/pick_many (the rotation clock)
         self.info: dict[int, EVInfo] = {ev: EVInfo(ev, initial_state) for ev in ev_list}
         self.order = ev_list
-        # Rotations are drawn as one index into the table of all orderings (one RNG call)
-        # when that table is small; otherwise rng.shuffle.
-        self._perms = [list(p) for p in itertools.permutations(ev_list)] \
-            if len(ev_list) <= MAX_PERM_TABLE_EVS else None
         self._rotation: list[int] = []
         self._pos = 0
         self.events = sink if sink is not None else []  # EVEvents appended here
@@ -258,8 +251,6 @@ class EVSet:
         self.order[self.order.index(cur)] = new
         self.info[cur].state = EVState.DENIED
         self.info[new] = EVInfo(new, EVState.GOOD)
-        self._perms = [list(p) for p in itertools.permutations(self.order)] \
-            if len(self.order) <= MAX_PERM_TABLE_EVS else None
         self._rotation, self._pos = [], 0
         self._update_all_good()
         log.info("qpn %d: EV %d replaced by EV %d", self.qpn, cur, new)
@@ -392,10 +383,8 @@ class EVSet:
         return None
 
     def _new_rotation(self) -> list[int]:
-        """A uniformly random ordering of the EVs (never mutated by the caller)."""
-        perms = self._perms
-        if perms is not None:
-            return perms[int(self.rng.random() * len(perms))]
+        """A uniformly random ordering of the EVs (never mutated by the caller): PCG32's
+        Fisher-Yates shuffle of the spray order, which the native engine repeats bit for bit."""
         rot = self.order[:]
         self.rng.shuffle(rot)
         return rot

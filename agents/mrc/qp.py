@@ -43,6 +43,7 @@ from .dcqcn import CnpPacer
 from .ev import EVSet, EVState
 from .requester import Requester
 from .responder import Responder
+from .rng import Pcg32
 from .rto import RttEstimator, mrc_timeout_s
 from .types import (QPAttr, QPConfig, QPError, QPState, QPStateError, Transport)
 
@@ -67,19 +68,23 @@ _ATTR_FIELDS = {f.name for f in dataclasses.fields(QPAttr)}
 class QP:
     """One MRC (or RC baseline) queue pair.
 
-    ``qpn``: this QP's number (u32). ``rng``: a seeded ``random.Random``
-    (EV rotation). ``memory``: the registered memory region the peer writes
+    ``qpn``: this QP's number (u32). ``rng``: the EV rotation's generator, a seeded
+    :class:`agents.mrc.rng.Pcg32`; a seeded ``random.Random`` is accepted and seeds one
+    (:meth:`Pcg32.from_random`), so that a job spec's seed still decides the run.
+    ``memory``: the registered memory region the peer writes
     into (a writable buffer: bytearray, numpy uint8 array, mmap), or None for
     a send-only QP. ``config``: emulation parameters (:class:`QPConfig`).
     Raises ValueError for a bad config.
     """
 
-    def __init__(self, qpn: int, *, rng: random.Random, memory=None,
+    def __init__(self, qpn: int, *, rng: Pcg32 | random.Random, memory=None,
                  config: QPConfig | None = None):
         if not 0 <= qpn <= 0xFFFFFFFF:
             raise ValueError(f"qpn {qpn} is not a u32")
-        if not isinstance(rng, random.Random):
-            raise ValueError("rng must be a seeded random.Random")
+        if isinstance(rng, random.Random):
+            rng = Pcg32.from_random(rng)
+        elif not isinstance(rng, Pcg32):
+            raise ValueError("rng must be a seeded agents.mrc.rng.Pcg32 or random.Random")
         self.qpn = qpn
         self.rng = rng
         self.config = config or QPConfig()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import random
 
+from agents.mrc.rng import Pcg32
+
 import pytest
 
 from agents.mrc import cc
@@ -49,7 +51,7 @@ def test_ev_event_drop_count_is_the_losses_charged_since_the_previous_event():
     """The emulation's ``drop_count`` (mrc_ctl.h: EV events dropped from the queue) carries the
     packets lost on the EV since its previous reported event."""
     sink: list = []
-    evs = EVSet([0, 1], qpn=1, rng=random.Random(0), sink=sink)
+    evs = EVSet([0, 1], qpn=1, rng=Pcg32(0), sink=sink)
     evs.info[0].packets_lost += 3
     evs.apply(0, EVCause.LOSS, 0.0)
     evs.apply(0, EVCause.PROBES_OK, 0.1)
@@ -91,7 +93,7 @@ def test_a_trim_nack_takes_the_lost_bytes_off_the_window_and_skips_the_ev():
 
 
 def test_always_skip_ends_after_eight_skip_timeouts_without_a_clean_sack():
-    evs = EVSet([0, 1, 2], qpn=1, rng=random.Random(0), skip_timeout_fn=lambda: 0.010)
+    evs = EVSet([0, 1, 2], qpn=1, rng=Pcg32(0), skip_timeout_fn=lambda: 0.010)
     evs.apply(0, EVCause.CONGESTION, 0.0, always=True)
     evs.expire_skips(ALWAYS_SKIP_TIMEOUTS * 0.010 - 1e-6)
     assert evs.info[0].state is EVState.SKIP

@@ -1,5 +1,6 @@
 """EV state machine: the transition table, the floor, probes, spraying."""
-import random
+
+from agents.mrc.rng import Pcg32
 from collections import Counter
 
 import pytest
@@ -9,7 +10,7 @@ from agents.mrc.ev import (TRANSITIONS, EVCause, EVEvent, EVSet, EVState, EVStat
 
 
 def make(evs=(10, 11, 12, 13), floor=1, **kw):
-    return EVSet(evs, qpn=5, rng=random.Random(7), ev_min_active=floor, **kw)
+    return EVSet(evs, qpn=5, rng=Pcg32(7), ev_min_active=floor, **kw)
 
 
 def test_every_state_cause_pair_is_either_a_transition_or_an_error():
