@@ -1,8 +1,10 @@
 /* The native MRC engine: common types and error codes (C11, no Python.h).
  *
  * Sans-I/O like the Python engine (agents/mrc, the specification): packets and
- * time in, packets, timers and events out. Time is nanoseconds on the caller's
- * monotonic clock (int64). Functions return 0 or a negative MRCN_E* code; none
+ * time in, packets, timers and events out. Time is seconds as a double on the
+ * caller's monotonic clock, as in the Python engine, so that every float is computed
+ * by the same operations in the same order (build with -ffp-contract=off); wire
+ * timestamps are u64 nanoseconds. Functions return 0 or a negative MRCN_E* code; none
  * aborts, none keeps global state, so two engines can live in one process. */
 #ifndef MRCN_H
 #define MRCN_H
