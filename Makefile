@@ -8,7 +8,7 @@ SCENARIO   ?= scenarios/core-link-failure.yaml
 TOPO       ?= topologies/fat-tree-k4.yaml
 PYTEST_ARGS ?=
 
-.PHONY: setup run reproduce reproduce-full report up test test-unit test-netns test-e2e bench validate lint clean distclean
+.PHONY: sanitize fuzz setup run reproduce reproduce-full report up test test-unit test-netns test-e2e bench validate lint clean distclean
 
 setup: .stamp-apt .stamp-venv
 
@@ -69,6 +69,22 @@ test-e2e: setup
 lint: setup
 	$(PY) -m ruff check testbed agents tests
 	$(VENV)/bin/lint-imports
+
+# The native engine under AddressSanitizer and UBSan: a separate build in build/sanitize/ that the
+# engine-comparison tests (tests/unit/test_native_*.py) load through MRC_NATIVE_LIB.
+SAN_DIR    := build/sanitize
+SAN_RT     := $(shell gcc -print-file-name=libasan.so):$(shell gcc -print-file-name=libubsan.so)
+sanitize: setup
+	MRCN_SANITIZE=1 $(PY) setup.py -q build_clib -f --build-clib $(SAN_DIR)/tmp --build-temp $(SAN_DIR)/tmp \
+	  build_ext -f --build-lib $(SAN_DIR)/lib --build-temp $(SAN_DIR)/tmp
+	LD_PRELOAD=$(SAN_RT) ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  MRC_NATIVE_REQUIRE=1 MRC_NATIVE_LIB=$$(ls $(SAN_DIR)/lib/agents/mrc/_core*.so) \
+	  $(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS) tests/unit/test_native_*.py
+
+# libFuzzer (clang, ASan + UBSan) on the native decoder for FUZZ_SECONDS (default 60).
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash agents/mrc/core/fuzz.sh
 
 bench: setup
 	$(PY) -m testbed.tools.bench

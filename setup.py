@@ -5,6 +5,7 @@ because setuptools takes ext_modules and C libraries from setup.py alone. The C
 core is compiled as a static library with its own strict flags (-Werror applies to
 our C, not to Cython's generated code) and linked with ISA-L (libisal-dev) for CRC-32.
 """
+import os
 from glob import glob
 
 from Cython.Build import cythonize
@@ -14,12 +15,16 @@ CORE = "agents/mrc/core"
 CORE_CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
                "-fno-strict-aliasing"]
 core_sources = sorted(s for s in glob(f"{CORE}/mrcn*.c"))
+# MRCN_SANITIZE=1 (make sanitize): AddressSanitizer and UBSan in the core and the binding
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+            "-fno-omit-frame-pointer", "-g"] if os.environ.get("MRCN_SANITIZE") == "1" else []
 
 setup(
-    libraries=[("mrcn", {"sources": core_sources, "include_dirs": [CORE], "cflags": CORE_CFLAGS})],
+    libraries=[("mrcn", {"sources": core_sources, "include_dirs": [CORE], "cflags": CORE_CFLAGS + SANITIZE})],
     ext_modules=cythonize(
         [Extension("agents.mrc._core", ["agents/mrc/_core.pyx"], include_dirs=[CORE],
-                   libraries=["isal"], extra_compile_args=["-ffp-contract=off"])],
+                   libraries=["isal"], extra_compile_args=["-ffp-contract=off"] + SANITIZE,
+                   extra_link_args=SANITIZE)],
         compiler_directives={"language_level": "3"},
     ),
 )

@@ -86,9 +86,14 @@ class LossDetector:
         self.ooo_losses = 0
         self.ev_losses_excused = 0
         self.ev_losses_stalled = 0        # timeouts not charged: nothing sent later had arrived
+        # A lost PSN that no usable EV can carry (every EV DENIED or retired): its retry timer
+        # as (deadline, psn, ts_ns, timeouts), so that the ladder still runs out to ERR.
+        self.no_path: tuple[float, int, int, int] | None = None
+        self.no_path_timeouts = 0
 
     def clear(self) -> None:
         """The QP entered ERR: forget every transmission."""
+        self.no_path = None
         self.timers.clear()
         self.ev_q.clear()
         self.ev_fresh.clear()
@@ -192,6 +197,31 @@ class LossDetector:
             self._on_lost(tx, now, LossCause.TIMEOUT)
         return True
 
+    def on_no_path(self, tx, now: float) -> None:
+        """``tx`` is due for retransmission but no EV is usable: time the retry that could not
+        be sent as if it had been (mrc.h retry ladder from ``now``), once per retry number.
+
+        A NIC retries a PSN on its timer whether or not a path is left; a retry it cannot
+        send is still spent, so an all-DENIED QP reaches ERR ("retry exhausted") instead of
+        waiting with no timer."""
+        key = (tx.psn, tx.ts_ns, tx.timeouts)
+        if self.no_path is not None and self.no_path[1:] == key:
+            return
+        deadline = now + self._rtt.backoff_s(tx.timeouts, self.attr.retry_linear_cnt)
+        self.no_path = (deadline, *key)
+
+    def _fire_no_path(self, now: float) -> bool:
+        """The no-path retry timer, if due; False if it exhausted the retries (ERR)."""
+        entry = self.no_path
+        if entry is None or entry[0] > now:
+            return True
+        self.no_path = None
+        tx = self._outstanding.get(entry[1])
+        if tx is None or not tx.lost or tx.ts_ns != entry[2] or tx.timeouts != entry[3]:
+            return True
+        self.no_path_timeouts += 1
+        return self._timeout(tx, now)
+
     def _ev_head(self, ev: int):
         """Oldest first transmission on ``ev`` still waiting for its ACK (None if none)."""
         q = self.ev_fresh[ev]
@@ -218,6 +248,8 @@ class LossDetector:
         for a packet sent before a failure restarts nothing past it); a retransmission at its send time plus
         the mrc.h retry ladder (:meth:`agents.mrc.rto.RttEstimator.backoff_s`).
         """
+        if not self._fire_no_path(now):
+            return
         for ev in list(self.ev_fresh):
             while (tx := self._ev_head(ev)) is not None and self._ev_deadline(ev, tx) <= now:
                 self.ev_fresh[ev].popleft()
@@ -244,6 +276,8 @@ class LossDetector:
                 continue
             break
         t = timers[0][0] if timers else None
+        if self.no_path is not None and (t is None or self.no_path[0] < t):
+            t = self.no_path[0]
         for ev in self.ev_fresh:
             tx = self._ev_head(ev)
             if tx is not None:

@@ -121,7 +121,8 @@ class Requester:
         """The requester's items of :meth:`agents.mrc.qp.QP.stats`."""
         return {"tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
                 "retransmissions": self.rtx_packets, "retransmitted_bytes": self.rtx_bytes,
-                "timeouts": self.loss.timeouts, "ev_losses_stalled": self.loss.ev_losses_stalled,
+                "timeouts": self.loss.timeouts, "no_path_timeouts": self.loss.no_path_timeouts,
+                "ev_losses_stalled": self.loss.ev_losses_stalled,
                 "lost_packets": self.lost_packets, "acked_bytes": self.acked_bytes,
                 "nacks_no_buffer": self.nacks_no_buffer,
                 "inflight_bytes": self._inflight_bytes, "snd_una": self._snd_una,
@@ -238,6 +239,7 @@ class Requester:
                     return
                 ev = self.evs.pick(now, exclude=None if rc else tx.ev)
                 if ev is None:
+                    self.loss.on_no_path(tx, now)
                     return
                 heapq.heappop(rtx_heap)
                 self._transmit(tx, ev, now, out)
