@@ -290,6 +290,10 @@ class EVProfile:
             raise self._error(errno.ENOENT, "REPLACE_EV", f"EV {cur.val}/{cur.port} is not in the array")
         if new in self.evs:             # a QP's EV set is a set: values stay distinct
             raise self._error(errno.EINVAL, "REPLACE_EV", f"EV {new.val}/{new.port} is already in the array")
+        if all_copies and len(slots) > 1:   # only unpopulated slots repeat: one EV would fill them all
+            raise self._error(errno.EINVAL, "REPLACE_EV",
+                              f"all_copies would put EV {new.val}/{new.port} in {len(slots)} unpopulated "
+                              "slots; populate them one at a time (all_copies=0)")
         for i in (slots if all_copies else slots[:1]):
             self.evs[i] = new
         self.denied.discard(cur)

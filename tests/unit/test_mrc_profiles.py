@@ -169,3 +169,19 @@ def test_packets_in_flight_on_a_replaced_ev_are_still_acknowledged():
     assert a.idle and a.requester.rtx_packets == 0
     a.post_write(wr_id=2, local=bytes(8 * a.config.payload_bytes), remote_offset=0)
     assert {ev for _, ev in a.datagrams_to_send(0.003)} == {10, 21, 12, 13}
+
+
+def test_replace_all_copies_of_unpopulated_slots_is_refused():
+    """mrc_ctl.h REPLACE_EV with all_copies replaces every instance of cur_ev; in an explicit
+    array only unpopulated slots repeat, and one EV in all of them would make a profile that
+    no QP can use (its EV set refuses duplicates). EINVAL, array unchanged; one at a time works."""
+    p = ProfileTable().get(3)
+    p.modify(ev_mode=EVMode.EXPLICIT, ev_count=3, profile_state=ProfileState.OFFLINE)
+    refused(errno.EINVAL, "all_copies", p.modify, ev_op=EVOp.REPLACE_EV, cur_ev=EV_INVALID,
+            new_ev=EV(5), all_copies=1)
+    assert p.modify(ev_op=EVOp.QUERY_EV_ARRAY) == [EV_INVALID] * 3
+    for v in (5, 6, 7):
+        p.modify(ev_op=EVOp.REPLACE_EV, cur_ev=EV_INVALID, new_ev=EV(v), all_copies=0)
+    p.modify(ev_op=EVOp.REPLACE_EV, cur_ev=EV(7), new_ev=EV(8), all_copies=1)   # one copy: fine
+    p.modify(ev_min_active=1, ev_event_mask=1, profile_state=ProfileState.ONLINE)
+    assert [q.evs.order for q in qps_on(p, 1)] == [[5, 6, 8]]
