@@ -8,7 +8,7 @@ SCENARIO   ?= scenarios/core-link-failure.yaml
 TOPO       ?= topologies/fat-tree-k4.yaml
 PYTEST_ARGS ?=
 
-.PHONY: setup run reproduce reproduce-full report up test test-unit test-netns test-e2e bench validate lint clean distclean
+.PHONY: setup run reproduce reproduce-full report up test test-unit test-netns test-e2e bench validate lint docs clean distclean
 
 setup: .stamp-apt .stamp-venv
 
@@ -70,6 +70,11 @@ lint: setup
 	$(PY) -m ruff check testbed agents tests
 	$(VENV)/bin/lint-imports
 
+# The documentation site (mkdocs.yml, pages under docs/): strict, so a broken link or a page
+# missing from the nav fails; the site goes to site/ (git-ignored). CI builds it after lint.
+docs: setup
+	$(PY) -m mkdocs build --strict --site-dir site
+
 bench: setup
 	$(PY) -m testbed.tools.bench
 
@@ -77,4 +82,4 @@ clean: setup
 	$(PY) -m testbed clean
 
 distclean:
-	rm -rf $(VENV) .stamp-* *.egg-info
+	rm -rf $(VENV) .stamp-* *.egg-info site .setup-apt.log

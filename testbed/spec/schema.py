@@ -58,5 +58,6 @@ TIMEOUT_MARGIN = 4.0
 
 def key_paths(table: dict[str, Keys]) -> set[str]:
     """Every accepted key as a full pattern path: ``workload.min_bytes``, ``timeline[].loss.percent``,
-    ``link_classes.<class>.ecn.threshold``, ``<kind fat-tree>.k``."""
-    return {f"{pattern}.{key}" if pattern else key for pattern, (req, opt) in table.items() for key in req + opt}
+    ``link_classes.<class>.ecn.threshold``; a ``<kind K>`` key is top-level (``k``)."""
+    return {f"{pattern}.{key}" if pattern and not pattern.startswith("<kind ") else key
+            for pattern, (req, opt) in table.items() for key in req + opt}
