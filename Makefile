@@ -3,20 +3,39 @@
 SHELL      := /bin/bash
 VENV       := .venv
 PY         := $(VENV)/bin/python
-APT_PKGS   := mininet iproute2 nftables python3-nftables ethtool iperf3 iputils-ping python3-venv procps traceroute tmux clang llvm libbpf-dev openssh-server gcc python3-dev libisal-dev
+# Debian packages by what they are for (make setup prints one line per group it installs).
+APT_FABRIC := mininet iproute2 nftables python3-nftables ethtool procps
+APT_TOOLS  := iperf3 iputils-ping traceroute tmux
+APT_BPF    := clang llvm libbpf-dev
+APT_BUILD  := python3-venv gcc python3-dev libisal-dev
+APT_SSH    := openssh-server
+APT_PKGS   := $(APT_FABRIC) $(APT_TOOLS) $(APT_BPF) $(APT_BUILD) $(APT_SSH)
+APT_LOG    := .setup-apt.log
 SCENARIO   ?= scenarios/core-link-failure.yaml
 TOPO       ?= topologies/fat-tree-k4.yaml
 PYTEST_ARGS ?=
 
-.PHONY: sanitize fuzz setup run reproduce reproduce-full report up test test-unit test-netns test-e2e bench validate lint clean distclean
+.PHONY: setup run reproduce reproduce-full report up test test-unit test-netns test-e2e bench validate lint docs sanitize fuzz clean distclean
 
 setup: .stamp-apt .stamp-venv
 
+# Says what it installs before it does (one line per group), and sends apt's and dpkg's output
+# to $(APT_LOG): its last lines are printed if the installation fails.
 .stamp-apt: Makefile
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	group() { label=$$1; shift; sel=""; for p in "$$@"; do case " $$missing " in *" $$p "*) sel="$$sel $$p";; esac; done; \
+	          [ -z "$$sel" ] || echo "  $$label:$$sel"; }; \
 	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  echo "make setup: installing Debian packages (apt and dpkg output: $(APT_LOG))"; \
+	  group "the fabric (Mininet, netlink, nftables)" $(APT_FABRIC); \
+	  group "traffic and the interactive CLI" $(APT_TOOLS); \
+	  group "the switch program (BPF)" $(APT_BPF); \
+	  group "the virtualenv and the native engine's build" $(APT_BUILD); \
+	  group "SSH for the across-servers tests (starts sshd)" $(APT_SSH); \
+	  if ! { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; } \
+	       >$(APT_LOG) 2>&1; then \
+	    tail -n 20 $(APT_LOG); echo "make setup: apt-get failed; its whole output is in $(APT_LOG)"; exit 1; \
+	  fi; \
 	fi
 	@touch $@
 
@@ -26,6 +45,7 @@ setup: .stamp-apt .stamp-venv
 NATIVE_SRC := setup.py agents/mrc/_core.pyx $(wildcard agents/mrc/_core_*.pxi agents/mrc/core/*.c agents/mrc/core/*.h)
 .stamp-venv: pyproject.toml $(NATIVE_SRC) .stamp-apt
 	@[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages $(VENV)
+	@echo "make setup: the virtualenv $(VENV) (pip install -e '.[dev]': the testbed, its libraries, the native engine)"
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
@@ -86,6 +106,11 @@ FUZZ_SECONDS ?= 60
 fuzz: setup
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash agents/mrc/core/fuzz.sh
 
+# The documentation site (mkdocs.yml, pages under docs/): strict, so a broken link or a page
+# missing from the nav fails; the site goes to site/ (git-ignored). CI builds it after lint.
+docs: setup
+	$(PY) -m mkdocs build --strict --site-dir site
+
 bench: setup
 	$(PY) -m testbed.tools.bench
 
@@ -93,4 +118,4 @@ clean: setup
 	$(PY) -m testbed clean
 
 distclean:
-	rm -rf $(VENV) .stamp-* *.egg-info
+	rm -rf $(VENV) .stamp-* *.egg-info site .setup-apt.log

@@ -170,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[red]wrong all-reduce results[/]: {wrong}")
         status = status or 1
     console.print(f"run directory: {result.run_dir}")
+    console.print(f"the report again: testbed report {result.run_dir}")
     return status
 
 

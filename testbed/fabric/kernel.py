@@ -1,6 +1,6 @@
 """Kernel feature detection: which qdiscs, SRv6 flavours and nftables exist here.
 
-Detected at run time, never assumed (DESIGN.md: "Probe at start"). All probes
+Detected at run time, never assumed (docs/troubleshooting.md, "The kernel-feature probe"). All probes
 run in one forked child that moves itself into a throwaway network namespace
 (``unshare(CLONE_NEWNET)`` through libc), so nothing in the caller's
 namespaces is touched, and the namespace disappears when the child exits.

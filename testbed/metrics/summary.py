@@ -280,6 +280,14 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
                "world_size": manifest.get("world_size"), "host_link_rate_bps": rate,
                "host_bandwidth_bps": host_bw, "host_nics": manifest.get("host_nics"),
                "payload_bytes": manifest.get("payload_bytes"),
+               "defaults": _defaults(manifest),
                "definitions": DEFINITIONS, "transports": {a.name: a.summary for a in analyses},
                "comparison": [comparison_row(a.summary) for a in analyses]}
     return summary, analyses
+
+
+def _defaults(manifest: dict) -> dict:
+    """The manifest's ``scenario.defaults`` (absent keys' values), {} for a run that has none (older
+    runs, format 1's string ``scenario``)."""
+    scenario = manifest.get("scenario")
+    return dict(scenario.get("defaults") or {}) if isinstance(scenario, dict) else {}

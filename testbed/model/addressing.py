@@ -1,4 +1,4 @@
-"""The addressing plan of a fabric (DESIGN.md, "Fabric"): uSIDs, locators, prefixes, names.
+"""The addressing plan of a fabric (docs/topologies.md, "Fabric addressing"): uSIDs, locators, prefixes, names.
 
 * uSID block ``fcbb:bb00::/32`` with 16-bit uSIDs. Every switch owns the
   locator ``fcbb:bb00:<usid>::/48``; every host NIC owns one too (a local route

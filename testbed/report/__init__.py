@@ -43,7 +43,7 @@ from testbed.rundir.damage import Damage, collecting, current_damage
 __all__ = [
     "STATE_COLOURS", "Grid", "busbw_by_size_table", "comparison_table", "jobs_table", "ev_segments", "fault_windows",
     "fmt_count", "fmt_num", "fmt_pct", "fmt_s", "fmt_sig", "links_table", "load_summary", "nccl_tests_block",
-    "plot_ev_timelines", "plot_fault_flows", "plot_goodput", "plot_iteration_cdf", "print_damage", "render",
+    "plot_ev_timelines", "defaults_line", "plot_fault_flows", "plot_goodput", "plot_iteration_cdf", "print_damage", "render",
     "render_tables",
     "validity_table", "write_outputs", "write_plots",
 ]
@@ -65,6 +65,8 @@ def render_tables(summary: dict, console: Console) -> None:
     """Print a summary's tables: side by side, busbw by size, nccl-tests text per transport,
     fidelity (host, links) and warnings; nothing wider than the console, nothing cut."""
     console.print(comparison_table(summary))
+    if defaults := defaults_line(summary):
+        console.print(Text(defaults), soft_wrap=True)
     if (jobs := jobs_table(summary)) is not None:
         console.print(jobs)
     console.print(busbw_by_size_table(summary))
@@ -79,6 +81,16 @@ def render_tables(summary: dict, console: Console) -> None:
     for name, s in summary["transports"].items():
         for w in s.get("warnings") or ():
             console.print(Text.assemble(("warning", "yellow"), f" {name}: {w}"))
+
+
+def defaults_line(summary: dict) -> str:
+    """``defaults (keys the scenario left out): seed 1, workload.iterations 5, timeout 68 s``: the values the scenario's absent
+    optional keys took (manifest ``scenario.defaults``), or "" when it gave every one."""
+    defaults = summary.get("defaults")
+    if not isinstance(defaults, dict) or not defaults:
+        return ""
+    return "defaults (keys the scenario left out): " + ", ".join(
+        f"{k} {fmt_num(v, '.0f')} s" if k == "timeout" else f"{k} {v}" for k, v in defaults.items())
 
 
 def render(run_dir: Path, console: Console, *, recompute: bool = False, rank: int | None = None,

@@ -1,6 +1,6 @@
 """The run directory's file names and modes (the record schemas: :mod:`testbed.rundir.schemas`).
 
-Layout (DESIGN.md "Scenario run directory")::
+Layout (docs/architecture.md, "The run directory contract")::
 
     runs/<scenario>-<YYYYmmdd-HHMMSS>[-N]/
         manifest.json            versions, kernel, seed, topology hash, resolved spec,

@@ -134,7 +134,9 @@ MANIFEST_FIELDS = {
 """``manifest.json`` by top-level key (:func:`base_manifest`); the readers drop a bad key and go on.
 ``scenario`` and ``spec`` (format 1), when objects, are checked as :data:`SCENARIO_FIELDS`;
 ``format``: :data:`testbed.rundir.upgrade.FORMAT` (absent: 1, :func:`testbed.rundir.upgrade.upgrade`)."""
-SCENARIO_FIELDS = {"name": STR, "workload": _WORKLOAD, "timeout_s": Num(0, 1e9)}
+SCENARIO_FIELDS = {"name": STR, "workload": _WORKLOAD, "timeout_s": Num(0, 1e9),
+                   "defaults": MapOf(Check("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)))}
+"""``defaults``: the values absent optional keys took (:attr:`testbed.spec.Scenario.defaults`)."""
 SUMMARY_DOC = Obj({"transports": MapOf(Obj({"transport": STR, "completion": Obj({}), "iteration_s": Obj({})}), 64),
                    "comparison": ListOf(Obj({}), 64)}, {"damage": ListOf(STR, 1 << 16)})
 """``summary.json`` (written by :func:`testbed.report.write_outputs`; the keys every table reads)."""

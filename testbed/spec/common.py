@@ -29,7 +29,7 @@ SCENARIO_KEYS = ("transports", "timeline", "workload", "jobs")
 _ACTION_KEYS = {"flap": (["link", "period", "count"], []), "loss": (["link", "percent"], ["duration", "direction"]),
                 "rate": (["link", "rate"], ["duration"]), "blackhole": (["link"], ["duration"]),
                 **{a: (["link"], []) for a in ("ev_deny", "ev_allow", "ev_replace")}}
-_WORKLOAD_REQUIRED = ["collective", "hosts", "min_bytes", "max_bytes", "factor", "iterations", "warmup"]
+_WORKLOAD_REQUIRED = ["collective", "hosts", "min_bytes", "max_bytes"]
 
 #: A scenario name names its run directory: no '/', no '..', nothing a shell would trip on.
 SCENARIO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

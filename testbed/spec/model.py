@@ -129,6 +129,9 @@ class Scenario:
     #: ``controller: {policy}``: the MRC controller's policy (:mod:`testbed.controller`), started
     #: on every mrc run; None: no controller (and no ``ev_*`` timeline action).
     controller: str | None = None
+    #: The values absent optional keys took (:data:`testbed.spec.schema.SCENARIO_DEFAULTS`, the
+    #: derived timeout), as ``(key path, value)`` in file order: ``(("seed", 1), ("timeout", 58.0))``.
+    defaults: tuple[tuple[str, object], ...] = ()
 
     @property
     def all_jobs(self) -> tuple[WorkloadSpec, ...]:
@@ -147,7 +150,7 @@ class Scenario:
             "transports": list(self.transports), "seed": self.seed, "trials": self.trials,
             "agent_processes": self.agent_processes, "agent_realtime": self.agent_realtime,
             "controller": self.controller,
-            "timeout_s": self.timeout_s,
+            "timeout_s": self.timeout_s, "defaults": dict(self.defaults),
             "reconverge_after_s": self.reconverge_after_s,
             "workload": _workload_dict(self.workload),
             "jobs": [_workload_dict(j) for j in self.all_jobs],

@@ -21,6 +21,7 @@ from testbed.spec.common import (COLLECTIVES, JOB_NAME_RE, ORDERS, parse_transpo
                                  _did_you_mean, _explain_missing, CONTROLLER_POLICIES, EV_ACTIONS)
 from testbed.spec.model import Scenario, WorkloadSpec
 from testbed.spec.overrides import with_overrides
+from testbed.spec.schema import SCENARIO, SCENARIO_DEFAULTS, TIMEOUT_BASE_S, TIMEOUT_MARGIN
 from testbed.spec.timelinefile import _timeline, timeline_warnings
 from testbed.spec.topofile import load_topology
 
@@ -67,9 +68,7 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
               seed_override: int | None = None) -> Scenario | None:
     if _not_a_mapping(r, root, "a scenario"):
         return None
-    m = r.mapping(root, "", ["topology", "transports", "seed", "timeout"],
-                  ["name", "description", "reconverge_after", "timeline", "trials", "workload", "jobs",
-                   "agent_processes", "agent_realtime", "controller"])
+    m = r.mapping(root, "", *SCENARIO[""])
     if m is None:
         return None
     found = [k for k in SCENARIO_KEYS if k in m]
@@ -100,7 +99,10 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
                                                                key_path="topology",
                                                                message=f"{show(topo_path, 200)}: {p.message}"))
     transports = _transports(r, m.get("transports"))
+    defaults: dict[str, object] = {}   # key path -> the value an absent optional key took
     seed = r.integer(m.get("seed"), "seed", minimum=0, maximum=2**63 - 1)
+    if "seed" not in m:
+        seed = defaults["seed"] = SCENARIO_DEFAULTS["seed"]
     if seed_override is not None and seed is not None:
         seed = seed_override
     trials = r.integer(m["trials"], "trials", minimum=1, maximum=1000) if "trials" in m else 1
@@ -127,8 +129,10 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     if timeout_s == 0:
         r.error(m["timeout"], "timeout", "must be > 0")
     reconverge = r.unit(m.get("reconverge_after"), "reconverge_after", units.parse_duration)
-    jobs = _jobs(r, m, topo, seed)
+    jobs = _jobs(r, m, topo, seed, defaults)
     workload = jobs[0] if jobs else None
+    if "timeout" not in m and jobs and topo is not None:
+        timeout_s = defaults["timeout"] = derived_timeout_s(jobs, topo)
     timeline = _timeline(r, m.get("timeline"), topo, seed, timeout_s, workload, feats)
     controller = _controller(r, m.get("controller"), timeline)
     if "agent_processes" in m and agent_processes is None:
@@ -138,14 +142,31 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     warnings = timeline_warnings(r, timeline, timeout_s) + _dcqcn_warnings(r, transports, topo)
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
                     reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs),
-                    agent_processes=agent_processes, agent_realtime=agent_realtime, controller=controller)
+                    agent_processes=agent_processes, agent_realtime=agent_realtime, controller=controller,
+                    defaults=tuple(defaults.items()))
+
+
+def derived_timeout_s(jobs: list[WorkloadSpec], topo: Topology) -> float:
+    """A scenario's timeout when it gives none, seconds: :data:`testbed.spec.schema.TIMEOUT_BASE_S`
+    plus :data:`~testbed.spec.schema.TIMEOUT_MARGIN` times the time every job's sweep (warm-up and
+    measured iterations of every size, one job after another) takes at its hosts' slowest host
+    link if it ran at that link's full rate: ``size * bus_factor`` bytes per rank and iteration
+    (nccl-tests' busbw convention, :func:`agents.collectives.bus_factor`). Rounded up to 1 s."""
+    import math
+    from agents.collectives import bus_factor
+    wire_s = 0.0
+    for job in jobs:
+        rate_bps = min(topo.link_by_name[nic.link].params.rate_bps for h in job.hosts for nic in topo.nics[h])
+        per_rank_bytes = sum(job.sizes_bytes) * bus_factor(job.collective, len(job.hosts))
+        wire_s += per_rank_bytes * (job.iterations + job.warmup) * 8 / rate_bps
+    return float(math.ceil(TIMEOUT_BASE_S + TIMEOUT_MARGIN * wire_s))
 
 
 def _controller(r: Reader, node: Node | None, timeline) -> str | None:
     """``controller: {policy: none|replace}``; the ``ev_*`` timeline actions need one."""
     policy = None
     if node is not None:
-        cm = r.mapping(node, "controller", ["policy"], [])
+        cm = r.mapping(node, "controller", *SCENARIO["controller"])
         if cm is not None and "policy" in cm:
             policy = r.text(cm["policy"], "controller.policy")
             if policy is not None and policy not in CONTROLLER_POLICIES:
@@ -161,7 +182,8 @@ def _controller(r: Reader, node: Node | None, timeline) -> str | None:
     return policy
 
 
-def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None) -> list[WorkloadSpec] | None:
+def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None,
+          defaults: dict[str, object]) -> list[WorkloadSpec] | None:
     """``workload`` (one job, named job0) or ``jobs`` (a list of workloads with unique
     ``name``s, run at once on disjoint or shared hosts); exactly one of the two."""
     if ("workload" in m) == ("jobs" in m):
@@ -169,7 +191,7 @@ def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None) -> list[W
                                                             "'jobs' (a list of jobs run at once)")
         return None
     if "workload" in m:
-        wl = _workload(r, m["workload"], topo, seed)
+        wl = _workload(r, m["workload"], topo, seed, defaults)
         return [wl] if wl is not None else None
     items = r.seq(m["jobs"], "jobs")
     if not items:
@@ -191,7 +213,7 @@ def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None) -> list[W
             r.error(keys["name"], join(where, "name"), f"duplicate job name {show(name)}")
             name = None
         names.append(name)
-        out.append(_workload(r, item, topo, seed, where, name or f"job{i}"))
+        out.append(_workload(r, item, topo, seed, defaults, where, name or f"job{i}"))
     return out if None not in out and None not in names else None
 
 
@@ -242,11 +264,9 @@ def _dcqcn_warnings(r: Reader, transports: tuple[str, ...], topo: Topology) -> t
                  for i, t in enumerate(transports) if parse_transport(t).cc == "dcqcn")
 
 
-def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | None,
+def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | None, defaults: dict[str, object],
               where: str = "workload", name: str = "job0") -> WorkloadSpec | None:
-    m = (r.mapping(node, where, _WORKLOAD_REQUIRED, ["evs", "evs_per_qp", "mtu", "payload", "order"]
-                   + (["name"] if where != "workload" else []))
-         if node is not None else None)
+    m = r.mapping(node, where, *SCENARIO["workload" if where == "workload" else "jobs[]"]) if node is not None else None
     if m is None or not set(_WORKLOAD_REQUIRED) <= m.keys():
         return None
     collective = r.choice(m["collective"], f"{where}.collective", COLLECTIVES)
@@ -267,8 +287,14 @@ def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | N
     elif None not in sizes and sizes[1] < sizes[0]:
         r.error(m["max_bytes"], f"{where}.max_bytes",
                 f"{units.format_size(sizes[1])} is below min_bytes ({units.format_size(sizes[0])})")
-    counts = [r.integer(m[k], f"{where}.{k}", minimum=low, maximum=high) for k, low, high in
-              (("factor", 2, MAX_WORKLOAD_BYTES), ("iterations", 1, MAX_ITERATIONS), ("warmup", 0, MAX_ITERATIONS))]
+    counts = []
+    for k, low, high in (("factor", 2, MAX_WORKLOAD_BYTES), ("iterations", 1, MAX_ITERATIONS),
+                         ("warmup", 0, MAX_ITERATIONS)):
+        if k in m:
+            counts.append(r.integer(m[k], f"{where}.{k}", minimum=low, maximum=high))
+        else:
+            counts.append(SCENARIO_DEFAULTS[f"workload.{k}"])
+            defaults[f"{where}.{k}"] = counts[-1]
     evs = r.integer(m.get("evs"), f"{where}.evs", minimum=1, maximum=MAX_EVS)
     evs_per_qp = r.integer(m.get("evs_per_qp"), f"{where}.evs_per_qp", minimum=1, maximum=MAX_EVS)
     if "evs" in m and "evs_per_qp" in m:

@@ -14,7 +14,8 @@ from testbed.spec.selectors import HOPS, UNREPAIRED, FlowTarget, check_hop, pars
 from testbed.model.topology import Role, Topology
 from testbed.model.units import show
 from testbed.spec.yamlread import Problem, Reader, join
-from testbed.spec.common import ACTIONS, _ACTION_KEYS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S, _did_you_mean
+from testbed.spec.schema import FLOW_TARGET, SCENARIO
+from testbed.spec.common import ACTIONS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S, _did_you_mean
 from testbed.spec.model import TimelineEvent, WorkloadSpec
 
 
@@ -45,7 +46,7 @@ def _link_names(topo: Topology) -> dict[str, str]:
 def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
            timeout_s: float | None, workload: WorkloadSpec | None, feats: KernelFeatures,
            names: dict[str, str]) -> TimelineEvent | None:
-    m = r.mapping(node, path, [], ["at", "at_iteration", "after", *ACTIONS])
+    m = r.mapping(node, path, *SCENARIO["timeline[]"])
     if m is None:
         return None
     fields: dict = {}
@@ -60,7 +61,7 @@ def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.
     if action in ("link_down", "link_up"):
         ref_node, ref_path = m[action], apath
     else:
-        am = r.mapping(m[action], apath, *_ACTION_KEYS[action])
+        am = r.mapping(m[action], apath, *SCENARIO[f"timeline[].{action}"])
         if am is None or "link" not in am:
             return None
         ref_node, ref_path = am["link"], join(apath, "link")
@@ -184,7 +185,7 @@ def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: rand
 
 def _flow_target(r: Reader, node: Node, path: str, topo: Topology | None,
                  workload: WorkloadSpec | None) -> FlowTarget | None:
-    m = r.mapping(node, path, ["crossed_by"], ["hop", "repairable"])
+    m = r.mapping(node, path, *SCENARIO[FLOW_TARGET])
     if m is None or "crossed_by" not in m or topo is None or workload is None:
         return None
     hop = r.text(m["hop"], join(path, "hop")) if "hop" in m else UNREPAIRED

@@ -16,7 +16,8 @@ from testbed.model.generators import LinkDecl, NodeDecl, fat_tree, from_explicit
 from testbed.model.topology import LinkParams, Role, Topology, TopologyError, footprint
 from testbed.model.units import show
 from testbed.spec.yamlread import Reader, SpecError, join
-from testbed.spec.common import TRIM_HEADER_QUEUE_PKTS, KINDS, _KIND_KEYS, _CLASS_KEYS, MAX_HOST_NICS, SCENARIO_KEYS, MAX_QUEUE_PKTS, MAX_DELAY_S, MAX_COUNT, MEMORY_SHARE, _sorted, _not_a_mapping, _explain_missing
+from testbed.spec.schema import TOPOLOGY
+from testbed.spec.common import TRIM_HEADER_QUEUE_PKTS, KINDS, _KIND_KEYS, MAX_HOST_NICS, SCENARIO_KEYS, MAX_QUEUE_PKTS, MAX_DELAY_S, MAX_COUNT, MEMORY_SHARE, _sorted, _not_a_mapping, _explain_missing
 
 
 # -- topology -----------------------------------------------------------------
@@ -39,8 +40,9 @@ def _topology(r: Reader, root: Node, stem: str, feats: KernelFeatures) -> Topolo
     kind_node = next((v for k, v in root.value if isinstance(k, ScalarNode) and k.value == "kind"), None)
     kind = r.choice(kind_node, "kind", KINDS)
     every_key = sorted({k for v in _KIND_KEYS.values() for k in v[0] + v[1]})
-    required, optional = _KIND_KEYS.get(kind, ([], every_key))
-    m = r.mapping(root, "", ["kind", "link_classes", *required], ["name", *optional])
+    required, optional = TOPOLOGY.get(f"<kind {kind}>", ([], every_key))
+    base_required, base_optional = TOPOLOGY[""]
+    m = r.mapping(root, "", [*base_required, *required], [*base_optional, *optional])
     if m is None:
         return None
     if kind_node is None:
@@ -149,11 +151,12 @@ def _switch_features(r: Reader, m: dict[str, Node], path: str, fields: dict, bas
     thresholds must lie within the link's queue (drop-tail would act first), and the kernel
     must run the switch program (:mod:`testbed.fabric.switch`, kernel feature ``bpf_egress``)."""
     queue = fields.get("queue_pkts") or (base.queue_pkts if base else LinkParams.queue_pkts)
-    for key, keys in (("ecn", (["threshold"], [])), ("trim", (["threshold"], ["header_queue"]))):
+    pattern = "links[]" if path.startswith("links[") else "link_classes.<class>"
+    for key in ("ecn", "trim"):
         if key not in m:
             continue
         where = join(path, key)
-        sm = r.mapping(m[key], where, *keys)
+        sm = r.mapping(m[key], where, *TOPOLOGY[f"{pattern}.{key}"])
         if sm is None or "threshold" not in sm:
             fields[f"{key}_threshold_pkts"] = None
             continue
@@ -187,7 +190,7 @@ def _link_classes(r: Reader, node: Node | None, feats: KernelFeatures, *,
             r.error(key_node, path, "unknown link class (generated topologies use host and fabric)")
             continue
         r.name(key_node, path, "link class")
-        m = r.mapping(value, path, ["rate"], _CLASS_KEYS[1:])
+        m = r.mapping(value, path, *TOPOLOGY["link_classes.<class>"])
         classes[name] = _link_params(r, m, path, None, feats) if m is not None else None
     for name in ("host", "fabric"):
         if name not in classes:
@@ -228,7 +231,7 @@ def _node_decls(r: Reader, node: Node) -> dict[str, NodeDecl] | None:
             r.error(key_node, path, f"node name {show(name)} is too long: interface {name}-eth0 would exceed "
                                     f"{IFNAME_MAX} characters (Linux IFNAMSIZ)")
             ok = False
-        nm = r.mapping(value, path, ["role"], ["plane", "pod"])
+        nm = r.mapping(value, path, *TOPOLOGY["nodes.<node>"])
         if nm is None:
             ok = False
             continue
@@ -272,7 +275,7 @@ def _link_decls(r: Reader, node: Node, nodes: dict[str, NodeDecl], classes: dict
     decls: list[LinkDecl] | None = []
     for i, item in enumerate(items):
         path = join("links", i)
-        m = r.mapping(item, path, ["endpoints"], ["class", *_CLASS_KEYS])
+        m = r.mapping(item, path, *TOPOLOGY["links[]"])
         ends = r.seq(m["endpoints"], join(path, "endpoints")) if m and "endpoints" in m else None
         if ends is not None and len(ends) != 2:
             r.error(m["endpoints"], join(path, "endpoints"), f"expected 2 endpoints, got {len(ends)}")

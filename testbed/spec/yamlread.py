@@ -12,6 +12,7 @@ its text and its YAML are :mod:`testbed.spec.yamlsafe`'s.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,14 @@ def join(path: str, key: str | int) -> str:
 
 def line_of(node: Node) -> int:
     return node.start_mark.line + 1
+
+
+def unknown_key(key: str, allowed: list[str]) -> str:
+    """The problem of an unknown ``key``: ``unknown key; did you mean 'iterations'? (allowed: ...)``,
+    the suggestion being the closest allowed key by :func:`difflib.get_close_matches` (if any)."""
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown key{hint} (allowed: {', '.join(allowed)})"
 
 
 class Reader:
@@ -177,7 +186,7 @@ class Reader:
         out = {}
         for key, key_node, value_node in entries:
             if key not in allowed:
-                self.error(key_node, join(path, key), f"unknown key (allowed: {', '.join(allowed)})")
+                self.error(key_node, join(path, key), unknown_key(key, allowed))
             else:
                 out[key] = value_node
         for key in required:

@@ -14,7 +14,7 @@ from testbed.model.topology import Role
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "topologies").glob("*.yaml"))
-#: The development machines' kernel: no sch_netem (DESIGN.md, "Kernel facts").
+#: The development machines' kernel: no sch_netem (docs/troubleshooting.md, "The kernel-feature probe").
 NO_NETEM = KernelFeatures(frozenset({"htb", "tbf", "pfifo"}), seg6_next_csid=True, nftables=True)
 NETEM = KernelFeatures(frozenset({"htb", "tbf", "pfifo", "netem"}), seg6_next_csid=True, nftables=True)
 UNPROBED = KernelFeatures(probed=False, reason="not root")
