@@ -19,7 +19,8 @@ setup(
     libraries=[("mrcn", {"sources": core_sources, "include_dirs": [CORE], "cflags": CORE_CFLAGS})],
     ext_modules=cythonize(
         [Extension("agents.mrc._core", ["agents/mrc/_core.pyx"], include_dirs=[CORE],
-                   libraries=["isal"], extra_compile_args=["-ffp-contract=off"])],
+                   # mrcn before isal: the static core's ISA-L calls must resolve after it
+                   libraries=["mrcn", "isal"], extra_compile_args=["-ffp-contract=off"])],
         compiler_directives={"language_level": "3"},
     ),
 )
