@@ -5,7 +5,10 @@
 # Exceptions of encode(): TypeError for a non-packet; ValueError for an inconsistent
 # DataPacket (packet.encode's checks, in its order, made by the C encoder); struct.error
 # for a field that struct.pack would refuse (not an integer, or out of its u8/u16/u32/u64
-# range), raised after the consistency checks as packet.encode packs after checking.
+# range), raised after the consistency checks as packet.encode packs after checking;
+# TypeError where packet.encode raises it (a non-integer opcode or flags, not a packet,
+# a payload that is not bytes-like: the binding needs a C-contiguous buffer, where Python
+# would also accept any object with len() until it concatenates it).
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 import operator as _operator
@@ -71,6 +74,7 @@ cdef extern from "mrcn_codec.h":
     uint32_t mrcn_crc32_update(uint32_t crc, const uint8_t *buf, size_t len) nogil
     int mrcn_peek_dest_qpn(const uint8_t *buf, size_t len, uint32_t *dest_qpn)
     int mrcn_decode(const uint8_t *buf, size_t len, mrcn_packet *out)
+    int mrcn_opcode_has_imm(uint8_t opcode)
     size_t mrcn_data_wire_len(int has_imm, size_t payload_len)
     int mrcn_encode_data_parts(uint8_t *out, size_t cap, uint32_t dest_qpn, uint32_t psn,
                                uint32_t ev, uint8_t opcode, uint8_t flags,
@@ -213,7 +217,13 @@ cdef bytes _encode_data(pkt):
     d.has_imm = pkt.imm is not None
     # packet.encode tests flags bits before packing: keep the low byte (Python's & on any int).
     flags = pkt.flags
-    d.flags = flags & 0xFF
+    try:
+        d.flags = flags & 0xFF
+    except TypeError:
+        # packet.encode's `flags & ...` raises only after its immediate check.
+        if mrcn_opcode_has_imm(d.opcode) != d.has_imm:
+            raise ValueError(f"opcode {pkt.opcode!r} and imm={pkt.imm!r} disagree") from None
+        raise
     f.take(flags, 8)
     d.payload_len = pv.shape[0]
     length = pkt.length

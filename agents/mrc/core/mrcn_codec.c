@@ -87,7 +87,7 @@ static int is_opcode(uint8_t op)
     return op >= MRCN_OP_WRITE_FIRST && op <= MRCN_OP_WRITE_ONLY_WITH_IMM;
 }
 
-static int opcode_has_imm(uint8_t op)
+int mrcn_opcode_has_imm(uint8_t op)
 {
     return op == MRCN_OP_WRITE_LAST_WITH_IMM || op == MRCN_OP_WRITE_ONLY_WITH_IMM;
 }
@@ -119,7 +119,7 @@ static int decode_data(const uint8_t *buf, size_t n, mrcn_data *d)
     size_t start = MRCN_DATA_HDR_BYTES;
     d->has_imm = 0;
     d->imm = 0;
-    if (opcode_has_imm(opcode)) {
+    if (mrcn_opcode_has_imm(opcode)) {
         if (n < start + MRCN_IMM_BYTES + MRCN_CRC_BYTES)
             return MRCN_EPROTO;
         d->has_imm = 1;
@@ -282,7 +282,7 @@ int mrcn_encode_data_parts(uint8_t *out, size_t cap, uint32_t dest_qpn, uint32_t
 /* The DataPacket branch of packet.encode: its checks in its order. */
 int mrcn_encode_data(const mrcn_data *pkt, const uint8_t *payload, uint8_t *out, size_t cap)
 {
-    if (opcode_has_imm(pkt->opcode) != (pkt->has_imm != 0))
+    if (mrcn_opcode_has_imm(pkt->opcode) != (pkt->has_imm != 0))
         return MRCN_EINVAL;
     if ((pkt->flags & MRCN_FLAG_TRIMMED_LASTHOP) && !(pkt->flags & MRCN_FLAG_TRIMMED))
         return MRCN_EINVAL;

@@ -148,6 +148,9 @@ typedef struct mrcn_packet {
     } u;
 } mrcn_packet;
 
+/* 1 if the opcode carries an immediate (packet.OPCODES_WITH_IMM), else 0. */
+int mrcn_opcode_has_imm(uint8_t opcode);
+
 /* zlib's CRC-32 of buf[0..len) (ISA-L crc32_gzip_refl(0, ...)); buf may be NULL when len is 0. */
 uint32_t mrcn_crc32(const uint8_t *buf, size_t len);
 /* Continue a CRC-32 over more bytes, as zlib.crc32(buf, crc). */
