@@ -14,7 +14,8 @@ from setuptools import Extension, setup
 CORE = "agents/mrc/core"
 CORE_CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
                "-fno-strict-aliasing"]
-core_sources = sorted(s for s in glob(f"{CORE}/mrcn*.c"))
+core_sources = sorted(glob(f"{CORE}/mrcn*.c"))
+core_headers = sorted(glob(f"{CORE}/mrcn*.h"))   # a changed core relinks the extension
 # MRCN_SANITIZE=1 (make sanitize): AddressSanitizer and UBSan in the core and the binding
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
             "-fno-omit-frame-pointer", "-g"] if os.environ.get("MRCN_SANITIZE") == "1" else []
@@ -23,8 +24,9 @@ setup(
     libraries=[("mrcn", {"sources": core_sources, "include_dirs": [CORE], "cflags": CORE_CFLAGS + SANITIZE})],
     ext_modules=cythonize(
         [Extension("agents.mrc._core", ["agents/mrc/_core.pyx"], include_dirs=[CORE],
-                   libraries=["isal"], extra_compile_args=["-ffp-contract=off"] + SANITIZE,
-                   extra_link_args=SANITIZE)],
+                   # mrcn before isal and m: the static core's ISA-L and libm calls resolve after it
+                   libraries=["mrcn", "isal", "m"], depends=core_sources + core_headers,
+                   extra_compile_args=["-ffp-contract=off"] + SANITIZE, extra_link_args=SANITIZE)],
         compiler_directives={"language_level": "3"},
     ),
 )
