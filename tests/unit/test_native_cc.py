@@ -87,6 +87,13 @@ ops = st.one_of(
     st.tuples(st.just("next"), dt, size),
     st.tuples(st.just("can"), st.integers(0, 3_000_000), size),
 )
+# Sends at line rate or faster: enough bytes for DCQCN's byte counter to pass F stages.
+burst = st.tuples(st.just("burst"), dt, size, st.integers(1, 1500), st.floats(0.0, 1e-4))
+# Waking exactly at a DCQCN deadline (alpha period, rate timer: k periods late; the pacing
+# time): (now - deadline) // period then sits on an integer, where Python's floor division
+# and a plain floor(a / b) differ; a send at the pacing time chains next_tx.
+wake = st.tuples(st.just("wake"), st.sampled_from(["alpha", "timer", "tx", "tx"]),
+                 st.integers(0, 1000), size)
 mtu = st.sampled_from([576, 1280, 1500, 4096, 9000])
 # What the testbed builds (testbed.spec.jobs): int rates, base RTTs rounded to 1 us.
 tb_rate = st.one_of(st.integers(1_000_000, 1_000_000_000),
@@ -96,13 +103,18 @@ start = st.one_of(st.just(0.0), st.floats(0.0, 1e6))
 pos = st.floats(1e-3, 1e3)
 
 
-def drive(py, nat, attrs, t0, steps, base_ref):
-    """Apply each op to both controllers, compare returns and state after every step."""
+def drive(py, nat, attrs, t0, steps, base_ref, max_jump=2.0):
+    """Apply each op to both controllers, compare returns and state after every step; returns
+    the last time. A wake-up jumps at most ``max_jump`` s (a far deadline: a slow pace)."""
     now = t0
     assert_state(py, nat, attrs, "init")
     for i, op in enumerate(steps):
         kind = op[0]
-        if kind != "can":
+        if kind == "wake":   # the QP wakes at a deadline of the controller (+ k periods), sends
+            deadline = {"alpha": py._alpha_next + op[2] * py.alpha_period_s,
+                        "timer": py._timer_next + op[2] * py.timer_s, "tx": py._next_tx}[op[1]]
+            now = max(now, min(deadline, now + max_jump))
+        elif kind != "can":
             now += op[1]
         where = f"step {i} {op} now={now!r}"
         if kind == "ack":
@@ -117,18 +129,28 @@ def drive(py, nat, attrs, t0, steps, base_ref):
         elif kind == "sent":
             for c in (py, nat):
                 c.on_packet_sent(now=now, size_bytes=op[2])
+        elif kind == "burst":   # a window's worth of sends, gap s apart, each one compared
+            for j in range(op[3]):
+                now += op[4] if j else 0.0
+                for c in (py, nat):
+                    c.on_packet_sent(now=now, size_bytes=op[2])
+                assert_state(py, nat, attrs, f"{where} packet {j}")
         elif kind == "cnp":
             for c in (py, nat):
                 c.on_cnp(now=now)
-        elif kind == "next":
-            a = py.next_send_time(now=now, size_bytes=op[2])
-            b = nat.next_send_time(now=now, size_bytes=op[2])
+        elif kind == "next" or kind == "wake":
+            a = py.next_send_time(now=now, size_bytes=op[-1])
+            b = nat.next_send_time(now=now, size_bytes=op[-1])
             assert same(a, b), f"{where}: next_send_time {a!r} {b!r}"
+            if kind == "wake":
+                for c in (py, nat):
+                    c.on_packet_sent(now=now, size_bytes=op[-1])
         else:
             a = py.can_send(inflight_bytes=op[1], size_bytes=op[2])
             b = nat.can_send(inflight_bytes=op[1], size_bytes=op[2])
             assert a is b, f"{where}: can_send {a!r} {b!r}"
         assert_state(py, nat, attrs, where)
+    return now
 
 
 # ---- NSCC ----------------------------------------------------------------------------------
@@ -174,6 +196,36 @@ def test_nscc_random_params(mss, rate, base, target_factor, alpha, fi, gamma, md
         drive(*pair, NSCC_ATTRS, t0, steps, base if base and base > 0 else 1e-3)
 
 
+# A window below its ceiling, moved by every rule: ACKs around the target delay (both sides
+# of 1x and 2x), ECN echoes, losses; each increase and decrease is then seen unclamped.
+nscc_walk = st.lists(st.one_of(
+    st.tuples(st.just("ack"), st.floats(0.0, 2e-3), st.integers(0, 20_000),
+              st.tuples(st.just("rel"), st.floats(0.9, 4.0)), st.booleans()),
+    st.tuples(st.just("ack"), st.floats(0.0, 2e-3), st.integers(0, 20_000),
+              st.tuples(st.just("rel"), st.floats(0.9, 4.0)), st.just(False)),
+    st.tuples(st.just("lost"), st.floats(0.0, 2e-3), st.integers(0, 20_000), st.booleans()),
+), max_size=80)
+
+
+@SETTINGS
+@given(base=st.floats(2e-4, 5e-3), rate=st.one_of(st.none(), tb_rate), mss=st.integers(500, 9000),
+       target_factor=st.floats(0.5, 2.0), alpha=st.floats(0.01, 2.0), fi=st.floats(0.01, 4.0),
+       gamma=st.floats(0.01, 1.0), md_floor=st.floats(0.0, 0.9), ecn_capable=st.booleans(),
+       quick_adapt=st.booleans(), delay_md_factor=st.floats(1.0, 3.0),
+       iw_pkts=st.integers(1, 50), min_target=st.floats(0.0, 1e-3), t0=start, steps=nscc_walk)
+def test_nscc_random_gains(base, rate, mss, target_factor, alpha, fi, gamma, md_floor, ecn_capable,
+                           quick_adapt, delay_md_factor, iw_pkts, min_target, t0, steps):
+    kw = {"mss_bytes": mss, "rate_bps": rate, "base_rtt_s": base, "target_factor": target_factor,
+          "alpha": alpha, "fi": fi, "gamma": gamma, "md_floor": md_floor,
+          "ecn_capable": ecn_capable, "quick_adapt": quick_adapt,
+          "delay_md_factor": delay_md_factor, "initial_window_bytes": iw_pkts * mss,
+          "min_target_s": min_target}
+    py, nat = cc.NSCC(**kw), core.NSCC(**kw)
+    for c in (py, nat):   # from below the ceiling (a start at line rate would clamp)
+        c.on_packets_lost(now=t0, lost_bytes=int(c.cwnd_bytes * 0.7), trimmed=False)
+    drive(py, nat, NSCC_ATTRS, t0, steps, base)
+
+
 @SETTINGS
 @given(mss=st.integers(1, 9000),
        window=st.one_of(st.just(math.inf), st.integers(0, 10**7), st.floats(0.0, 1e8)),
@@ -186,8 +238,23 @@ def test_fixed_window(mss, window, t0, steps):
 # ---- DCQCN ---------------------------------------------------------------------------------
 
 @SETTINGS
-@given(rate=tb_rate, base=tb_rtt, m=mtu, t0=start, steps=st.lists(ops, max_size=80))
+@given(rate=tb_rate, base=tb_rtt, m=mtu, t0=start, steps=st.lists(st.one_of(ops, burst, wake, wake), max_size=60))
 def test_dcqcn_testbed_params(rate, base, m, t0, steps):
+    kw = {"mss_bytes": payload_bytes_for_mtu(m), **dcqcn_qp(rate, base, m)["cc_params"]}
+    drive(dcqcn.DCQCN(**kw), core.DCQCN(**kw), DCQCN_ATTRS, t0, steps, base)
+
+
+# The paced QP's loop: it wakes at the controller's deadlines and sends; CNPs in between.
+qp_loop = st.lists(st.one_of(
+    wake, wake, wake,
+    st.tuples(st.just("wake"), st.sampled_from(["alpha", "timer"]), st.integers(0, 3), size),
+    st.tuples(st.just("cnp"), st.floats(0.0, 1e-3)),
+    st.tuples(st.just("sent"), st.floats(0.0, 1e-4), size)), min_size=20, max_size=120)
+
+
+@SETTINGS
+@given(rate=tb_rate, base=tb_rtt, m=mtu, t0=start, steps=qp_loop)
+def test_dcqcn_qp_loop(rate, base, m, t0, steps):
     kw = {"mss_bytes": payload_bytes_for_mtu(m), **dcqcn_qp(rate, base, m)["cc_params"]}
     drive(dcqcn.DCQCN(**kw), core.DCQCN(**kw), DCQCN_ATTRS, t0, steps, base)
 
@@ -196,11 +263,12 @@ def test_dcqcn_testbed_params(rate, base, m, t0, steps):
 # seconds of microsecond timers in Python: at most ~2e4 timer events per step.
 dcqcn_steps = st.lists(st.one_of(
     st.tuples(st.just("sent"), st.floats(0.0, 0.05), size),
+    st.tuples(st.just("burst"), st.floats(0.0, 0.05), size, st.integers(1, 300), st.floats(0.0, 1e-4)),
     st.tuples(st.just("cnp"), st.floats(0.0, 0.05)),
     st.tuples(st.just("next"), st.floats(0.0, 0.05), size),
     st.tuples(st.just("ack"), st.floats(0.0, 0.05), st.integers(0, 10_000), rtt, st.booleans()),
     st.tuples(st.just("lost"), st.floats(0.0, 0.05), st.integers(0, 10_000), st.booleans()),
-    st.tuples(st.just("can"), st.integers(0, 10**6), size)), max_size=60)
+    st.tuples(st.just("can"), st.integers(0, 10**6), size), wake), max_size=60)
 
 
 def opt(s):
@@ -209,10 +277,13 @@ def opt(s):
 
 @SETTINGS
 @given(mss=st.integers(-5, 9000),
-       rate=st.one_of(st.none(), st.integers(-5, 2_000_000_000), st.floats(-1.0, 1e10)),
+       rate=st.one_of(st.none(), st.integers(-5, 0), st.floats(-1.0, 0.0),
+                      st.integers(100_000, 2_000_000_000), st.floats(1e5, 1e10)),
        base=opt(st.floats(-1e-3, 0.1)), g=st.one_of(st.floats(-0.1, 1.1), st.sampled_from([0, 1])),
-       initial_alpha=st.floats(-0.1, 1.1), alpha_period=opt(st.floats(-1e-3, 0.1)),
-       timer=opt(st.floats(2.5e-6, 0.1)), byte_counter=opt(st.floats(-10.0, 1e6)),
+       initial_alpha=st.floats(-0.1, 1.1),
+       alpha_period=opt(st.one_of(st.floats(-1e-3, 0.0), st.floats(1e-250, 0.1))),
+       timer=opt(st.floats(2.5e-6, 0.1)),
+       byte_counter=opt(st.one_of(st.floats(-10.0, 1e6), st.floats(100.0, 5000.0))),
        stages=st.integers(-1, 8), ai=opt(st.floats(-1.0, 1e8)), hai=opt(st.floats(-1.0, 1e9)),
        min_rate=opt(st.one_of(st.integers(-5, 10**8), st.floats(-1.0, 1e9))),
        overhead=st.integers(-1, 200), burst=opt(st.floats(-1.0, 1e5)),
@@ -233,8 +304,7 @@ def test_dcqcn_random_params(mss, rate, base, g, initial_alpha, alpha_period, ti
     if nat.timer_s < 1e-5 or (nat.ai_rate_bps == 0 and nat.hai_rate_bps == 0) or \
             nat.byte_counter_bytes < 100.0:
         return
-    drive(py, nat, DCQCN_ATTRS, t0, steps, base if base and base > 0 else 1e-3)
-    now = t0 + sum(op[1] for op in steps if op[0] != "can") + 0.01
+    now = drive(py, nat, DCQCN_ATTRS, t0, steps, base if base and base > 0 else 1e-3, 0.05) + 0.01
     py.advance(now)
     nat.advance(now)
     assert_state(py, nat, DCQCN_ATTRS, "advance")

@@ -3,6 +3,7 @@
  * the paper's constants to the emulated fabric. Sources and the algorithm: dcqcn.py's
  * docstrings (Zhu et al., SIGCOMM 2015, section 3). Float expressions keep Python's order. */
 #include <math.h>
+#include <stdint.h>
 
 #include "mrcn.h"
 #include "mrcn_cc.h"
@@ -135,11 +136,21 @@ static void increase(mrcn_dcqcn *d)
     d->rc_bps = mrcn_py_min(mrcn_py_max((d->rt_bps + d->rc_bps) / 2, d->min_rate_bps), d->rate_bps);
 }
 
-/* Python's int(x // period) + 1 for the periods elapsed since a deadline; x // period is
- * integral and, for any clock a QP runs on, far below 2**63. */
-static int64_t periods_due(double now, double next, double period)
+/* Python's n = int((now - next) // period) + 1, the periods elapsed since a deadline, as the
+ * float Python turns n into when it meets a float (pow, n * period): the floor quotient is
+ * integral, so quotient + 1.0 rounds the same exact integer the same way. Kept a double so
+ * that a period far below the elapsed time (n above 2**63) gives Python's value; Python's
+ * OverflowError for an infinite quotient (a period under ~1e-300 s) has no twin here. */
+static double periods_due(double now, double next, double period)
 {
-    return (int64_t)mrcn_py_floordiv(now - next, period) + 1;
+    return mrcn_py_floordiv(now - next, period) + 1.0;
+}
+
+/* n as a stage count: exact below 2**53; saturates instead of overflowing (2**63 timer
+ * periods are beyond any clock a QP runs on; Python's int would keep counting). */
+static int64_t stage_count(double n)
+{
+    return n < 9.2e18 ? (int64_t)n : INT64_MAX;
 }
 
 void mrcn_dcqcn_advance(mrcn_dcqcn *d, double now)
@@ -149,15 +160,16 @@ void mrcn_dcqcn_advance(mrcn_dcqcn *d, double now)
         return;
     }
     if (now >= d->alpha_next) {   /* equation (2), once per elapsed K */
-        int64_t n = periods_due(now, d->alpha_next, d->alpha_period_s);
-        d->alpha *= pow(1 - d->g, (double)n);
-        d->alpha_next += (double)n * d->alpha_period_s;
+        double n = periods_due(now, d->alpha_next, d->alpha_period_s);
+        d->alpha *= pow(1 - d->g, n);
+        d->alpha_next += n * d->alpha_period_s;
     }
     while (now >= d->timer_next) {
         if (d->rc_bps >= d->rate_bps && d->rt_bps >= d->rate_bps) {   /* at the ceiling: count */
-            int64_t n = periods_due(now, d->timer_next, d->timer_s);
-            d->t_stage += n;
-            d->timer_next += (double)n * d->timer_s;
+            double n = periods_due(now, d->timer_next, d->timer_s);
+            int64_t c = stage_count(n);
+            d->t_stage = d->t_stage > INT64_MAX - c ? INT64_MAX : d->t_stage + c;
+            d->timer_next += n * d->timer_s;
             break;
         }
         d->timer_next += d->timer_s;
