@@ -109,6 +109,7 @@ cdef extern from "mrcn_cc.h":
     int mrcn_cc_init_dcqcn(mrcn_cc *cc, uint64_t mss_bytes, const mrcn_dcqcn_params *p)
     const char *mrcn_cc_name(const mrcn_cc *cc)
     int mrcn_cc_paced(const mrcn_cc *cc)
+    int mrcn_cc_fixed_base_rtt_s(const mrcn_cc *cc, double *out)
     int mrcn_cc_can_send(const mrcn_cc *cc, uint64_t inflight_bytes, uint64_t size_bytes)
     void mrcn_cc_on_packet_sent(mrcn_cc *cc, double now, uint64_t size_bytes)
     void mrcn_cc_on_packets_acked(mrcn_cc *cc, double now, uint64_t acked_bytes, int has_rtt,
@@ -182,6 +183,12 @@ cdef class CongestionControl:
     @property
     def paced(self):
         return bool(mrcn_cc_paced(&self.cc))
+
+    @property
+    def fixed_base_rtt_s(self):
+        """The configured base RTT (s) loss.py trusts, or None (mrcn_cc_fixed_base_rtt_s)."""
+        cdef double out = 0.0
+        return out if mrcn_cc_fixed_base_rtt_s(&self.cc, &out) else None
 
     @property
     def mss_bytes(self):

@@ -52,10 +52,18 @@ def same(a, b) -> bool:
     return a == b
 
 
+def fixed_base_rtt_s(c):
+    """loss.py's reading of a controller's base RTT (LossRecovery's reordering guard)."""
+    base = getattr(c, "base_rtt_s", None)
+    return base if base is not None and getattr(c, "base_rtt_fixed", False) else None
+
+
 def assert_state(py, nat, attrs, where):
     for name in attrs:
         a, b = getattr(py, name), getattr(nat, name)
         assert same(a, b), f"{where}: {name} python {a!r} native {b!r}"
+    if isinstance(py, cc.CongestionControl):
+        assert same(fixed_base_rtt_s(py), nat.fixed_base_rtt_s), f"{where}: fixed base RTT"
     if hasattr(py, "counters"):
         assert same(py.counters(), nat.counters()), f"{where}: counters"
 

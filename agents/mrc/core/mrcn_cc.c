@@ -49,6 +49,14 @@ int mrcn_cc_paced(const mrcn_cc *cc)
     return cc->kind == MRCN_CC_DCQCN;
 }
 
+int mrcn_cc_fixed_base_rtt_s(const mrcn_cc *cc, double *out)
+{
+    if (cc->kind != MRCN_CC_NSCC || !cc->u.nscc.base_rtt_fixed || !cc->u.nscc.has_base_rtt)
+        return 0;
+    *out = cc->u.nscc.base_rtt_s;
+    return 1;
+}
+
 int mrcn_cc_can_send(const mrcn_cc *cc, uint64_t inflight_bytes, uint64_t size_bytes)
 {
     if (cc->kind == MRCN_CC_DCQCN)   /* DCQCN.can_send: no window */

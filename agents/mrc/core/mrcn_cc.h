@@ -139,6 +139,11 @@ const char *mrcn_cc_name(const mrcn_cc *cc);
 /* 1 when the controller paces (overrides next_send_time: DCQCN), else 0. */
 int mrcn_cc_paced(const mrcn_cc *cc);
 
+/* loss.py's guard for the reordering window: the controller's base RTT (s) when it is a
+ * configured one (NSCC with base_rtt_s given: `base_rtt_fixed`); returns 1 and sets *out,
+ * else 0 (learnt or no base RTT, fixed window, DCQCN: no `base_rtt_fixed` attribute). */
+int mrcn_cc_fixed_base_rtt_s(const mrcn_cc *cc, double *out);
+
 /* The CongestionControl callbacks (cc.py), one for one. can_send returns 1 or 0. */
 int mrcn_cc_can_send(const mrcn_cc *cc, uint64_t inflight_bytes, uint64_t size_bytes);
 void mrcn_cc_on_packet_sent(mrcn_cc *cc, double now, uint64_t size_bytes);
