@@ -108,7 +108,6 @@ tb_rate = st.one_of(st.integers(1_000_000, 1_000_000_000),
                     st.sampled_from([1_000_000, 5_000_000, 10_000_000, 100_000_000, 1_000_000_000]))
 tb_rtt = st.floats(1e-5, 5e-2).map(lambda x: round(x, 6)).filter(lambda x: x > 0)
 start = st.one_of(st.just(0.0), st.floats(0.0, 1e6))
-pos = st.floats(1e-3, 1e3)
 
 
 def drive(py, nat, attrs, t0, steps, base_ref, max_jump=2.0):

@@ -84,7 +84,8 @@ typedef struct mrcn_dcqcn_params {
     double ref_rtt_s;
 } mrcn_dcqcn_params;
 
-/* DCQCN reaction point state: dcqcn.DCQCN's attributes of the same names. */
+/* DCQCN reaction point state: dcqcn.DCQCN's attributes of the same names (not `cuts`, which
+ * the Python engine sets to 0 and never changes). */
 typedef struct mrcn_dcqcn {
     double rate_bps;
     int has_base_rtt;          double base_rtt_s;
