@@ -3,7 +3,8 @@
 Project metadata lives in pyproject.toml; this file only declares the extension,
 because setuptools takes ext_modules and C libraries from setup.py alone. The C
 core is compiled as a static library with its own strict flags (-Werror applies to
-our C, not to Cython's generated code) and linked with ISA-L (libisal-dev) for CRC-32.
+our C, not to Cython's generated code) and linked with ISA-L (libisal-dev) for CRC-32
+and with libm (pow, fmod: the same versioned symbols as CPython's float operations).
 """
 import os
 from glob import glob
