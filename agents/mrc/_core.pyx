@@ -7,3 +7,5 @@ Load it through :mod:`agents.mrc.native`, which says why it is missing.
 """
 
 include "_core_rng.pxi"
+
+include "_core_ev.pxi"
