@@ -18,7 +18,7 @@ cdef extern from "mrcn_ev.h":
         uint32_t ev
         mrcn_ev_state state
         double skip_until
-        uint32_t probe_ok
+        uint64_t probe_ok
         double probe_due
         bint probe_outstanding
         uint32_t probe_id
@@ -114,6 +114,19 @@ cdef _ev_none(double x):
 
 cdef double _ev_nan(object x):
     return NAN if x is None else x
+
+
+cdef int64_t _ev_id(object ev):
+    """``ev`` as a C EV id (u32), or -1 when it cannot be one (then it is in no set)."""
+    if isinstance(ev, int) and 0 <= ev <= 0xFFFFFFFF:
+        return ev
+    return -1
+
+
+cdef mrcn_ev_info *_ev_rec(mrcn_ev_set *s, object ev):
+    """The record of ``ev`` in ``s`` or NULL (the Python dict lookup)."""
+    cdef int64_t i = _ev_id(ev)
+    return NULL if i < 0 else mrcn_ev_get(s, <uint32_t>i)
 
 
 cdef class EVInfoView:
@@ -328,10 +341,7 @@ cdef class EVInfoMap:
         return v
 
     def get(self, ev, default=None):
-        cdef mrcn_ev_info *p
-        if not 0 <= ev <= 0xFFFFFFFF:
-            return default
-        p = mrcn_ev_get(self.owner.s, <uint32_t>ev)
+        cdef mrcn_ev_info *p = _ev_rec(self.owner.s, ev)
         if p == NULL:
             return default
         return self._view(<uint32_t>(p - self.owner.s.info))
@@ -474,6 +484,9 @@ cdef class EVSet:
         return mrcn_ev_skip_bound_s(self.s)
 
     def replace(self, cur, new, now):
+        """As EVSet.replace; OverflowError for a ``new`` that is not a u32 (Python takes any int)."""
+        if _ev_id(cur) < 0:
+            raise ValueError(f"EV {cur} is not in the EV set")
         rc = mrcn_ev_replace(self.s, cur, new, now)
         if rc == MRCN_EINVAL:
             if cur not in self.order:
@@ -483,7 +496,7 @@ cdef class EVSet:
 
     def apply(self, ev, cause, now, *, always=False, drop_count=None):
         cdef mrcn_ev_state new = 0
-        cdef mrcn_ev_info *p = mrcn_ev_get(self.s, ev)
+        cdef mrcn_ev_info *p = _ev_rec(self.s, ev)
         if p == NULL:
             raise KeyError(ev)
         rc = mrcn_ev_apply(self.s, ev, _EV_CAUSE_INDEX[cause], now, always,
@@ -497,15 +510,14 @@ cdef class EVSet:
     def set_state(self, ev, state, now):
         if state != _EVState.GOOD and state != _EVState.DENIED:
             raise ValueError(f"the controller may set GOOD or DENIED, not {_EVState(state).name}")
-        cdef mrcn_ev_info *p = mrcn_ev_get(self.s, ev)
-        if p == NULL:
+        if _ev_rec(self.s, ev) == NULL:
             raise KeyError(ev)
         rc = mrcn_ev_set_state(self.s, ev, int(state), now)
         self._drain()
         _ev_check(rc)
 
     def clear_always_skip(self, ev, now):
-        if 0 <= ev <= 0xFFFFFFFF:
+        if _ev_id(ev) >= 0:
             rc = mrcn_ev_clear_always_skip(self.s, ev, now)
             self._drain()
             _ev_check(rc)
@@ -521,7 +533,7 @@ cdef class EVSet:
 
     def pick(self, now, exclude=None):
         cdef uint32_t ev = 0
-        cdef bint has = exclude is not None and 0 <= exclude <= 0xFFFFFFFF
+        cdef bint has = _ev_id(exclude) >= 0   # an exclude no EV can equal excludes nothing
         rc = mrcn_ev_pick(self.s, now, has, exclude if has else 0, &ev)
         self._drain()
         _ev_check(rc)
@@ -558,7 +570,7 @@ cdef class EVSet:
             PyMem_Free(buf)
 
     def probe_result(self, ev, ok, now, successes_needed):
-        if mrcn_ev_get(self.s, ev) == NULL:
+        if _ev_rec(self.s, ev) == NULL:
             raise KeyError(ev)
         rc = mrcn_ev_probe_result(self.s, ev, ok, now, successes_needed)
         self._drain()

@@ -295,3 +295,16 @@ def test_two_sets_share_the_qp_rng():
         assert py[k % 2].pick(0.0) == c[k % 2].pick(0.0)
         assert py[(k // 3) % 2].pick_many(0.0, k % 5) == c[(k // 3) % 2].pick_many(0.0, k % 5)
     assert py_rng.state == c_rng.state
+
+
+def test_ids_no_u32_can_hold_behave_as_unknown_evs():
+    p = Pair([1, 2], seed=8, stream=0)
+    for ev in (-1, 1 << 32, None):
+        assert p.call("apply", ev, EVCause.LOSS, 0.0)[1] is KeyError
+        assert p.call("probe_result", ev, True, 0.0, 1)[1] is KeyError
+        assert p.call("set_state", ev, EVState.GOOD, 0.0)[1] is KeyError
+        p.call("clear_always_skip", ev, 0.0)
+        p.call("pick", 0.0, exclude=ev)
+        assert p.py.info.get(ev) is None and p.c.info.get(ev) is None and ev not in p.c.info
+    assert p.call("replace", -1, 3, 0.0)[1] is ValueError
+    p.check()

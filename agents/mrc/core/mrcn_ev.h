@@ -74,7 +74,7 @@ typedef struct mrcn_ev_info {
     uint32_t ev;
     mrcn_ev_state state;
     double skip_until;           /* s: absolute end of the current SKIP */
-    uint32_t probe_ok;           /* consecutive probe successes */
+    uint64_t probe_ok;           /* consecutive probe successes */
     double probe_due;            /* s: absolute time of the next probe */
     bool probe_outstanding;      /* Python probe_outstanding is not None */
     uint32_t probe_id;           /*   its probe id (u16 in probes.py) */
