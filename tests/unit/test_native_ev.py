@@ -28,11 +28,11 @@ COUNTERS = ["bytes_sent", "packets_acked", "retransmits", "seq", "acked_seq", "d
 class Pair:
     """A Python and a native EV set built alike, and the checks that they still agree."""
 
-    def __init__(self, evs, *, seed, stream, **kw):
+    def __init__(self, evs, *, seed, stream, capacity=None, **kw):
         self.srtt = None
         self.py_rng, self.c_rng = Pcg32(seed, stream), core.Pcg32(seed, stream)
         self.py = EVSet(evs, qpn=9, rng=self.py_rng, skip_timeout_fn=lambda: self.srtt, **kw)
-        self.c = core.EVSet(evs, qpn=9, rng=self.c_rng, **kw)
+        self.c = core.EVSet(evs, qpn=9, rng=self.c_rng, capacity=capacity, **kw)
 
     def set_srtt(self, v):
         self.srtt = v
@@ -181,8 +181,9 @@ def step(p: Pair, now: float, op) -> float:
 def test_native_ev_set_matches_python_step_by_step(evs, data, seed, stream, skip_timeout_s,
                                                    initial_state, event_mask, start, steps):
     floor = data.draw(st.integers(0, len(evs)), label="ev_min_active")
+    # capacity: every id of UNIVERSE fits, and the C id index is small enough to collide
     p = Pair(evs, seed=seed, stream=stream, ev_min_active=floor, skip_timeout_s=skip_timeout_s,
-             initial_state=initial_state, event_mask=event_mask)
+             initial_state=initial_state, event_mask=event_mask, capacity=len(UNIVERSE))
     p.check()
     now = start
     for op in steps:

@@ -95,6 +95,21 @@ static void info_init(mrcn_ev_info *info, uint32_t ev, mrcn_ev_state state)
     info->always_skip = false;
 }
 
+/* Fibonacci hashing of the EV id into the index (ids are often small and consecutive). */
+static uint32_t index_slot(const mrcn_ev_set *set, uint32_t ev)
+{
+    return (uint32_t)(((uint64_t)ev * 0x9E3779B97F4A7C15ULL) >> 32) & set->index_mask;
+}
+
+/* Enter record ``i`` (its id not yet indexed) into the EV id index. */
+static void index_add(mrcn_ev_set *set, uint32_t i)
+{
+    uint32_t k = index_slot(set, set->info[i].ev);
+    while (set->index[k] != 0)
+        k = (k + 1) & set->index_mask;
+    set->index[k] = i + 1;
+}
+
 int mrcn_ev_set_create(mrcn_ev_set **out, const uint32_t *evs, uint32_t count,
                        uint32_t capacity, uint32_t qpn, mrcn_rng *rng,
                        uint32_t ev_min_active, double skip_timeout_s,
@@ -115,7 +130,16 @@ int mrcn_ev_set_create(mrcn_ev_set **out, const uint32_t *evs, uint32_t count,
     set->order = malloc((size_t)count * sizeof *set->order);
     set->rotation = malloc((size_t)count * sizeof *set->rotation);
     set->info = malloc((size_t)capacity * sizeof *set->info);
-    if (set->order == NULL || set->rotation == NULL || set->info == NULL) {
+    uint64_t slots = 2;
+    while (slots < 2 * (uint64_t)capacity)   /* load <= 1/2: short probe runs */
+        slots <<= 1;
+    if (slots > UINT32_MAX) {
+        mrcn_ev_set_destroy(set);
+        return MRCN_EINVAL;
+    }
+    set->index = calloc((size_t)slots, sizeof *set->index);
+    set->index_mask = (uint32_t)(slots - 1);
+    if (set->order == NULL || set->rotation == NULL || set->info == NULL || set->index == NULL) {
         mrcn_ev_set_destroy(set);
         return MRCN_ENOMEM;
     }
@@ -129,6 +153,7 @@ int mrcn_ev_set_create(mrcn_ev_set **out, const uint32_t *evs, uint32_t count,
     set->cap_info = capacity;
     for (uint32_t i = 0; i < count; i++) {
         info_init(&set->info[i], evs[i], initial_state);
+        index_add(set, i);
         set->order[i] = i;
     }
     set->n_info = count;
@@ -146,16 +171,20 @@ void mrcn_ev_set_destroy(mrcn_ev_set *set)
     free(set->order);
     free(set->rotation);
     free(set->info);
+    free(set->index);
     free(set);
 }
 
-/* Record index of EV ``ev`` or -1 (the dict lookup; linear: a QP has few EVs). */
+/* Record index of EV ``ev`` or -1 (the dict lookup). */
 static int64_t find(const mrcn_ev_set *set, uint32_t ev)
 {
-    for (uint32_t i = 0; i < set->n_info; i++)
-        if (set->info[i].ev == ev)
-            return i;
-    return -1;
+    for (uint32_t k = index_slot(set, ev);; k = (k + 1) & set->index_mask) {
+        uint32_t r = set->index[k];
+        if (r == 0)
+            return -1;
+        if (set->info[r - 1].ev == ev)
+            return (int64_t)r - 1;
+    }
 }
 
 mrcn_ev_info *mrcn_ev_get(mrcn_ev_set *set, uint32_t ev)
@@ -315,6 +344,8 @@ int mrcn_ev_replace(mrcn_ev_set *set, uint32_t cur, uint32_t new_ev, double now)
         if (set->n_info == set->cap_info)
             return MRCN_ENOSPC;
         r = set->n_info++;
+        set->info[r].ev = new_ev;
+        index_add(set, (uint32_t)r);
     }
     uint32_t cur_rec = set->order[slot];
     set->order[slot] = (uint32_t)r;

@@ -11,7 +11,8 @@
  * indices is the same permutation as a shuffle of the ids, so the PCG32 draws match.
  * Difference from Python: the number of records is bounded by ``capacity`` (given at
  * create): a REPLACE_EV that needs a new record beyond it returns MRCN_ENOSPC and
- * changes nothing (Python's dict grows).
+ * changes nothing (Python's dict grows). Records are never removed, so the EV id ->
+ * record index is an insert-only open-addressing table.
  *
  * The SKIP timeout (Python's ``skip_timeout_fn``, the QP's SRTT) is the settable field
  * ``srtt_s``: the caller (the QP) stores its current SRTT there whenever it changes;
@@ -131,6 +132,8 @@ typedef struct mrcn_ev_set {
     mrcn_ev_info *info;          /* records, in Python's dict order */
     uint32_t n_info;
     uint32_t cap_info;
+    uint32_t *index;             /* EV id -> record index + 1 (0: empty), open addressing */
+    uint32_t index_mask;         /* index size - 1 (a power of two >= 2 * cap_info) */
     mrcn_ev_event events[MRCN_EV_EVENT_QUEUE];  /* ring: head, count */
     uint32_t ev_head;
     uint32_t ev_count;
