@@ -25,10 +25,11 @@ QPN, DEST = 7, 9
 EVS = [0, 1, 2, 3, 4]
 OPCODES = list(pk.Opcode)
 IMM_OPCODES = {pk.Opcode.WRITE_LAST_WITH_IMM, pk.Opcode.WRITE_ONLY_WITH_IMM}
-FLAG_SETS = [0, 0, 0, pk.FLAG_RTX, pk.FLAG_ACK_REQ, pk.FLAG_RTX | pk.FLAG_ACK_REQ,
+FLAG_SETS = [0, 0, 0, 0, 0, 0, pk.FLAG_RTX, pk.FLAG_ACK_REQ, pk.FLAG_RTX | pk.FLAG_ACK_REQ,
              pk.FLAG_TRIMMED, pk.FLAG_TRIMMED | pk.FLAG_TRIMMED_LASTHOP,
              pk.FLAG_TRIMMED_LASTHOP, 0x10]
-DTS = [0.0, 1e-6, 3e-5, 6e-5, 1e-4, 5e-4, 2e-3]
+# seconds; mostly dyadic, so that a gap can equal the coalescing hold exactly
+DTS = [0.0, 2**-20, 2**-14, 2**-14, 2**-13, 1e-4, 2**-11, 2**-9]
 
 
 class Engine:
@@ -85,36 +86,54 @@ def same(py, nat, what):
 
 # ---- the operations ---------------------------------------------------------------------
 
-psn_choice = st.one_of(st.tuples(st.just("rel"), st.integers(-70, 70)),
+# mostly the next PSN (cumulative PSN + placed ones), so that the bitmap fills and advances
+psn_choice = st.one_of(st.tuples(st.just("next"), st.integers(0, 2)),
+                       st.tuples(st.just("next"), st.integers(0, 2)),
+                       st.tuples(st.just("next"), st.integers(0, 2)),
+                       st.tuples(st.just("next"), st.integers(-2, 8)),
+                       st.tuples(st.just("rel"), st.integers(-70, 70)),
                        st.tuples(st.just("rel"), st.integers(60, 400)),
                        st.tuples(st.just("edge"), st.integers(-2, 1)),
                        st.tuples(st.just("abs"), st.sampled_from([pk.MAX_PSN, pk.MAX_PSN + 1])))
 data_op = st.fixed_dictionaries({
-    "psn": psn_choice, "ev": st.sampled_from(EVS + [77]), "opcode": st.sampled_from(OPCODES),
+    "psn": psn_choice, "ev": st.sampled_from(EVS + [77]),
+    "opcode": st.sampled_from(OPCODES + [pk.Opcode.WRITE_MIDDLE] * 4),
     "flags": st.sampled_from(FLAG_SETS), "off": st.sampled_from([0, 1, 60, 100, 4000, 4090]),
     "size": st.sampled_from([0, 1, 4, 37, 64]), "imm": st.integers(0, 2**32 - 1),
-    "ts": st.integers(0, 2**64 - 1), "ce": st.booleans(), "qpn": st.sampled_from([QPN] * 9 + [3]),
-    "corrupt": st.sampled_from([None] * 8 + ["flip", "cut", "noimm"]), "at": st.integers(0, 200),
+    "ts": st.integers(0, 2**64 - 1), "ce": st.sampled_from([False, False, False, True]), "qpn": st.sampled_from([QPN] * 9 + [3]),
+    "corrupt": st.sampled_from([None] * 12 + ["flip", "cut", "noimm"]), "at": st.integers(0, 200),
     "dt": st.sampled_from(DTS)})
 op = st.one_of(
     st.tuples(st.just("data"), data_op),
     st.tuples(st.just("data"), data_op),
     st.tuples(st.just("data"), data_op),
     st.tuples(st.just("batch"), st.lists(data_op, min_size=1, max_size=12),
-              st.booleans(), st.integers(0, 6), st.sampled_from(DTS)),
+              st.booleans(), st.integers(0, 6), st.sampled_from(DTS), st.booleans()),
+    st.tuples(st.just("run"), st.sampled_from([1, 2, 5, 20, 63, 64, 65, 130]), st.booleans(),
+              st.sampled_from([0, 0, 2, 3, 7]), st.sampled_from([0, 0, 5]), st.sampled_from(DTS),
+              st.sampled_from([[1], EVS]), st.sampled_from([0, 0, 1, 3]), st.booleans()),
+    st.tuples(st.just("stream"), st.sampled_from([1, 8, 70, 130]),
+              st.lists(st.integers(0, 130), max_size=4), st.lists(st.integers(0, 130), max_size=3),
+              st.lists(st.integers(0, 130), max_size=3), st.sampled_from([None, 0, 5, 60]),
+              st.sampled_from(DTS), st.integers(0, 140)),
     st.tuples(st.just("probe"), st.integers(0, 0xFFFF), st.sampled_from(EVS),
               st.sampled_from(EVS), st.integers(0, 2**64 - 1)),
+    st.tuples(st.just("recv"), st.integers(0, 2**64 - 1)),
     st.tuples(st.just("recv"), st.integers(0, 2**64 - 1)),
     st.tuples(st.just("deadline"),),
     st.tuples(st.just("timer"), st.sampled_from(DTS)),
 )
 
 
-def build(d, cum, mpr_dest):
-    """The datagram of data op ``d`` for a responder whose cumulative PSN is ``cum``."""
+def build(d, cum, mpr_dest, top):
+    """The datagram of data op ``d`` for a responder whose cumulative PSN is ``cum`` and
+    whose next PSN to send is ``top[0]`` (updated)."""
     kind, v = d["psn"]
-    psn = max(0, cum + v) if kind == "rel" else cum + mpr_dest * 128 + v if kind == "edge" else v
+    psn = max(0, top[0] + v) if kind == "next" else max(0, cum + v) if kind == "rel" else \
+        cum + mpr_dest * 128 + v if kind == "edge" else v
     psn &= 0xFFFFFFFF
+    if psn < cum + mpr_dest * 128:
+        top[0] = max(top[0], psn + 1)
     opcode = d["opcode"]
     imm = d["imm"] if opcode in IMM_OPCODES else None
     payload = random.Random(d["ts"] ^ psn).randbytes(d["size"])
@@ -136,22 +155,33 @@ def build(d, cum, mpr_dest):
     return data
 
 
+def fill_holes(py, nat, now, cum, top, mpr_dest, what):
+    """Send the PSNs from ``cum`` up to ``top[0]`` (at most 200) one by one; the new cum."""
+    for psn in range(cum, min(top[0], cum + mpr_dest * 128, cum + 200)):
+        data = pk.encode_data_parts(QPN, psn, 2, pk.Opcode.WRITE_MIDDLE, 0, 0, psn, None, b"f")
+        assert py.data(data, now, False) == nat.data(data, now, False), what
+        same(py, nat, f"{what}, fill {psn}")
+    cum = py.r.rx_cum_psn
+    top[0] = max(top[0], cum)
+    return cum
+
+
 configs = st.builds(
     QPConfig, sack_every=st.sampled_from([1, 2, 4, 8, 64]),
-    ack_delay_s=st.sampled_from([0.0, 0.0001, 0.0005]),
-    ack_coalesce_s=st.sampled_from([0.0, 0.00006, 0.001]),
+    ack_delay_s=st.sampled_from([0.0, 0.0, 2**-15, 0.0005]),
+    ack_coalesce_s=st.sampled_from([0.0, 2**-14, 2**-14, 2**-10, 0.0003]),
     always_skip_ce_run=st.sampled_from([1, 2, 8]))
 
 
 @settings(max_examples=200, deadline=None)
-@given(configs, st.sampled_from(list(Transport)), st.sampled_from([None, 0, 64, 4096, 4096]),
+@given(configs, st.sampled_from(list(Transport)), st.sampled_from([None, 0, 64] + [4096] * 5),
        st.sampled_from([1, 2, 8, 255]), st.sampled_from([1, 2, 128]),
        st.sampled_from([[], [0], [0, 1, 2], EVS, [3, 1]]),
-       st.lists(op, min_size=1, max_size=40), st.booleans())
+       st.lists(op, min_size=1, max_size=30), st.booleans())
 def test_native_responder_matches_python(config, transport, memsize, mpr_dest, max_wimm_dest,
                                          reverse, ops, stop):
     py, nat = both(config, transport, memsize, mpr_dest, max_wimm_dest, reverse)
-    now = 1.0
+    now, top = 1.0, [0]
     for step, o in enumerate(ops):
         what = f"step {step}: {o}"
         cum = py.r.rx_cum_psn
@@ -159,25 +189,71 @@ def test_native_responder_matches_python(config, transport, memsize, mpr_dest, m
         if o[0] == "data":
             d = o[1]
             now += d["dt"]
-            data = build(d, cum, mpr_dest)
+            data = build(d, cum, mpr_dest, top)
             assert py.data(data, now, d["ce"]) == nat.data(data, now, d["ce"]), what
         elif o[0] == "batch":
-            _, ds, with_ce, stop_at, dt = o
+            _, ds, with_ce, stop_at, dt, fill = o
             now += dt
             if memsize is None:      # the QP takes the one-by-one path without a region
                 continue
+            if fill:                 # the batch can start in order
+                cum = fill_holes(py, nat, now, cum, top, mpr_dest, what)
             # a run of in-order packets (the batch path's fast case) and whatever the ops say
-            datagrams, psn = [], cum
+            datagrams = []
             for d in ds:
-                if d["corrupt"] is None and d["psn"][0] == "rel" and d["psn"][1] >= 0 and \
-                        d["psn"][1] % 3 == 0:
-                    d = dict(d, psn=("rel", psn - cum), flags=d["flags"] & 3,
+                if d["corrupt"] is None and d["psn"][0] == "next" and d["at"] % 4:
+                    d = dict(d, psn=("next", 0), flags=d["flags"] & 3,
                              opcode=pk.Opcode.WRITE_MIDDLE, qpn=QPN, off=d["off"] % 200)
-                    psn += 1
-                datagrams.append(build(d, cum, mpr_dest))
+                datagrams.append(build(d, cum, mpr_dest, top))
             ce = [d["ce"] and d["at"] % 4 == 0 for d in ds] if with_ce else None
             assert py.batch(datagrams, now, ce, stop_at) == \
                 nat.batch(datagrams, now, ce, stop_at), what
+        elif o[0] == "run":
+            # in-order packets (pairs swapped: holes filled at once), CE marks and immediates
+            # every so many, one by one
+            _, count, swap, ce_every, imm_every, dt, evs, dups, fill = o
+            if fill:
+                fill_holes(py, nat, now, cum, top, mpr_dest, what)
+            psns = list(range(top[0], top[0] + count))
+            if swap:
+                for i in range(0, count - 1, 2):
+                    psns[i], psns[i + 1] = psns[i + 1], psns[i]
+            top[0] += count
+            psns += [psn | 1 << 32 for psn in psns[-dups:]] if dups else []   # retransmitted
+            for k, psn in enumerate(psns):
+                flags, psn = (pk.FLAG_RTX, psn & 0xFFFFFFFF) if psn >> 32 else (0, psn)
+                now += dt
+                imm = psn if imm_every and psn % imm_every == 0 else None
+                opcode = pk.Opcode.WRITE_LAST_WITH_IMM if imm is not None else pk.Opcode.WRITE_MIDDLE
+                data = pk.encode_data_parts(QPN, psn, evs[psn % len(evs)], opcode, flags,
+                                            (psn * 8) % 4000, psn, imm, psn.to_bytes(8, "big"))
+                ecn = bool(ce_every) and k % ce_every == ce_every - 1
+                assert py.data(data, now, ecn) == nat.data(data, now, ecn), what
+                if k < len(psns) - 1:
+                    same(py, nat, f"{what}, packet {k}")
+        elif o[0] == "stream":
+            # in-order data (the batch fast path) read in several batches (cut at ``cuts``),
+            # CE-marked at ``marks``, ACK_REQ at ``acks``, one duplicate at ``dup``
+            _, count, cuts, marks, acks, dup, dt, stop_at = o
+            if memsize is None:
+                continue
+            now += dt
+            datagrams = []
+            for k in range(count):
+                psn = top[0] + k
+                datagrams.append(pk.encode_data_parts(
+                    QPN, psn, EVS[psn % 3], pk.Opcode.WRITE_MIDDLE,
+                    pk.FLAG_ACK_REQ if k in acks else 0, (psn * 4) % 4000, psn, None,
+                    psn.to_bytes(4, "big")))
+            if dup is not None and dup < count:
+                datagrams.insert(dup + 1, datagrams[dup])
+            top[0] += count
+            bounds = sorted({0, len(datagrams), *(c % (len(datagrams) + 1) for c in cuts)})
+            for lo, hi in zip(bounds, bounds[1:]):
+                ce = [k in marks for k in range(lo, hi)] if marks else None
+                assert py.batch(datagrams[lo:hi], now, ce, stop_at) == \
+                    nat.batch(datagrams[lo:hi], now, ce, stop_at), what
+                same(py, nat, f"{what}, batch [{lo}, {hi})")
         elif o[0] == "probe":
             _, pid, req_ev, rsp_ev, ts = o
             pkt = pk.ProbePacket(QPN, pid, req_ev, rsp_ev, ts)
@@ -257,3 +333,96 @@ def test_the_native_responder_keeps_the_region_alive_and_pinned():
     r.on_data(pk.encode_data_parts(QPN, 0, 0, pk.Opcode.WRITE_ONLY, 0, 60, 1, None, b"tail"),
               0.0, False)
     assert bytes(r.memory[60:]) == b"tail"
+
+
+def traffic(rnd, mpr_dest):
+    """A long random flow as the requester would send it: in-order PSNs, swapped pairs,
+    losses later retransmitted (RTX), one congested EV (CE marks), immediates, ACK_REQ."""
+    hot = rnd.choice(EVS)
+    lost, psn = [], 0
+    while True:
+        k = rnd.random()
+        if k < 0.08 and lost:
+            p = lost.pop(rnd.randrange(len(lost)))
+            yield p, pk.FLAG_RTX, rnd.choice(EVS)
+        elif k < 0.14:
+            lost.append(psn)
+            psn += 1
+        elif k < 0.2:
+            yield psn + 1, 0, rnd.choice(EVS)
+            yield psn, 0, rnd.choice(EVS)
+            psn += 2
+        elif k < 0.23 and psn:
+            yield rnd.randrange(max(0, psn - 70), psn), rnd.choice([0, pk.FLAG_RTX]), hot
+        else:
+            yield psn, pk.FLAG_ACK_REQ if k > 0.97 else 0, rnd.choice(EVS)
+            psn += 1
+        if len(lost) > mpr_dest * 64:
+            lost.clear()
+
+
+@settings(max_examples=60, deadline=None)
+@given(configs, st.sampled_from(list(Transport)), st.sampled_from([1, 2, 8]),
+       st.sampled_from([1, 4, 128]), st.sampled_from([[], [0, 1, 2], EVS]),
+       st.integers(0, 2**32 - 1), st.sampled_from([0.0, 0.1, 0.5]))
+def test_native_responder_matches_python_on_long_flows(config, transport, mpr_dest, max_wimm_dest,
+                                                       reverse, seed, ce_rate):
+    """A few hundred packets of a realistic flow (:func:`traffic`), in batches or one by one,
+    with dyadic gaps (a gap can equal the coalescing hold) and timers, compared at every step."""
+    rnd = random.Random(seed)
+    py, nat = both(config, transport, 4096, mpr_dest, max_wimm_dest, reverse)
+    flow = traffic(rnd, mpr_dest)
+    now, pending, marks = 1.0, [], []
+    for step in range(400):
+        what = f"step {step}"
+        psn, flags, ev = next(flow)
+        imm = psn if psn % 5 == 0 and rnd.random() < 0.5 else None
+        opcode = pk.Opcode.WRITE_LAST_WITH_IMM if imm is not None else pk.Opcode.WRITE_MIDDLE
+        marks.append(rnd.random() < ce_rate and (ev == EVS[0] or flags & pk.FLAG_RTX))
+        pending.append(pk.encode_data_parts(QPN, psn, ev, opcode, flags, (psn * 16) % 4000,
+                                            rnd.getrandbits(64), imm, rnd.randbytes(16)))
+        if rnd.random() < 0.1:
+            py.r.post_recv(step)
+            nat.r.post_recv(step)
+        if rnd.random() < 0.4:
+            continue                       # read later, in a batch
+        now += rnd.choice(DTS)
+        ce = marks if ce_rate else None
+        if len(pending) > 1 or rnd.random() < 0.5:
+            assert py.batch(pending, now, ce, 0) == nat.batch(pending, now, ce, 0), what
+        else:
+            mark = bool(ce and ce[0])
+            assert py.data(pending[0], now, mark) == nat.data(pending[0], now, mark), what
+        pending, marks = [], []
+        same(py, nat, what)
+        t = py.r.deadline
+        if t is not None and rnd.random() < 0.5:
+            now = max(now, t if rnd.random() < 0.7 else t - 2**-20)
+            py.r.on_timer(now)
+            nat.r.on_timer(now)
+            same(py, nat, f"{what}, timer")
+
+
+def test_a_ce_mark_on_a_folded_chunk_keeps_its_echo_in_both():
+    """The CE-marked packet fills the hole below a held out-of-order chunk: its chunk folds into
+    the cumulative PSN's chunk, whose SACK must still echo the mark (responder._flush_sacks)."""
+    py, nat = both(QPConfig(sack_every=200, ack_delay_s=1.0), Transport.MRC, 4096, 8, 128, [])
+
+    def send(psn, ev, ecn=False):
+        data = pk.encode_data_parts(QPN, psn, ev, pk.Opcode.WRITE_MIDDLE, 0, psn, 1000 + psn, None,
+                                    b"z")
+        assert py.data(data, 0.5, ecn) == nat.data(data, 0.5, ecn) == "ok"
+        same(py, nat, f"psn {psn}")
+
+    send(64, 1)
+    for psn in range(1, 64):
+        send(psn, 2)
+    data = pk.encode_data_parts(QPN, 0, 3, pk.Opcode.WRITE_MIDDLE, 0, 0, 1000, None, b"z")
+    py.data(data, 0.5, True)
+    nat.data(data, 0.5, True)
+    a, b = py.view(), nat.view()
+    assert a == b
+    (sack, ev), = b[0]
+    sack = pk.parse(sack)
+    assert (ev, sack.ev, sack.timestamp_ns, sack.flags, sack.cum_psn) == \
+        (3, 3, 1000, pk.FLAG_ECN_ECHO, 65)
