@@ -368,7 +368,10 @@ cdef class Responder:
     def post_recv(self, uint64_t wr_id):
         _resp_check(mrcn_responder_post_recv(&self.r, wr_id))
 
-    def on_timer(self, double now):
+    def on_timer(self, now):
+        cdef double at
+        if not mrcn_responder_deadline(&self.r, &at):
+            return                     # Python tests the deadline first: `now` unread
         _resp_check(mrcn_responder_on_timer(&self.r, now))
 
     def stop(self, double now=0.0):

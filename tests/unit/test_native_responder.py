@@ -426,3 +426,10 @@ def test_a_ce_mark_on_a_folded_chunk_keeps_its_echo_in_both():
     sack = pk.parse(sack)
     assert (ev, sack.ev, sack.timestamp_ns, sack.flags, sack.cum_psn) == \
         (3, 3, 1000, pk.FLAG_ECN_ECHO, 65)
+
+
+def test_on_timer_without_a_held_sack_does_not_read_the_time_in_both():
+    py, nat = both(QPConfig(), Transport.MRC, 64, 8, 128, [])
+    for e in (py, nat):
+        e.r.on_timer(None)             # QP.handle_timer may pass what it was given
+    same(py, nat, "no deadline")
