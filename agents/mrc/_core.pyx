@@ -9,5 +9,5 @@ Load it through :mod:`agents.mrc.native`, which says why it is missing.
 include "_core_rng.pxi"
 include "_core_codec.pxi"
 include "_core_cc.pxi"
-
 include "_core_ev.pxi"
+include "_core_responder.pxi"
