@@ -36,6 +36,7 @@ import math
 import os
 import random
 import struct
+import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -92,6 +93,13 @@ def _native_qp(qpn: int, *, seed: int, memory, config: QPConfig):
 ENGINES: dict[str, Callable] = {"python": _python_qp, "native": _native_qp}
 """Engine name -> factory ``(qpn, *, seed, memory, config) -> QP``. Both engines get the same
 ``rng=random.Random(seed)`` (the QP seeds its PCG32 from it: ``Pcg32.from_random``)."""
+
+QP_API = ("modify_qp", "post_write", "post_recv", "receive_datagram", "receive_datagrams",
+          "handle_timer", "get_timer", "datagrams_to_send", "next_event", "set_ev_state",
+          "replace_ev", "stats", "qpn", "state", "attr", "idle", "rto_s", "srtt_s",
+          "bad_packets", "probe_timeout_s")
+"""What the harness (with :func:`agents.mrc.qp.connect_pair` and :mod:`agents.mrc.sim`) calls or
+reads on a QP of any engine: the constructor ``QP(qpn, *, rng, memory, config)`` and these."""
 
 ENGINE_PAIRS = [("python", "python"), ("native", "native"), ("python", "native"),
                 ("native", "python")]
@@ -308,18 +316,22 @@ def diff_datagrams(ref: list, test: list) -> list[str]:
 
 
 class Mismatch(AssertionError):
-    """The engines differed: ``step`` (0: bring-up), ``time`` (fake s), ``side`` ("a"/"b"),
+    """The engines differed: ``step`` (0: bring-up), ``time`` (fake s), ``side`` ("a"/"b"; None
+    for an exception only the pair under test raised),
     ``what`` (the observation: datagrams, events, stats, memory, ...), ``lines`` (the diff)."""
 
-    def __init__(self, *, step: int, time: float, side: str, what: str, lines: list[str],
+    def __init__(self, *, step: int, time: float, side: str | None, what: str, lines: list[str],
                  action: str, engines: tuple, ref_engines: tuple, scenario: Scenario,
                  history: list[str] = ()):
         self.step, self.time, self.side, self.what, self.lines = step, time, side, what, lines
         self.engines, self.scenario = engines, scenario
-        qpn = QPN_A if side == "a" else QPN_B
-        i = SIDES.index(side)
-        head = (f"engines differ at step {step}, t={time!r} s ({action}): QP {side} (qpn {qpn}, "
-                f"{engines[i]} vs reference {ref_engines[i]}), {what}")
+        if side is None:   # an exception: the traceback says where
+            who = f"the pair ({engines[0]}, {engines[1]}) raised, the reference did not"
+        else:
+            i = SIDES.index(side)
+            who = (f"QP {side} (qpn {QPN_A if side == 'a' else QPN_B}, {engines[i]} vs "
+                   f"reference {ref_engines[i]})")
+        head = f"engines differ at step {step}, t={time!r} s ({action}): {who}, {what}"
         body = "\n".join("  " + line for line in lines[:24])
         before = "\n".join("  " + line for line in history)
         super().__init__(f"{head}\n{body}\nthe steps before (both engines agreed):\n{before}\n"
@@ -436,8 +448,20 @@ def run_lockstep(sc: Scenario, engines: tuple[str, str],
     summary = ["", ""]
     history: collections.deque = collections.deque(maxlen=HISTORY_STEPS)
     compare("bring-up (RST -> RTS)")
-    for c in (ref, test):
-        c.net.drain()
+    def both(action: str, fn) -> None:
+        """``fn(copy)`` on each copy; an exception only the engines under test raise is a
+        mismatch (one the reference raises too is a bug of the spec or the harness)."""
+        fn(ref)
+        try:
+            fn(test)
+        except Exception as exc:
+            tb = traceback.format_exception(exc)
+            raise Mismatch(step=step, time=test.net.now, side=None, what="an exception",
+                           lines=[line.rstrip() for part in tb[-6:] for line in part.splitlines()],
+                           action=action, engines=engines, ref_engines=ref_engines, scenario=sc,
+                           history=list(history)) from exc
+
+    both("the first drain", lambda c: c.net.drain())
     while step < sc.max_steps:
         step += 1
         nxt = ref.net.next_time()
@@ -445,10 +469,11 @@ def run_lockstep(sc: Scenario, engines: tuple[str, str],
         if k < len(ops) and (nxt is None or ops[k].t <= nxt) and ops[k].t <= sc.until:
             op = ops[k]
             k += 1
-            for c in (ref, test):
+            def call(c, op=op):
                 c.net.now = max(c.net.now, op.t)
                 c.apply(op, c.net.now)
                 c.net.drain()
+            both(f"call {op.describe()}", call)
             compare(f"call {op.describe()}")
             continue
         if (nxt is None) != (nxt_test is None) or nxt is not None and nxt != nxt_test:
@@ -458,8 +483,7 @@ def run_lockstep(sc: Scenario, engines: tuple[str, str],
                            ref_engines=ref_engines, scenario=sc)
         if nxt is None or nxt > sc.until:
             break
-        for c in (ref, test):
-            c.net.step()
+        both("network step (deliveries, due timers, drain)", lambda c: c.net.step())
         compare("network step (deliveries, due timers, drain)")
     return RunResult(steps=step, time=ref.net.now, ops_done=k, datagrams=sent, final=last,
                      memory=[bytes(m) for m in ref.memory], events=events,
@@ -585,7 +609,9 @@ def path_specs(draw, rate: float, delay: float, payload: int, horizon: float,
                ecn: bool) -> PathSpec:
     """One path: loss, duplication, reordering, a down interval (recovering or not), a queue
     limit with or without trimming, RED ECN marking (often when ``ecn``); each present or not."""
-    kw: dict = {"rate_bps": rate * draw(st.sampled_from([1.0, 0.5])), "delay_s": delay}
+    # Half the rate the QPs were configured for builds queues (marking, trimming) often.
+    kw: dict = {"rate_bps": rate * draw(st.sampled_from([0.5, 1.0] if ecn else [1.0, 0.5])),
+                "delay_s": delay}
     if chance(draw, 2):
         kw["loss"] = draw(st.sampled_from([0.05, 0.01, 0.2]))
     if chance(draw, 5):
@@ -597,11 +623,11 @@ def path_specs(draw, rate: float, delay: float, payload: int, horizon: float,
         t0 = draw(st.sampled_from([0.2, 0.05, 0.5])) * horizon
         kw["down"] = ((t0, draw(st.sampled_from([t0 + 0.3 * horizon, t0 + 3 * horizon,
                                                   math.inf]))),)
-    if chance(draw, 3):
-        kw["queue_bytes"] = draw(st.sampled_from([8, 2, 32])) * payload
+    if chance(draw, 2):
+        kw["queue_bytes"] = draw(st.sampled_from([4, 2, 16])) * payload
         kw["trim"] = chance(draw, 2)
         kw["trim_lasthop"] = kw["trim"] and chance(draw, 2)
-    if chance(draw, 2 if ecn else 4):
+    if not chance(draw, 4) if ecn else chance(draw, 4):   # ecn: marking unless drawn off
         kmin = draw(st.sampled_from([1, 0, 4])) * payload
         kw.update(ecn_kmin_bytes=kmin, ecn_kmax_bytes=kmin + draw(st.sampled_from([8, 0])) * payload,
                   ecn_pmax=draw(st.sampled_from([1.0, 0.2])))
@@ -670,7 +696,7 @@ def scenarios(draw, transports=("mrc", "rc"), ccs=(NSCC, FIXED, DCQCN),
         else:
             ops.append(Op(t, side, "set_ev_state", (draw(st.sampled_from(evs + spare)),
                                                     draw(st.sampled_from(["DENIED", "GOOD"])))))
-    if chance(draw, 8):   # the application moves a QP to ERR
+    if chance(draw, 6):   # the application moves a QP to ERR
         ops.append(Op(draw(st.floats(0.05, 1.0)) * horizon, draw(st.sampled_from(SIDES)), "error"))
     paths = tuple(draw(path_specs(rate, delay, payload, horizon, ecn)) for _ in evs + spare)
     reverse = None

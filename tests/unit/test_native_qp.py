@@ -28,7 +28,7 @@ from agents.mrc.types import QPAttr, WorkCompletion
 from tests.unit import qp_diff as qd
 from tests.unit.qp_diff import DCQCN, ENGINE_PAIRS, FIXED, NSCC, Mismatch, Op, Scenario
 
-SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -248,7 +248,7 @@ def test_random_mrc_scenarios_agree(engines):
 def test_random_rc_scenarios_agree(engines):
     needs(engines)
 
-    @settings(SETTINGS, max_examples=40)
+    @settings(SETTINGS, max_examples=60)
     @given(qd.scenarios(transports=("rc",), ccs=(NSCC, FIXED, DCQCN)))
     def run(sc):
         qd.run_lockstep(sc, engines)
@@ -477,6 +477,15 @@ def test_make_qp_engines_and_the_native_skip_rules(monkeypatch):
     assert isinstance(qd.make_qp("native", 3, seed=0, memory=None, config=qd.QPConfig()), PythonQP)
 
 
+@pytest.mark.parametrize("name", ["python", "native"])
+def test_each_engine_has_the_qp_api_the_harness_uses(name):
+    needs((name,))
+    qp = qd.make_qp(name, 5, seed=0, memory=bytearray(64), config=qd.QPConfig())
+    missing = [attr for attr in qd.QP_API if not hasattr(qp, attr)]
+    assert not missing, f"{name} QP lacks {missing}"
+    assert qp.qpn == 5 and qp.state is qd.QPState.RST and qp.get_timer() is None
+
+
 def test_a_run_is_lockstep_and_repeats_exactly():
     sc = lossy_multipath()
     t0 = time.perf_counter()
@@ -508,3 +517,27 @@ def test_trim_datagram_cuts_data_only():
     assert trim_datagram(pk.encode_cnp(1, 2, 3)) is None and trim_datagram(b"") is None
     with pytest.raises(ValueError, match="trim_lasthop needs trim"):
         PathSpec(trim_lasthop=True)
+
+
+class _CrashOnSack(PythonQP):
+    """Raises where the Python QP would process its first SACK."""
+
+    def receive_datagram(self, data, now, *, ecn=False):
+        if data[1] == 2:
+            raise MemoryError("native QP out of memory")
+        super().receive_datagram(data, now, ecn=ecn)
+
+    def receive_datagrams(self, datagrams, now, ce=None):
+        for i, d in enumerate(datagrams):
+            self.receive_datagram(d, now, ecn=ce is not None and ce[i])
+
+
+def test_an_exception_only_the_engine_under_test_raises_is_reported_with_its_step():
+    def factory(qpn, *, seed, memory, config):
+        return _CrashOnSack(qpn, rng=random.Random(seed), memory=memory, config=config)
+
+    with engine("perturbed", factory), pytest.raises(Mismatch) as info:
+        qd.run_lockstep(nscc_learnt(), ("perturbed", "python"))
+    m = info.value
+    assert m.what == "an exception" and m.step > 1 and m.side is None
+    assert "MemoryError: native QP out of memory" in str(m) and "network step" in str(m)
