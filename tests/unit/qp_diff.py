@@ -325,8 +325,8 @@ class Mismatch(AssertionError):
                  history: list[str] = ()):
         self.step, self.time, self.side, self.what, self.lines = step, time, side, what, lines
         self.engines, self.scenario = engines, scenario
-        if side is None:   # an exception: the traceback says where
-            who = f"the pair ({engines[0]}, {engines[1]}) raised, the reference did not"
+        if side is None:   # the pair as a whole (its clock, or an exception: see its traceback)
+            who = f"the pair (a: {engines[0]}, b: {engines[1]})"
         else:
             i = SIDES.index(side)
             who = (f"QP {side} (qpn {QPN_A if side == 'a' else QPN_B}, {engines[i]} vs "
@@ -361,6 +361,12 @@ class _Copy:
 
     def _tap(self, direction: int, data, ev) -> None:
         self.sent[direction].append((bytes(data), ev))
+
+    def call(self, op: Op) -> None:
+        """The scheduled call ``op``, with the clock moved to its time, then the drain."""
+        self.net.now = max(self.net.now, op.t)
+        self.apply(op, self.net.now)
+        self.net.drain()
 
     def apply(self, op: Op, now: float) -> None:
         """Make the call ``op`` at ``now``; its outcome (None or the exception) is recorded."""
@@ -421,66 +427,59 @@ def run_lockstep(sc: Scenario, engines: tuple[str, str],
     ref, test = _Copy(sc, ref_engines), _Copy(sc, engines)
     ops = sorted(sc.ops, key=lambda op: op.t)   # stable: calls at one time keep their order
     step, k, sent = 0, 0, 0
+    last: list = [None, None]
+    events: list = []
+    summary = ["", ""]
+    history: collections.deque = collections.deque(maxlen=HISTORY_STEPS)
+
+    def mismatch(side, what: str, lines: list[str], action: str) -> Mismatch:
+        return Mismatch(step=step, time=ref.net.now, side=side, what=what, lines=lines,
+                        action=action, engines=engines, ref_engines=ref_engines, scenario=sc,
+                        history=list(history))
 
     def compare(action: str) -> None:
         nonlocal sent
         if ref.net.now != test.net.now:
-            raise Mismatch(step=step, time=ref.net.now, side="a", what="the fake clock",
-                           lines=[f"ref t={ref.net.now!r} test t={test.net.now!r}"],
-                           action=action, engines=engines, ref_engines=ref_engines, scenario=sc)
+            raise mismatch(None, "the fake clock", [f"ref t={ref.net.now!r} "
+                                                    f"test t={test.net.now!r}"], action)
         for i, side in enumerate(SIDES):
             r, t = ref.take(i), test.take(i)
             sent += len(r["datagrams"])
             problem = _first_difference(r, t, ref.memory[i], test.memory[i])
             if problem is not None:
-                what, lines = problem
-                raise Mismatch(step=step, time=ref.net.now, side=side, what=what, lines=lines,
-                               action=action, engines=engines, ref_engines=ref_engines,
-                               scenario=sc, history=list(history))
+                raise mismatch(side, *problem, action)
             last[i] = r
             events.extend(r["events"])
             summary[i] = _summary(r)
         history.append(f"step {step}, t={ref.net.now!r}: {action}; a: {summary[0]}; "
                        f"b: {summary[1]}")
 
-    last: list = [None, None]
-    events: list = []
-    summary = ["", ""]
-    history: collections.deque = collections.deque(maxlen=HISTORY_STEPS)
-    compare("bring-up (RST -> RTS)")
     def both(action: str, fn) -> None:
-        """``fn(copy)`` on each copy; an exception only the engines under test raise is a
-        mismatch (one the reference raises too is a bug of the spec or the harness)."""
+        """``fn(copy)`` on each copy; an exception only the pair under test raises is a
+        mismatch (one the reference raises is a bug of the spec or the harness: re-raised)."""
         fn(ref)
         try:
             fn(test)
         except Exception as exc:
             tb = traceback.format_exception(exc)
-            raise Mismatch(step=step, time=test.net.now, side=None, what="an exception",
-                           lines=[line.rstrip() for part in tb[-6:] for line in part.splitlines()],
-                           action=action, engines=engines, ref_engines=ref_engines, scenario=sc,
-                           history=list(history)) from exc
+            raise mismatch(None, "an exception the reference did not raise",
+                           [line.rstrip() for part in tb[-6:] for line in part.splitlines()],
+                           action) from exc
 
+    compare("bring-up (RST -> RTS)")
     both("the first drain", lambda c: c.net.drain())
     while step < sc.max_steps:
         step += 1
-        nxt = ref.net.next_time()
-        nxt_test = test.net.next_time()
+        nxt, nxt_test = ref.net.next_time(), test.net.next_time()
         if k < len(ops) and (nxt is None or ops[k].t <= nxt) and ops[k].t <= sc.until:
             op = ops[k]
             k += 1
-            def call(c, op=op):
-                c.net.now = max(c.net.now, op.t)
-                c.apply(op, c.net.now)
-                c.net.drain()
-            both(f"call {op.describe()}", call)
+            both(f"call {op.describe()}", lambda c: c.call(op))
             compare(f"call {op.describe()}")
             continue
-        if (nxt is None) != (nxt_test is None) or nxt is not None and nxt != nxt_test:
-            raise Mismatch(step=step, time=ref.net.now, side="a", what="the next step's time",
-                           lines=[f"ref next={nxt!r} test next={nxt_test!r}"],
-                           action="choosing the next step", engines=engines,
-                           ref_engines=ref_engines, scenario=sc)
+        if nxt != nxt_test:   # get_timer() was compared: a backstop for the network's own times
+            raise mismatch(None, "the next step's time", [f"ref next={nxt!r} test "
+                                                          f"next={nxt_test!r}"], "choosing a step")
         if nxt is None or nxt > sc.until:
             break
         both("network step (deliveries, due timers, drain)", lambda c: c.net.step())
