@@ -87,7 +87,10 @@ def ack_coalesce_s(frame_bytes: int, rate_bps: float, rto_floor_s: float) -> flo
     ``rto_floor_s`` (a held SACK must not race the retransmission timer:
     :data:`agents.mrc.types.MAX_ACK_DELAY_RTO_FRACTION`)."""
     hold = ACK_COALESCE_FRAMES * frame_bytes * 8 / rate_bps
-    return round(min(hold, MAX_ACK_DELAY_RTO_FRACTION * rto_floor_s), 6)
+    bound = MAX_ACK_DELAY_RTO_FRACTION * rto_floor_s
+    held = round(min(hold, bound), 6)
+    # to whole microseconds, but never above the bound (QPConfig.check_ack_delay refuses that)
+    return held if held <= bound else math.floor(bound * 1e6) / 1e6
 
 
 def base_rtt_s(topo: Topology, links: list[str] | tuple[str, ...], mtu: int) -> float:

@@ -538,10 +538,7 @@ def _testbed_config(draw, transport: str, cc: str, payload: int, rate: float, de
     base_rtt = round(2 * delay + ((mtu + ETHERNET_HEADER_BYTES) * 8 + SACK_BYTES * 8) / rate, 6)
     timeout = qp_timeout(base_rtt)
     floor = mrc_timeout_s(timeout)
-    # jobs.ack_coalesce_s rounds to 1 us after clamping, which can land just above the bound
-    # QPConfig.check_ack_delay enforces (a jumbo frame at 10 Mbit/s): clamp it down again.
-    hold = min(ack_coalesce_s(mtu + ETHERNET_HEADER_BYTES, line, floor),
-               math.floor(MAX_ACK_DELAY_RTO_FRACTION * floor * 1e6) / 1e6)
+    hold = ack_coalesce_s(mtu + ETHERNET_HEADER_BYTES, line, floor)
     qp = {"cc": cc if cc != DCQCN else NSCC, "initial_rto_s": QP_DEFAULTS["initial_rto_s"],
           "min_rto_s": 0.0, "ack_coalesce_s": hold,
           "cc_params": {"rate_bps": line, "base_rtt_s": base_rtt}}

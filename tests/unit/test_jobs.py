@@ -255,3 +255,19 @@ def test_the_run_directory_schema_of_a_job_names_only_job_spec_fields():
     from testbed.rundir.schemas import JOB
     assert set(JOB.required) | set(JOB.optional) <= {f.name for f in dataclasses.fields(JobSpec)}
     assert not {"next", "prev"} & (set(JOB.required) | set(JOB.optional))
+
+
+def test_ack_coalesce_hold_never_exceeds_the_rto_bound():
+    """Rounded to whole microseconds after the clamp, the hold used to land above the bound that
+    QPConfig.check_ack_delay enforces (an 8 KiB frame at 10 Mbit/s, timeout 15: 8389 us > 8388.608
+    us), and the QP refused RTS."""
+    from agents.mrc.rto import mrc_timeout_s
+    from agents.mrc.types import MAX_ACK_DELAY_RTO_FRACTION, QPConfig
+    from testbed.spec.jobs import ack_coalesce_s
+    floor = mrc_timeout_s(15)
+    hold = ack_coalesce_s(8192 + 200, 10e6, floor)
+    assert hold <= MAX_ACK_DELAY_RTO_FRACTION * floor and hold == 0.008388
+    QPConfig(ack_coalesce_s=hold).check_ack_delay(floor)
+    # below the bound the hold is the frames' time, rounded to 1 us as before
+    from testbed.spec.jobs import ACK_COALESCE_FRAMES
+    assert ack_coalesce_s(1500, 10e6, floor) == round(ACK_COALESCE_FRAMES * 1500 * 8 / 10e6, 6)
