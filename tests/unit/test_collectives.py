@@ -392,13 +392,13 @@ def _ring_over_sim(world_size, size_bytes, *, iterations, paths_for):
     for _ in range(2_000_000):
         for net in nets:
             net.now = now
-            net._drain()                        # sim has no public drain (see report)
-        times = [t for t in (net._next_time() for net in nets) if t is not None]
+            net.drain()
+        times = [t for t in (net.next_time() for net in nets) if t is not None]
         if all(w.done for w in workloads) or not times:
             break
         now = max(min(times), now)
         for net in nets:
-            t = net._next_time()
+            t = net.next_time()
             net.now = now
             if t is not None and t <= now:
                 net.step()

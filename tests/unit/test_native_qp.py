@@ -1,0 +1,510 @@
+"""The whole QP, engine against engine: :mod:`tests.unit.qp_diff` drives an all-Python reference
+pair and a pair of each engine assignment (python/python, native/native, python/native,
+native/python) through the same simulated multipath scenario and compares every datagram, event,
+timer, state, stats dict and memory byte after every step.
+
+python/python always runs (it holds the harness and the reference's determinism); the pairs with
+``native`` skip while ``agents.mrc._core`` has no ``QP`` (``MRC_NATIVE_QP_REQUIRE=1`` makes them
+fail instead). The perturbation tests show the harness failing: a Python QP changed a little (an
+NSCC gain, SACK coalescing, the PCG32 seed, its memory, one ulp of an event time, an int stat
+turned float) must be reported at the step where it first shows.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import random
+import time
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+from agents.mrc import native
+from agents.mrc.qp import QP as PythonQP
+from agents.mrc.sim import PathSpec
+from agents.mrc.types import QPAttr, WorkCompletion
+from tests.unit import qp_diff as qd
+from tests.unit.qp_diff import DCQCN, ENGINE_PAIRS, FIXED, NSCC, Mismatch, Op, Scenario
+
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@pytest.fixture(autouse=True)
+def _quiet_qp_logs():
+    """QPs log a warning on every ERR; hundreds of examples would flood the captured output."""
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def needs(engines: tuple[str, str]) -> None:
+    """Skip (or, with MRC_NATIVE_QP_REQUIRE=1, fail) before any example runs when a native QP
+    is asked for and missing."""
+    if "native" in engines:
+        qd.native_qp_class()
+
+
+# ---- hand-made scenarios: each names the behaviour it must exercise ------------------------------
+DELAY_S = 0.0002
+RATE_BPS = 1e8
+PAYLOAD = 1024
+BASE_RTT_S = 2 * DELAY_S + (PAYLOAD + 100) * 8 / RATE_BPS
+
+
+def sim_config(**kw) -> dict:
+    cfg = dict(transport="mrc", payload_bytes=PAYLOAD, min_rto_s=0.0, time_scale=1.5,
+               cc=NSCC, cc_params={"rate_bps": 4 * RATE_BPS, "base_rtt_s": BASE_RTT_S},
+               probe_timeout_s=3 * BASE_RTT_S, probe_interval_s=5 * BASE_RTT_S)
+    cfg.update(kw)
+    return cfg
+
+
+ATTR = QPAttr(timeout=12, mpr=16, mpr_dest=16, retry_linear_cnt=3, retry_exp_cnt=2)
+
+
+def write(t, side, wr_id, size, off=0, imm=None, seed=None) -> Op:
+    return Op(t, side, "post_write", (wr_id, size, off, imm, wr_id if seed is None else seed))
+
+
+def scenario(paths, ops, *, evs=None, spare=(), config=None, attr=ATTR, mem_a=1 << 16,
+             mem_b=1 << 18, **kw) -> Scenario:
+    evs = tuple(range(len(paths) - len(spare))) if evs is None else evs
+    return Scenario(config=config or sim_config(), attr=attr, evs=evs, spare_evs=spare,
+                    ev_min_active=kw.pop("ev_min_active", 1), paths=tuple(paths),
+                    reverse_paths=kw.pop("reverse_paths", None), mem_a=mem_a, mem_b=mem_b,
+                    ops=tuple(ops), **kw)
+
+
+P = PathSpec(rate_bps=RATE_BPS, delay_s=DELAY_S)
+
+
+def lossy_multipath(batch=False) -> Scenario:
+    """8 EVs and a spare: loss, reordering, duplication, a path down then up; writes both ways,
+    with immediates; the controller denies, re-allows and replaces EVs mid-run."""
+    paths = [P, dataclasses.replace(P, loss=0.05), dataclasses.replace(P, reorder=0.3,
+                                                                        reorder_delay_s=0.001),
+             dataclasses.replace(P, duplicate=0.1), dataclasses.replace(P, down=((0.003, 0.02),)),
+             dataclasses.replace(P, loss=0.2), P, dataclasses.replace(P, loss=0.01), P]
+    ops = [write(0.0, "a", 1, 200_000, imm=7), Op(0.0, "b", "post_recv", (11,)),
+           write(0.0, "b", 2, 30_000, off=100), write(0.004, "a", 3, 1, off=250_000),
+           Op(0.002, "a", "set_ev_state", (3, "DENIED")), Op(0.01, "a", "set_ev_state", (3, "GOOD")),
+           Op(0.004, "a", "replace_ev", (5, 8)), Op(0.005, "b", "set_ev_state", (2, "DENIED"))]
+    return scenario(paths, ops, spare=(8,), batch=batch, ev_min_active=2, net_seed=5)
+
+
+def dcqcn_ecn() -> Scenario:
+    """RC with DCQCN as the testbed builds it: a marking queue, CNPs back, rate cuts, pacing."""
+    from testbed.spec.jobs import dcqcn_qp
+    cfg = sim_config(transport="rc", **dcqcn_qp(2 * RATE_BPS, BASE_RTT_S, 1500))   # 2x the path
+    path = dataclasses.replace(P, ecn_kmin_bytes=2_000, ecn_kmax_bytes=20_000, ecn_pmax=0.5)
+    return scenario([path], [write(0.0, "a", 1, 150_000), write(0.0, "a", 2, 40_000, off=150_000)],
+                    config=cfg, net_seed=2)
+
+
+def trimming() -> Scenario:
+    """Queues that trim instead of dropping (before and at the last hop): TRIMMED NACKs."""
+    paths = [dataclasses.replace(P, queue_bytes=4 * PAYLOAD, trim=True),
+             dataclasses.replace(P, queue_bytes=4 * PAYLOAD, trim=True, trim_lasthop=True),
+             dataclasses.replace(P, queue_bytes=8 * PAYLOAD)]
+    cfg = sim_config(cc=FIXED, cc_params={})
+    return scenario(paths, [write(0.0, "a", 1, 120_000)], config=cfg)
+
+
+def failure_without_recovery(transport="mrc") -> Scenario:
+    """Every path fails for good mid-transfer: retries exhausted, RETRY_EXC_ERR, ERR on both."""
+    down = dataclasses.replace(P, down=((0.002, math.inf),))
+    return scenario([down, down], [write(0.0, "a", 1, 200_000), write(0.003, "b", 2, 5_000)],
+                    config=sim_config(transport=transport), until=2.0)
+
+
+def application_error() -> Scenario:
+    """The application moves ``a`` to ERR mid-transfer: flushed writes and receives, and the
+    peer's writes to it exhaust their retries."""
+    paths = [P, dataclasses.replace(P, loss=0.05)]
+    ops = [write(0.0, "a", 1, 100_000, imm=1), write(0.0, "a", 2, 50_000, off=100_000, imm=2),
+           Op(0.0, "b", "post_recv", (5,)), Op(0.0, "a", "post_recv", (6,)),
+           Op(0.0, "a", "post_recv", (7,)), write(0.005, "b", 3, 20_000, imm=3),
+           Op(0.003, "a", "error"), write(0.004, "a", 4, 10), Op(0.004, "a", "set_ev_state", (0, "DENIED"))]
+    return scenario(paths, ops, until=2.0)
+
+
+def late_receives() -> Scenario:
+    """WRITE_WITH_IMMs before their receives are posted: NO_PKT_BUFFER NACKs, then completion."""
+    ops = [write(0.0, "a", 1, 3_000, imm=10), write(0.0, "a", 2, 3_000, off=4096, imm=20),
+           Op(0.01, "b", "post_recv", (1,)), Op(0.02, "b", "post_recv", (2,))]
+    return scenario([P, P], ops, attr=dataclasses.replace(ATTR, retry_linear_cnt=7, retry_exp_cnt=7))
+
+
+def rc_go_back_n() -> Scenario:
+    """The RC baseline on one lossy, reordering path (go-back-N), both directions."""
+    path = dataclasses.replace(P, loss=0.03, reorder=0.1, reorder_delay_s=0.0005)
+    return scenario([path, P], [write(0.0, "a", 1, 100_000), write(0.0, "b", 2, 20_000)],
+                    config=sim_config(transport="rc"), net_seed=3)
+
+
+def _wcs(result, opcode=None, status=None):
+    return [e[1] for e in result.events if e[0] == "WorkCompletion"
+            and (opcode is None or e[1]["opcode"] == f"WCOpcode.{opcode}")
+            and (status is None or e[1]["status"] == f"WCStatus.{status}")]
+
+
+def _ev_events(result):
+    return [e[1] for e in result.events if e[0] == "EVEvent"]
+
+
+def _payload(wr_id, size):
+    return random.Random(wr_id).randbytes(size)
+
+
+def check_lossy(r):
+    a, b = r.final[0]["stats"], r.final[1]["stats"]
+    assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2, 3]
+    assert [(w["wr_id"], w["imm"]) for w in _wcs(r, "RECV_RDMA_WITH_IMM")] == [(11, 7)]
+    assert a["retransmissions"] > 0 and b["rx_duplicates"] > 0 and b["rx_ooo"] > 0
+    assert any(e["new"] == "EVState.ASSUMED_BAD" for e in _ev_events(r))
+    assert 8 in a["evs"] and 5 not in a["evs"]                     # replaced
+    assert r.memory[1][:200_000] == _payload(1, 200_000) and r.memory[0][100:30_100] == _payload(2, 30_000)
+
+
+def check_dcqcn(r):
+    a, b = r.final[0]["stats"], r.final[1]["stats"]
+    assert b["cnp_sent"] > 0 and a["cnp_received"] == b["cnp_sent"] and a["cc"]["cnps"] > 0
+    assert r.memory[1][:150_000] == _payload(1, 150_000)
+
+
+def check_trimming(r):
+    assert sum(c["trimmed"] for c in r.net.values()) > 0
+    skips = r.final[0]["stats"]["ev_skips"]
+    assert skips["trim"] > 0 and skips["trim_lasthop"] > 0
+    assert r.memory[1][:120_000] == _payload(1, 120_000)
+
+
+def check_failure(r):
+    assert [s["state"] for s in (r.final[0], r.final[1])] == ["QPState.ERR", "QPState.ERR"]
+    assert {w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "RETRY_EXC_ERR")} == {1, 2}
+    assert sum(e[0] == "QPError" for e in r.events) == 2
+
+
+def check_app_error(r):
+    assert r.final[0]["state"] == "QPState.ERR" and r.final[1]["state"] == "QPState.ERR"
+    assert 2 in {w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "WR_FLUSH_ERR")}
+    assert 3 in {w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "RETRY_EXC_ERR")}
+    assert {w["wr_id"] for w in _wcs(r, "RECV_RDMA_WITH_IMM", "WR_FLUSH_ERR")} == {5, 6, 7}
+    assert any(e[0] == "QPError" and e[1]["reason"] == "moved to ERR by the application"
+               for e in r.events)
+
+
+def check_late_receives(r):
+    assert r.final[0]["stats"]["nacks_no_buffer"] > 0
+    assert [(w["wr_id"], w["imm"]) for w in _wcs(r, "RECV_RDMA_WITH_IMM", "SUCCESS")] == \
+        [(1, 10), (2, 20)]
+
+
+def check_rc(r):
+    assert r.final[0]["stats"]["retransmissions"] > 0
+    assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2]
+    assert set(r.final[0]["stats"]["evs"]) == {0}                  # RC: the first EV only
+
+
+HAND_MADE = {
+    "lossy_multipath": (lossy_multipath, check_lossy),
+    "lossy_multipath_batched": (lambda: lossy_multipath(batch=True), check_lossy),
+    "dcqcn_ecn": (dcqcn_ecn, check_dcqcn),
+    "trimming": (trimming, check_trimming),
+    "failure_mrc": (failure_without_recovery, check_failure),
+    "failure_rc": (lambda: failure_without_recovery("rc"), check_failure),
+    "application_error": (application_error, check_app_error),
+    "late_receives": (late_receives, check_late_receives),
+    "rc_go_back_n": (rc_go_back_n, check_rc),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HAND_MADE))
+@pytest.mark.parametrize("engines", ENGINE_PAIRS, ids="-".join)
+def test_hand_made_scenario_agrees(engines, name):
+    needs(engines)
+    build, check = HAND_MADE[name]
+    result = qd.run_lockstep(build(), engines)
+    check(result)   # the scenario still exercises what it is named for
+
+
+# ---- random scenarios ---------------------------------------------------------------------------
+@pytest.mark.parametrize("engines", ENGINE_PAIRS, ids="-".join)
+def test_random_mrc_scenarios_agree(engines):
+    needs(engines)
+
+    @SETTINGS
+    @given(qd.scenarios(transports=("mrc",), ccs=(NSCC, FIXED)))
+    def run(sc):
+        qd.run_lockstep(sc, engines)
+
+    run()
+
+
+@pytest.mark.parametrize("engines", ENGINE_PAIRS, ids="-".join)
+def test_random_rc_scenarios_agree(engines):
+    needs(engines)
+
+    @settings(SETTINGS, max_examples=40)
+    @given(qd.scenarios(transports=("rc",), ccs=(NSCC, FIXED, DCQCN)))
+    def run(sc):
+        qd.run_lockstep(sc, engines)
+
+    run()
+
+
+def test_random_scenarios_exercise_the_protocol():
+    """The generator reaches the behaviours it claims (so the random tests are not vacuous):
+    losses and retransmissions, EV state events, SKIPs, trims, CNPs, immediates, every
+    completion status, controller calls, ERR."""
+    seen: set[str] = set()
+
+    @settings(SETTINGS, max_examples=80)
+    @given(qd.scenarios())
+    def run(sc):
+        r = qd.run_lockstep(sc, ("python", "python"))
+        for side in r.final:
+            s = side["stats"]
+            for key in ("retransmissions", "timeouts", "nacks_no_buffer", "rx_duplicates",
+                        "rx_ooo", "cnp_sent"):
+                if s[key]:
+                    seen.add(key)
+            seen.update(f"skip_{k}" for k, v in s["ev_skips"].items() if v)
+        seen.update(k for c in r.net.values() for k, v in c.items() if v)
+        for kind, ev in r.events:
+            seen.add(f"{kind}:{ev.get('status', ev.get('new', ''))}")
+        seen.update(f"op:{op.kind}" for op in sc.ops[:r.ops_done])
+
+    run()
+    wanted = {"retransmissions", "timeouts", "nacks_no_buffer", "rx_duplicates", "rx_ooo",
+              "cnp_sent", "skip_ecn", "trimmed", "ce_marked", "dropped_down", "dropped_queue",
+              "duplicated", "reordered", "WorkCompletion:WCStatus.SUCCESS",
+              "WorkCompletion:WCStatus.RETRY_EXC_ERR", "WorkCompletion:WCStatus.WR_FLUSH_ERR",
+              "EVEvent:EVState.ASSUMED_BAD", "EVEvent:EVState.GOOD", "QPError:",
+              "op:set_ev_state", "op:replace_ev", "op:error", "op:post_recv"}
+    assert wanted <= seen, f"never exercised: {sorted(wanted - seen)}"
+
+
+# ---- the harness can fail: one side perturbed -------------------------------------------------
+@contextlib.contextmanager
+def engine(name: str, factory):
+    """Register ``factory`` as engine ``name`` for the duration."""
+    qd.ENGINES[name] = factory
+    try:
+        yield
+    finally:
+        del qd.ENGINES[name]
+
+
+def nscc_learnt() -> Scenario:
+    """NSCC learning its base RTT from a 10-packet window, so its gain moves cwnd at once."""
+    cfg = sim_config(cc_params={})
+    return scenario([P, P, dataclasses.replace(P, loss=0.02)], [write(0.0, "a", 1, 120_000)],
+                    config=cfg)
+
+
+def perturbed(sc: Scenario, factory, side: str = "a") -> Mismatch:
+    """Run ``sc`` with QP ``side`` built by ``factory``; return the Mismatch it must raise."""
+    engines = ("perturbed", "python") if side == "a" else ("python", "perturbed")
+    with engine("perturbed", factory), pytest.raises(Mismatch) as info:
+        qd.run_lockstep(sc, engines)
+    m = info.value
+    text = str(m)
+    assert f"step {m.step}," in text and f"QP {side} (qpn" in text and "perturbed vs reference" in text
+    assert "scenario (a: " in text and "PathSpec(" in text
+    return m
+
+
+def test_a_slightly_different_nscc_gain_is_caught_at_the_step_it_shows():
+    def factory(qpn, *, seed, memory, config):
+        qp = PythonQP(qpn, rng=random.Random(seed), memory=memory, config=config)
+        qp.cc.alpha *= 1 + 2**-40
+        return qp
+
+    m = perturbed(nscc_learnt(), factory)
+    assert m.what == "stats" and m.step > 1
+    assert any(line.startswith("cwnd_bytes:") for line in m.lines)
+
+
+def test_different_sack_coalescing_is_caught_in_the_responders_datagrams():
+    def factory(qpn, *, seed, memory, config):
+        cfg = dataclasses.replace(config, sack_every=config.sack_every + 1)
+        return PythonQP(qpn, rng=random.Random(seed), memory=memory, config=cfg)
+
+    m = perturbed(nscc_learnt(), factory, side="b")
+    assert m.side == "b" and m.step > 1
+    assert m.what in ("emitted datagrams", "timer")
+    assert "SackPacket" in str(m) or m.what == "timer"
+
+
+def test_a_different_pcg32_seed_is_caught_at_the_first_data_packet():
+    def factory(qpn, *, seed, memory, config):
+        return PythonQP(qpn, rng=random.Random(seed + 1), memory=memory, config=config)
+
+    m = perturbed(nscc_learnt(), factory)
+    assert (m.what, m.step) == ("emitted datagrams", 1)
+    assert "call a.post_write" in str(m) and "DataPacket" in str(m)
+
+
+def test_a_qp_writing_elsewhere_than_the_registered_memory_is_caught():
+    def factory(qpn, *, seed, memory, config):
+        return PythonQP(qpn, rng=random.Random(seed), memory=bytearray(len(memory)), config=config)
+
+    m = perturbed(nscc_learnt(), factory, side="b")
+    assert m.what == "memory" and "first differing byte at offset 0" in str(m)
+
+
+class _UlpLateCompletions(PythonQP):
+    """WorkCompletion times one ulp later."""
+
+    def next_event(self):
+        e = super().next_event()
+        if isinstance(e, WorkCompletion):
+            e = dataclasses.replace(e, time=math.nextafter(e.time, math.inf))
+        return e
+
+
+class _FloatCounters(PythonQP):
+    """``tx_bytes`` as a float of the same value (JSON would say 1024.0, not 1024)."""
+
+    def stats(self):
+        s = super().stats()
+        s["tx_bytes"] = float(s["tx_bytes"])
+        return s
+
+
+class _OtherDenyMessage(PythonQP):
+    def set_ev_state(self, ev, state, now):
+        if ev not in self.evs.order:
+            raise KeyError(f"no EV {ev}")
+        super().set_ev_state(ev, state, now)
+
+
+@pytest.mark.parametrize("cls, what", [(_UlpLateCompletions, "events"),
+                                       (_FloatCounters, "stats")])
+def test_one_ulp_or_an_int_turned_float_is_a_mismatch(cls, what):
+    def factory(qpn, *, seed, memory, config):
+        return cls(qpn, rng=random.Random(seed), memory=memory, config=config)
+
+    m = perturbed(nscc_learnt(), factory)
+    assert m.what == what
+
+
+def test_a_call_raising_another_message_is_a_mismatch():
+    def factory(qpn, *, seed, memory, config):
+        return _OtherDenyMessage(qpn, rng=random.Random(seed), memory=memory, config=config)
+
+    sc = dataclasses.replace(nscc_learnt(), ops=(write(0.0, "a", 1, 10_000),
+                                                 Op(0.001, "a", "set_ev_state", (9, "DENIED"))))
+    m = perturbed(sc, factory)
+    assert m.what == "outcome" and "KeyError" in str(m) and "call a.set_ev_state(9, 'DENIED')" in str(m)
+
+
+def test_random_scenarios_catch_a_perturbation_and_report_it():
+    """A hypothesis search over random scenarios, one side's NSCC gain perturbed, fails with a
+    report naming the step."""
+    def factory(qpn, *, seed, memory, config):
+        qp = PythonQP(qpn, rng=random.Random(seed), memory=memory, config=config)
+        if hasattr(qp.cc, "alpha") and qp.cc.name == NSCC:
+            qp.cc.alpha *= 1.001
+        return qp
+
+    @settings(SETTINGS, max_examples=30, phases=[Phase.generate])   # no shrinking: time
+    @given(qd.scenarios(transports=("mrc",), ccs=(NSCC,)))
+    def run(sc):
+        qd.run_lockstep(sc, ("perturbed", "python"))
+
+    with engine("perturbed", factory), pytest.raises(Mismatch, match=r"engines differ at step \d+"):
+        run()
+
+
+# ---- the harness's pieces ---------------------------------------------------------------------
+def test_same_is_strict_about_types_zero_signs_nans_and_key_order():
+    same = qd._same
+    assert same({"x": 1.5, "y": [1, None]}, {"x": 1.5, "y": [1, None]})
+    assert not same(1, 1.0) and not same(True, 1) and not same(0.0, -0.0)
+    assert same(math.nan, math.nan) and same({"n": math.nan}, {"n": math.nan})
+    assert same(math.inf, math.inf) and not same(math.inf, 1e308)
+    assert not same({"a": 1, "b": 2}, {"b": 2, "a": 1})
+    assert not same([1, 2], (1, 2)) and not same({1: 0}, {"1": 0})
+    assert not same(0.1 + 0.2, 0.3)
+
+
+def test_plain_spells_enums_events_and_attrs():
+    from agents.mrc.ev import EVCause, EVEvent, EVState
+    from agents.mrc.types import QPError, WCOpcode, WCStatus
+    e = EVEvent(0.5, 1, 3, EVState.GOOD, EVState.ASSUMED_BAD, EVCause.LOSS, 2)
+    assert qd.plain(e) == ["EVEvent", {"time": 0.5, "qpn": 1, "ev": 3, "old": "EVState.GOOD",
+                                       "new": "EVState.ASSUMED_BAD", "cause": "EVCause.LOSS",
+                                       "drop_count": 2}]
+    wc = WorkCompletion(1.0, 2, WCOpcode.RDMA_WRITE, WCStatus.SUCCESS, 7, 10)
+    assert qd.plain(wc)[1]["status"] == "WCStatus.SUCCESS" and qd.plain(wc)[1]["imm"] is None
+    assert qd.plain(QPError(1.0, 2, "why")) == ["QPError", {"time": 1.0, "qpn": 2, "reason": "why"}]
+    assert qd.plain(QPAttr())["timeout"] == 8 and qd.plain(EVState.GOOD) != 1
+
+
+def test_diff_datagrams_decodes_the_first_difference():
+    from agents.mrc import packet as pk
+    d1 = pk.encode_data_parts(2, 5, 3, int(pk.Opcode.WRITE_ONLY), 0, 0, 9, None, b"abc")
+    d2 = pk.encode_data_parts(2, 5, 4, int(pk.Opcode.WRITE_ONLY), 0, 0, 9, None, b"abc")
+    lines = qd.diff_datagrams([(d1, 3)], [(d2, 4)])
+    assert "datagram 0 of 1" in lines[0] and "ev=3" in lines[1] and "ev=4" in lines[2]
+    assert "1 datagrams vs 0" in qd.diff_datagrams([(d1, 3)], [])[0]
+    assert "unparsable" in qd.describe_datagram(b"\x01\x02junk")
+
+
+def test_make_qp_engines_and_the_native_skip_rules(monkeypatch):
+    with pytest.raises(ValueError, match="unknown engine"):
+        qd.make_qp("fortran", 1, seed=0, memory=None, config=qd.QPConfig())
+    qp = qd.make_qp("python", 7, seed=0, memory=None, config=qd.QPConfig())
+    assert isinstance(qp, PythonQP) and qp.qpn == 7
+
+    class NoQP:   # a built _core from before the QP was ported
+        pass
+
+    monkeypatch.setattr(native, "load", lambda require=None: NoQP)
+    monkeypatch.delenv(qd.QP_REQUIRE_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="has no QP"):
+        qd.make_qp("native", 1, seed=0, memory=None, config=qd.QPConfig())
+    monkeypatch.setenv(qd.QP_REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="MRC_NATIVE_QP_REQUIRE=1"):
+        qd.make_qp("native", 1, seed=0, memory=None, config=qd.QPConfig())
+
+    NoQP.QP = PythonQP   # once _core has a QP, the factory builds it
+    assert isinstance(qd.make_qp("native", 3, seed=0, memory=None, config=qd.QPConfig()), PythonQP)
+
+
+def test_a_run_is_lockstep_and_repeats_exactly():
+    sc = lossy_multipath()
+    t0 = time.perf_counter()
+    r1 = qd.run_lockstep(sc, ("python", "python"))
+    r2 = qd.run_lockstep(sc, ("python", "python"))
+    assert r1.steps == r2.steps > 100 and r1.datagrams == r2.datagrams > 300
+    assert r1.events == r2.events and r1.memory == r2.memory and r1.ops_done == len(sc.ops)
+    assert time.perf_counter() - t0 < 10
+
+
+def test_batched_delivery_leaves_the_qps_as_one_by_one():
+    """receive_datagrams (the sim's batch mode) ends where receive_datagram per datagram ends."""
+    r1 = qd.run_lockstep(lossy_multipath(batch=False), ("python", "python"))
+    r2 = qd.run_lockstep(lossy_multipath(batch=True), ("python", "python"))
+    assert r1.memory == r2.memory and r1.events == r2.events
+    assert r1.final[0]["stats"] == r2.final[0]["stats"] and r1.final[1]["stats"] == r2.final[1]["stats"]
+
+
+def test_trim_datagram_cuts_data_only():
+    from agents.mrc import packet as pk
+    from agents.mrc.sim import trim_datagram
+    d = pk.encode_data_parts(2, 5, 3, int(pk.Opcode.WRITE_ONLY_WITH_IMM), pk.FLAG_RTX, 64, 9, 77,
+                             b"x" * 100)
+    t = pk.parse(trim_datagram(d, lasthop=True))
+    assert (t.psn, t.ev, t.length, t.imm, t.payload) == (5, 3, 100, 77, b"")
+    assert t.flags == pk.FLAG_RTX | pk.FLAG_TRIMMED | pk.FLAG_TRIMMED_LASTHOP
+    assert pk.parse(trim_datagram(d)).flags == pk.FLAG_RTX | pk.FLAG_TRIMMED
+    assert trim_datagram(trim_datagram(d)) is None
+    assert trim_datagram(pk.encode_cnp(1, 2, 3)) is None and trim_datagram(b"") is None
+    with pytest.raises(ValueError, match="trim_lasthop needs trim"):
+        PathSpec(trim_lasthop=True)
