@@ -792,9 +792,11 @@ cdef class QP:
             PyMem_Free(lens)
             PyMem_Free(marks)
 
-    def handle_timer(self, double now):
+    def handle_timer(self, now):
+        """agents.mrc.qp.QP.handle_timer. ``now`` None (get_timer()'s None, as some tests
+        pass it) is NaN here: nothing is due then, as nothing compares in Python."""
         state = self.qp.state
-        self._done(mrcn_qp_handle_timer(self.qp, now))
+        self._done(mrcn_qp_handle_timer(self.qp, NAN if now is None else <double>now))
         if self.qp.state == 4 and state != 4:
             _qp_log.warning("qpn %d -> ERR: %s", self.qp.qpn, "retry exhausted")
 

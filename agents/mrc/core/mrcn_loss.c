@@ -283,7 +283,7 @@ void mrcn_loss_on_no_path(mrcn_req *r, uint32_t psn, double now)
 static int fire_no_path(mrcn_req *r, double now)
 {
     mrcn_loss *l = &r->loss;
-    if (!l->has_no_path || l->no_path_deadline > now)
+    if (!l->has_no_path || !(l->no_path_deadline <= now))   /* > now; NaN: nothing due */
         return 1;
     l->has_no_path = false;
     mrcn_tx *tx = mrcn_req_outstanding(r, l->no_path_psn);
