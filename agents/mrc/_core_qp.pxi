@@ -795,10 +795,16 @@ cdef class QP:
     def handle_timer(self, now):
         """agents.mrc.qp.QP.handle_timer. ``now`` None (get_timer()'s None, as some tests
         pass it) is NaN here: nothing is due then, as nothing compares in Python."""
-        state = self.qp.state
+        cdef int state = self.qp.state
+        cdef mrcn_events *q = &self.qp.events
+        cdef mrcn_event *ev
+        cdef size_t i
         self._done(mrcn_qp_handle_timer(self.qp, NAN if now is None else <double>now))
-        if self.qp.state == 4 and state != 4:
-            _qp_log.warning("qpn %d -> ERR: %s", self.qp.qpn, "retry exhausted")
+        if self.qp.state == 4 and state != 4:   # QP._enter_error's warning, with its reason
+            for i in range(q.n):
+                ev = &q.buf[(q.head + i) & (q.cap - 1)]
+                if ev.kind == MRCN_EVENT_ERROR:
+                    _qp_log.warning("qpn %d -> ERR: %s", self.qp.qpn, ev.u.reason.decode())
 
     def get_timer(self):
         cdef double t
