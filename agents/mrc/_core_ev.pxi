@@ -380,6 +380,7 @@ cdef class EVSet:
     replacements), a replacement beyond it raises MemoryError."""
 
     cdef mrcn_ev_set *s
+    cdef bint borrowed             # a QP's set (the QP frees it), see _core_qp.pxi
     cdef readonly Pcg32 rng
     cdef public object events
     cdef readonly EVInfoMap info
@@ -416,7 +417,8 @@ cdef class EVSet:
         self.info.owner = self
 
     def __dealloc__(self):
-        mrcn_ev_set_destroy(self.s)
+        if not self.borrowed:
+            mrcn_ev_set_destroy(self.s)
 
     cdef void _drain(self):
         cdef mrcn_ev_event e

@@ -108,7 +108,8 @@ class LossDetector:
                                      tx.psn, tx.ts_ns))
 
     def on_acked(self, touched, hi_gseq: int, hi_sent_at: float, now: float) -> None:
-        """After an ACK: ``touched``, EVs whose ``acked_seq`` moved; ``hi_gseq``/``hi_sent_at``,
+        """After an ACK: ``touched``, EVs whose ``acked_seq`` moved (walked in the order they moved:
+        an ordered dict, so the native twin walks them alike); ``hi_gseq``/``hi_sent_at``,
         the latest-sent newly acknowledged first transmission (or the previous ones)."""
         if touched:   # per-EV packet threshold: reorder_threshold later ones on the EV acked
             ev_q, threshold, infos = self.ev_q, self.config.reorder_threshold, self.evs.info

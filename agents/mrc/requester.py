@@ -401,7 +401,7 @@ class Requester:
         acked = lost_acked = 0
         loss = self.loss
         hi_gseq, hi_sent_at = loss.hi_acked_gseq, loss.hi_acked_sent_at
-        touched = set()
+        touched = {}                   # an ordered set: on_acked walks it in insertion order
         for tx in txs:
             length = tx.length
             acked += length
@@ -422,7 +422,7 @@ class Requester:
                     hi_gseq, hi_sent_at = tx.gseq, tx.sent_at
                 if seq > info.acked_seq:
                     info.acked_seq = seq
-                    touched.add(ev)
+                    touched[ev] = None
         self._inflight_bytes -= acked - lost_acked
         if touched or hi_gseq > loss.hi_acked_gseq:
             loss.on_acked(touched, hi_gseq, hi_sent_at, now)
