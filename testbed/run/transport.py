@@ -57,7 +57,8 @@ from testbed.faults.timeline import Step, Timeline, sweep_warmups
 from testbed.model.errors import TestbedFailure
 from testbed.model.topology import Topology
 from testbed.run.agents import agent_env, default_agent_processes, start_local_agents
-from testbed.run.control import ControlServer, control_socket_path
+from testbed.run.control import CONTROLLER, ControlServer, control_socket_path
+from testbed.run.ctlwatch import ControllerWatch, Lost
 from testbed.run.priority import RunnerPriority
 from testbed.run.progress import Display, Progress
 from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
@@ -123,6 +124,9 @@ class TransportRun:
         self.procs: dict[int, object] = {}
         #: the controller process (:mod:`testbed.controller`) on an mrc run of a scenario with one
         self.controller = None
+        #: when that controller is live, lost or never connected (:mod:`testbed.run.ctlwatch`)
+        self.ctl_watch: ControllerWatch | None = None
+        self._drops_journaled = 0
         self.ticker: Ticker | None = None
         self.logs: list = []
         self.ready: set[int] = set()
@@ -245,6 +249,7 @@ class TransportRun:
             [self.python, "-m", "testbed.controller", "--socket", sock, "--jobs", str(self.dir / "jobs"),
              "--policy", self.scenario.controller, "--log", str(self.dir / "controller.jsonl")],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=agent_env())
+        self.ctl_watch = ControllerWatch(time.monotonic())
         self.journal({"kind": "controller", "phase": "spawned", "pid": self.controller.pid,
                       "policy": self.scenario.controller})
 
@@ -298,6 +303,8 @@ class TransportRun:
 
     def _on_message(self, msg: Message) -> None:
         if isinstance(msg, Hello):
+            if self.ctl_watch is not None:
+                self.ctl_watch.on_hello(time.monotonic())
             self.journal({"kind": "controller", "phase": "connected"})
             self._maybe_start()
             return
@@ -320,11 +327,11 @@ class TransportRun:
 
     def _on_event(self, msg: Event) -> None:
         if msg.kind == "ev_stats":   # the controller's drop telemetry: forwarded, not journaled
-            if self.controller is not None:
+            if self.controller_live:
                 self.server.to_controller(msg)
             return
         self.events.write(event_record(msg))
-        if self.controller is not None and msg.kind != "qp_error":
+        if self.controller_live and msg.kind != "qp_error":
             self.server.to_controller(msg)
         if msg.kind == "qp_error":
             self.say(f"rank {msg.rank}: {msg.reason}", head="QP error", head_style="red")
@@ -335,10 +342,15 @@ class TransportRun:
         self._maybe_start()
 
     def _maybe_start(self) -> None:
-        """Start once every rank is ready and the controller (if any) is connected."""
+        """Start once every rank is ready and the controller (if any) has said hello."""
         if len(self.ready) == len(self.world) and not self.started \
-                and (self.controller is None or self.server.has_controller):
+                and (self.ctl_watch is None or self.ctl_watch.hello_s is not None):
             self._start()
+
+    @property
+    def controller_live(self) -> bool:
+        """A controller runs, has said hello and is not lost: events and actions go to it."""
+        return self.ctl_watch is not None and self.ctl_watch.live
 
     def _relay(self, cmd: Command) -> None:
         """A controller command: journaled, then sent to its agent."""
@@ -376,12 +388,38 @@ class TransportRun:
         for rec in self.counters.read():
             self.records.links.write({"t": t, **rec})
 
-    def _check_processes(self) -> None:
-        if self.controller is not None and (code := self.controller.poll()) is not None and not self.status:
-            self.status = "crashed"
-            self.reason = f"the controller exited with status {code}; see {self.dir / 'controller.log'}"
-            self.journal({"kind": "controller", "phase": "exited", "exit": code})
+    def _check_controller(self, now: float) -> None:
+        """A controller that never said hello ends the run (RunnerError naming its log); one that
+        exits, closes its connection or stops reading afterwards is lost: journaled, and the
+        run goes on without it (the agents keep their own remedies)."""
+        if self.ctl_watch is None:
             return
+        code = self.controller.poll()
+        verdict = self.ctl_watch.check(now, exit_code=code,
+                                       connected=self.server.has_controller,
+                                       stalled_s=self.server.stalled_s(CONTROLLER))
+        if verdict is None:
+            return
+        if not isinstance(verdict, Lost):
+            raise RunnerError(f"{verdict.reason}; see {self.dir / 'controller.log'}")
+        self.server.disconnect(CONTROLLER)
+        if code is None:           # silent or disconnected: ours to end, so it cannot act late
+            self.controller.kill()
+            code = self.controller.wait()
+        self.journal({"kind": "controller_lost", "reason": verdict.reason, "exit": code, "pid": self.controller.pid})
+        self.say(f"controller lost ({verdict.reason}): the agents go on with their own remedies; "
+                 f"see {self.dir / 'controller.log'}", head="controller", head_style="red")
+
+    def _journal_drops(self) -> None:
+        """The relay's ev_stats drops (back-pressure from a slow controller), when they grew."""
+        dropped = self.server.dropped if isinstance(self.server, ControlServer) else 0
+        if dropped > self._drops_journaled:
+            self._drops_journaled = dropped
+            self.journal({"kind": "relay", "to": "controller", "dropped_ev_stats": dropped})
+
+    def _check_processes(self) -> None:
+        self._check_controller(time.monotonic())
+        self._journal_drops()
         for rank, proc in self.procs.items():
             code = proc.poll()
             if code is not None and rank not in self.done and rank not in self.failed:
@@ -414,11 +452,12 @@ class TransportRun:
         EV action goes to the controller (no controller on this transport: journaled as skipped)."""
         change = step.change
         if isinstance(change, EVAction):
-            sent = self.controller is not None and self.server.to_controller(
+            sent = self.controller_live and self.server.to_controller(
                 Operator(change.op, change.link, step.index))
             self.journal({"kind": "controller", "source": "timeline", "action": step.action,
                           "link": change.link, "index": step.index, "sent": sent})
-            self.say(f"{change.link}: {change.describe()}" + ("" if sent else " (no controller on this run)"),
+            missing = " (controller lost)" if self.ctl_watch is not None else " (no controller on this run)"
+            self.say(f"{change.link}: {change.describe()}" + ("" if sent else missing),
                      head=step.action)
             return
         self.faults.apply_step(step)
@@ -448,7 +487,7 @@ class TransportRun:
         try:
             if self.server is not None:
                 self.server.broadcast(Stop())
-                if self.controller is not None:
+                if self.controller_live:
                     self.server.to_controller(Stop())
                 deadline = time.monotonic() + STOP_GRACE_S
                 while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
@@ -457,6 +496,8 @@ class TransportRun:
                             self._on_message(msg)
                         except Exception:  # noqa: BLE001 - late records are best effort
                             pass
+            if self.server is not None:
+                self._journal_drops()
             pending = self.timeline.pending()
             unfired = self.timeline.unfired()
             if pending or unfired:
