@@ -224,6 +224,10 @@ class TransportRun:
         explicit = self.agent_processes_override or self.scenario.agent_processes
         remote = self.fabric.start_agents(jobs, None if explicit == PER_HOST else (explicit or 0))
         if remote is not None:   # the servers' workers start them, relay their messages
+            if self.scenario.controller and transport_variant(self.transport)[0] == "mrc":
+                # never run without the controller the scenario asks for (the CLI refuses first)
+                raise RunnerError(f"the MRC controller (policy {self.scenario.controller}) does not run on a "
+                                  "fabric over servers")
             self.server = self.remote = remote
             self.procs = self.remote.procs
             self.journal({"kind": "clocks", "servers": self.fabric.clocks})

@@ -174,3 +174,16 @@ def test_a_gray_ev_is_replaced_from_its_drop_rate():
         c2.on_event(stats({0: (int(t) * n, int(t) * n // 4)}), t)
     assert [d["decision"] for d in c2.decisions] == ["no_backup"]
     assert Controller([conn()], "none").on_event(stats({0: (0, 0)}), 1.0) == []
+
+
+def test_servers_runs_refuse_a_controller_up_front_naming_the_file_and_key(tmp_path, capsys):
+    """The controller runs on one machine only: with --servers a scenario that has one is refused
+    before any server is contacted (the servers file does not even exist here), not ignored."""
+    from testbed import cli
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.format(topo=TOPO, controller="controller: {policy: replace}\n"))
+    assert cli.main(["run", str(path), "--servers", str(tmp_path / "servers.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:6: controller.policy: the MRC controller (policy replace) does not run on --servers runs" in err
+    from testbed.spec import key_line
+    assert key_line(path, "controller.policy") == 6 and key_line(path, "nope.x") == 0
