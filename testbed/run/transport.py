@@ -32,8 +32,11 @@ The run directory and its record formats are in :mod:`testbed.rundir.schemas`.
 Outcomes per transport (``status``): ``done`` (every rank finished), ``failed`` (an
 agent reported a failure, e.g. a QP in ERR: the job would crash), ``timeout``,
 ``crashed`` (an agent exited without a report), ``error`` (the testbed failed, e.g.
-a fault could not be applied), ``interrupted``. Ctrl-C or a crash still tears down and
-keeps partial results.
+a fault could not be applied; or the scenario's controller said no hello within
+:data:`testbed.run.ctlwatch.HELLO_TIMEOUT_S`), ``interrupted``. A controller lost after its
+hello (exited, disconnected, silent) ends nothing: it is journaled ``controller_lost`` and the
+agents go on with their own remedies (:mod:`testbed.run.ctlwatch`). Ctrl-C or a crash still
+tears down and keeps partial results.
 """
 
 from __future__ import annotations
