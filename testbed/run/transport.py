@@ -65,6 +65,7 @@ from testbed.run.ctlwatch import ControllerWatch, Lost
 from testbed.run.priority import RunnerPriority
 from testbed.run.progress import Display, Progress
 from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
+from testbed.run.state import RunState
 from testbed.rundir.errors import RunDirWriteError
 from testbed.rundir.names import DIR_MODE, PATHS, SAMPLES_DIR
 from testbed.rundir.write import (TransportWriter, agent_log, event_record, iteration_record, merge_samples,
@@ -132,10 +133,8 @@ class TransportRun:
         self._drops_journaled = 0
         self.ticker: Ticker | None = None
         self.logs: list = []
-        self.ready: set[int] = set()
-        self.done: set[int] = set()
-        self.failed: dict[int, str] = {}
-        self.started = False
+        #: the barrier and the outcome (sans-I/O); the controller's watch joins it when one starts
+        self.state = RunState(self.world, timeout_s=scenario.timeout_s, log_of=lambda r: str(agent_log(self.dir, r)))
         self.status: str | None = None
         self.reason = ""
         self._t_wall_start: float | None = None
@@ -256,7 +255,7 @@ class TransportRun:
             [self.python, "-m", "testbed.controller", "--socket", sock, "--jobs", str(self.dir / "jobs"),
              "--policy", self.scenario.controller, "--log", str(self.dir / "controller.jsonl")],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=agent_env())
-        self.ctl_watch = ControllerWatch(time.monotonic())
+        self.ctl_watch = self.state.controller = ControllerWatch(time.monotonic())
         self.journal({"kind": "controller", "phase": "spawned", "pid": self.controller.pid,
                       "policy": self.scenario.controller})
 
@@ -270,16 +269,14 @@ class TransportRun:
     def _loop(self) -> None:
         self.priority.raise_()
         cpu, sched = CpuSampler(), SchedSampler({} if self.remote else self.procs)   # remote: their workers
-        n = len(self.world)
         t0 = time.monotonic()
-        deadline = t0 + self.scenario.timeout_s
+        self.state.begin(t0)
         tick = self.ticker = Ticker(LINK_SAMPLE_S, t0)
         self.progress.status = "connecting"
         while True:
             now = time.monotonic()
-            if now >= deadline:
-                self.status = "timeout"
-                self.reason = f"not done within the scenario timeout ({self.scenario.timeout_s:g} s)"
+            self.state.on_time(now)
+            if self._ended():
                 return
             for step in self.timeline.due(now):
                 self._apply(step)
@@ -293,27 +290,31 @@ class TransportRun:
                     cpu.sample()
                 self.records.flush()
                 self.refresh()
-                if self.status:
+                if self._ended():
                     return
+            deadline = self.state.deadline
             wake = min(tick.next, deadline, self.timeline.next_time() or deadline)
             for msg in self.server.poll(wake - time.monotonic()):
                 self._on_message(msg)
-            if len(self.done) == n:
-                self.status = "done"
+            if self._ended():
                 return
-            if self.failed:
-                rank, reason = next(iter(self.failed.items()))
-                self.status, self.reason = "failed", f"rank {rank} ({self.world[rank]}): {reason}"
-                return
-            if self.status:
-                return
+
+    def _ended(self) -> bool:
+        """The run state has an outcome: it becomes the transport's status and reason."""
+        if self.state.outcome is None:
+            return False
+        self.status, self.reason = self.state.outcome.status, self.state.outcome.reason
+        return True
+
+    @property
+    def started(self) -> bool:
+        return self.state.started
 
     def _on_message(self, msg: Message) -> None:
         if isinstance(msg, Hello):
-            if self.ctl_watch is not None:
-                self.ctl_watch.on_hello(time.monotonic())
             self.journal({"kind": "controller", "phase": "connected"})
-            self._maybe_start()
+            if self.state.on_hello(time.monotonic()):
+                self._start()
             return
         if isinstance(msg, Command):
             self._relay(msg)
@@ -344,14 +345,8 @@ class TransportRun:
             self.say(f"rank {msg.rank}: {msg.reason}", head="QP error", head_style="red")
 
     def _on_ready(self, msg: Ready) -> None:
-        self.ready.add(msg.rank)
         self.journal({"kind": "agent", "rank": msg.rank, "status": "ready"})
-        self._maybe_start()
-
-    def _maybe_start(self) -> None:
-        """Start once every rank is ready and the controller (if any) has said hello."""
-        if len(self.ready) == len(self.world) and not self.started \
-                and (self.ctl_watch is None or self.ctl_watch.hello_s is not None):
+        if self.state.on_ready(msg.rank):
             self._start()
 
     @property
@@ -369,18 +364,17 @@ class TransportRun:
                  head="controller")
 
     def _on_done(self, msg: Done) -> None:
-        self.done.add(msg.rank)
         self.journal({"kind": "agent", "rank": msg.rank, "status": "done", "summary": msg.summary})
+        self.state.on_done(msg.rank)
 
     def _on_failed(self, msg: Failed) -> None:
-        self.failed[msg.rank] = msg.reason
         self.journal({"kind": "agent", "rank": msg.rank, "status": "failed", "reason": msg.reason})
+        self.state.on_failed(msg.rank, msg.reason)
 
     _handlers = {Sample: _on_sample, Iteration: _on_iteration, Event: _on_event, Ready: _on_ready,
                  Done: _on_done, Failed: _on_failed}
 
     def _start(self) -> None:
-        self.started = True
         self._t_wall_start = time.time()
         self._cpu_start = _own_cpu_s()
         self.journal({"kind": "run", "phase": "start", "transport": self.transport, "world": self.world})
@@ -429,10 +423,7 @@ class TransportRun:
         self._journal_drops()
         for rank, proc in self.procs.items():
             code = proc.poll()
-            if code is not None and rank not in self.done and rank not in self.failed:
-                self.status = "crashed"
-                self.reason = (f"rank {rank} ({self.world[rank]}) exited with status {code} without a report; "
-                               f"see {agent_log(self.dir, rank)}")
+            if code is not None and self.state.on_exit(rank, code):
                 self.journal({"kind": "agent", "rank": rank, "status": "crashed", "exit": code})
                 return
 

@@ -14,6 +14,7 @@ from testbed.faults.steps import EVAction
 from testbed.run.control import CONTROLLER, ControlServer
 from testbed.run.ctlwatch import HELLO_TIMEOUT_S, SILENCE_S, ControllerWatch, Lost, NoHello
 from testbed.run.sampling import LINK_SAMPLE_S
+from testbed.run.state import RunState
 from testbed.run.transport import RunnerError, TransportRun
 
 
@@ -78,8 +79,8 @@ def runner(tmp_path):
     run.display, run._t_wall_start = Display(), None
     run.server = ControlServer(str(tmp_path / "c.sock"), clock=lambda: now[0], limit_bytes=16 << 10)
     run.controller, run.ctl_watch, run._drops_journaled = FakeProc(), ControllerWatch(0.0), 0
-    run.status, run.started, run.ready, run.world = None, True, set(), ["h0", "h1"]
-    run.procs, run.done, run.failed = {}, set(), {}
+    run.status, run.world, run.procs = None, ["h0", "h1"], {}
+    run.state = RunState(run.world, timeout_s=60, controller=run.ctl_watch)
     ctl = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     ctl.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     ctl.connect(run.server.path)
@@ -105,7 +106,7 @@ def test_a_killed_controller_is_lost_and_the_run_goes_on(runner):
     run.controller.exit(-9)
     ctl.close()
     run._check_processes()          # tick: the controller is lost, the run is not over
-    assert run.status is None
+    assert run.state.outcome is None
     lost = [e for e in run.events if e["kind"] == "controller_lost"]
     assert lost == [{"kind": "controller_lost", "reason": "exited with status -9", "exit": -9, "pid": 4242}]
     assert not run.controller_live and not run.server.has_controller
@@ -129,7 +130,7 @@ def test_a_silent_controller_is_lost_killed_and_its_drops_journaled(runner):
     assert drops and drops == sorted(set(drops)) and drops[-1] <= 2000   # journaled as they grow
     lost = next(e for e in run.events if e["kind"] == "controller_lost")
     assert lost["reason"].startswith("silent: read nothing for") and lost["exit"] == -9 and run.controller.killed
-    assert run.status is None and not run.controller_live
+    assert run.state.outcome is None and not run.controller_live
 
 
 def test_a_timeline_ev_action_after_the_loss_is_journaled_unsent(runner):
