@@ -29,6 +29,8 @@ Policies (scenario ``controller: {policy: ...}``):
   - the backup is the least used: fewest active EVs (every connection's, commands in flight
     included) on its links, ties split by a hash of the connection and EV, so that the
     connections of a plane do not all land on one backup path;
+  - a backup just swapped in vouches for no link until it has carried :data:`DROP_WINDOW`
+    first transmissions (a fresh EV has no history: it would exonerate the links it crosses);
   - the model changes only on the agent's acknowledgement (``ev_command`` "ok"). A refusal is
     journaled ``failed`` with the agent's reason, the refused backup is not offered again to
     that connection, and the EV stays watched (a retry with another backup follows if it still
@@ -115,6 +117,8 @@ class Connection:
     pending: dict[int, tuple[Command, float]] = field(default_factory=dict)
     #: backup EVs the agent refused: never offered to this connection again
     refused: set[int] = field(default_factory=set)
+    #: EVs swapped in and not yet seen over DROP_WINDOW first transmissions: not evidence yet
+    fresh: set[int] = field(default_factory=set)
 
     def drop_rate(self, ev_id: int) -> tuple[float, int, bool]:
         """(lost / first transmissions, first transmissions, congested) over the EV's last
@@ -138,8 +142,10 @@ class Connection:
         return None
 
     def good(self) -> list[Path]:
+        """The EVs that exonerate their links: not bad, dropping under half the threshold (or
+        congested), and not fresh (a backup just swapped in has no history to vouch for it)."""
         return [p for e, p in self.active.items() if self.states.get(e, "GOOD") not in BAD_STATES
-                and (self.drop_rate(e)[0] < DROP_RATE / 2 or self.drop_rate(e)[2])]
+                and e not in self.fresh and (self.drop_rate(e)[0] < DROP_RATE / 2 or self.drop_rate(e)[2])]
 
 
 class Controller:
@@ -177,6 +183,7 @@ class Controller:
                 hist.append(Counts(int(e.get("sent", 0)), int(e.get("lost", 0)), int(e.get("rtx", 0)),
                                    int(e.get("skips", 0))))
                 del hist[:-64]
+        conn.fresh -= {e for e in conn.fresh if conn.drop_rate(e)[1] >= DROP_WINDOW}
 
     def _watch(self, conn: Connection, now: float) -> None:
         """Start or clear each active EV's suspicion (replace policy)."""
@@ -233,6 +240,7 @@ class Controller:
             conn.retired.add(ev.ev_id)
             conn.active[ev.new_ev_id] = conn.backups.pop(ev.new_ev_id)
             conn.states[ev.new_ev_id] = "GOOD"
+            conn.fresh.add(ev.new_ev_id)
         elif ev.cause in ("deny", "allow") and ev.ev_id in conn.active:
             conn.states[ev.ev_id] = "DENIED" if ev.cause == "deny" else "GOOD"
         else:

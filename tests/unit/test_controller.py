@@ -263,3 +263,21 @@ def test_rule_the_model_changes_only_on_the_agents_acknowledgement():
     (deny,) = c.on_operator(Operator("deny", "a2-c0", 5), 3.0)
     assert c.on_timer(3.0 + ACK_TIMEOUT_S) == [] and h1.states.get(deny.ev_id, "GOOD") == "GOOD"
     assert c.decisions[-1]["decision"] == "failed" and "no acknowledgement" in c.decisions[-1]["reason"]
+
+
+def test_rule_a_fresh_backup_vouches_for_no_link_until_it_has_history():
+    """EV 1 is replaced by 10, which crosses a-c0. Until 10 has carried DROP_WINDOW first
+    transmissions it does not exonerate a-c0: when EV 0 goes bad, a-c0 is still a suspect."""
+    c = Controller([conn()], "none")
+    h1 = c.conns[(0, "h1")]
+    (cmd,) = c.on_operator(Operator("replace", "a2-c0", 0), 1.0)
+    assert cmd.new_ev_id == 11                    # the least used (a-c2 is idle, EV 0 uses a-c0)
+    c.on_event(ack(cmd, reason="refused"), 1.1)   # so that 10, over a-c0, comes in
+    (cmd,) = c.on_operator(Operator("replace", "a2-c0", 1), 1.2)
+    assert cmd.new_ev_id == 10
+    c.on_event(ack(cmd), 1.3)
+    assert 10 in h1.active and c.suspects(h1, 0) == {"a-c0", "c0-b"}
+    n = DROP_WINDOW
+    c.on_event(stats({0: (0, 0), 2: (0, 0), 3: (0, 0), 10: (0, 0)}), 2.0)
+    c.on_event(stats({0: (n, 0), 2: (n, 0), 3: (n, 0), 10: (n, 0)}), 3.0)   # 10 has delivered
+    assert c.suspects(h1, 0) == {"c0-b"}
