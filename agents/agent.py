@@ -50,6 +50,10 @@ SAMPLE_FLUSH_S = 0.5
 """How often a samples file is flushed, s (what a SIGKILLed agent can lose)."""
 
 
+EV_STATS_KEYS = ("ev_id", "sent", "lost", "rtx", "skips")
+"""Per EV in an ``ev_stats`` event: transmissions (retransmissions included), losses,
+retransmissions sent on it, SKIPs (congestion signals); the controller's drop rate."""
+
 class AgentStopped(Exception):
     """The runner sent ``stop`` (or closed the control socket) before the job was done."""
 
@@ -120,7 +124,7 @@ class Agent:
         for f in flows:
             if f["dir"] == "tx" and f["evs"]:
                 self.send(Event(self.spec.agent, t, "ev_stats", peer=f["peer"],
-                                evs=[{"ev_id": e["ev_id"], "sent": e["sent"], "lost": e["lost"]} for e in f["evs"]]))
+                                evs=[{k: e[k] for k in EV_STATS_KEYS if k in e} for e in f["evs"]]))
 
     def _on_command(self, cmd: Command) -> None:
         """A controller command on this agent's connection to ``cmd.peer``; the outcome goes back

@@ -29,8 +29,9 @@ Wire format: newline-delimited JSON objects over a Unix stream socket, each with
     agent -> runner  {"type": "event", "rank", "t", "kind": "ev_command", "peer", "ev_id", "cause",
                       "reason"}  a controller command applied ("reason": "ok") or refused (why)
     agent -> runner  {"type": "event", "rank", "t", "kind": "ev_stats", "peer", "evs": [{"ev_id",
-                      "sent", "lost"}]}  per MRC tx connection every job spec ``ev_stats_s`` (a
-                      controller's drop telemetry; cumulative packet counts per EV in use)
+                      "sent", "lost", "rtx", "skips"}]}  per MRC tx connection every job spec
+                      ``ev_stats_s`` (a controller's drop telemetry; cumulative per EV in use:
+                      transmissions, losses, retransmissions sent on it, SKIPs for congestion)
     agent -> runner  {"type": "done", "rank", "summary": {...}}  every write acknowledged
     agent -> runner  {"type": "failed", "rank", "reason"}
     runner -> agent  {"type": "stop"}                 at any time: exit promptly

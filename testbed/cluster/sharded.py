@@ -99,6 +99,9 @@ class ShardedFabric(LocalOps):
         with self.shard_of(node).inside(node):
             yield
 
+    def host_pid(self, node: str) -> int:
+        return self.shard_of(node).host_pid(node)
+
     def popen(self, node: str, argv: list[str], **kwargs):
         return self.shard_of(node).popen(node, argv, **kwargs)
 

@@ -138,6 +138,15 @@ class SshShardedFabric:
         """Every node is this fabric's (its workers act on each server's own nodes)."""
         return True
 
+    def host_pid(self, node: str) -> int:
+        """No namespace of this machine holds a node: KeyError naming its server (the workers
+        start the agents: :meth:`start_agents`)."""
+        raise KeyError(f"{node} lives on server {self.placement.where.get(node, '?')}, not on this machine")
+
+    def popen(self, node: str, argv: list[str], **kwargs):
+        """KeyError as :meth:`host_pid`: a process inside ``node`` is started by its server's worker."""
+        self.host_pid(node)
+
     @property
     def switch_handles(self) -> dict:
         """Empty: the switch programs are held by the workers."""

@@ -41,7 +41,7 @@ from testbed.rundir.names import MANIFEST
 from testbed.rundir.write import make_dir
 from testbed.report import print_damage, render
 from testbed.run import run_scenario
-from testbed.spec import TRANSPORTS, SpecError, load_scenario, transport_variant
+from testbed.spec import TRANSPORTS, SpecError, load_scenario, servers_problem, transport_variant
 from testbed.spec.yamlread import Problem
 
 
@@ -133,6 +133,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.fabric_factory = None
     if args.servers:
+        refused = [p for s in (scenario, *scenarios) if (p := servers_problem(s, args.scenario, transports))]
+        if refused:   # before any server is contacted
+            print(refused[0], file=sys.stderr)
+            return 2
         from testbed.cluster.ssh_fabric import ssh_fabric_factory
         args.fabric_factory, problems = ssh_fabric_factory(scenario.topology, scenario.topology_path,
                                                            args.servers, args.placer)

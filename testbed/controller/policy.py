@@ -1,30 +1,52 @@
-"""The MRC controller's decisions, sans-I/O: EV events and operator actions in, commands out.
+"""The MRC controller's decisions, sans-I/O: EV events, operator actions and time in, commands out.
 
 The controller sees what ``mrc_ctl.h`` lets a fabric controller see: every agent's EV events
-(GOOD and ASSUMED_BAD, with their drop counts) and the paths of its connections (the job specs'
-EVs and backup EVs, each with the links it crosses). It acts only through the profile ops
-(``MODIFY_EV_STATE`` to DENIED and back, ``REPLACE_EV``), as :class:`agents.protocol.Command`.
+(GOOD and ASSUMED_BAD, with their drop counts), the agents' per-EV packet counts (``ev_stats``)
+and the paths of its connections (the job specs' EVs and backup EVs, each with the links it
+crosses). It acts only through the profile ops (``MODIFY_EV_STATE`` to DENIED and back,
+``REPLACE_EV``), as :class:`agents.protocol.Command`. Inputs: :meth:`Controller.on_event`,
+:meth:`Controller.on_operator`, :meth:`Controller.on_timer` (at
+:meth:`Controller.next_deadline`); ``now`` is the caller's clock in seconds.
 
 Policies (scenario ``controller: {policy: ...}``):
 
 * ``none``: no decision of its own; timeline actions (``ev_deny``, ``ev_allow``, ``ev_replace``)
   are still carried out.
-* ``replace``: on ASSUMED_BAD, or when an EV's drop rate over its last :data:`DROP_WINDOW`
-  packets reaches :data:`DROP_RATE` (the agents' ``ev_stats`` telemetry: a gray failure that
-  still delivers most packets never makes its QP retire the EV, since each loss is excused by a
-  later delivery on it), replace the EV by a backup EV on the same plane (leaving by the same
-  NIC port) that avoids the links the bad EV shares with no good EV of the connection (the
-  suspects: a link every good EV also crosses cannot be the fault; an EV dropping at half the
-  threshold or more is not good). The connection keeps its EV count. With no such backup the
-  decision is journaled as ``no_backup`` and nothing changes. A replaced EV is retired for good:
-  it is never chosen again as a backup.
+* ``replace``: an EV that *looks bad* and still does :data:`CONFIRM_S` later is replaced by a
+  backup EV on the same plane (leaving by the same NIC port) that avoids the suspect links (the
+  links the bad EV shares with no good EV of the connection: a link every good EV also crosses
+  cannot be the fault). An EV looks bad while its QP holds it ASSUMED_BAD, or while its drop
+  rate (:meth:`Connection.drop_rate`) over its last :data:`DROP_WINDOW` first transmissions
+  reaches :data:`DROP_RATE` (a gray failure: each loss is excused by a later delivery, so the QP
+  never retires the EV). Rules an operator can trust:
 
-Every decision is a dict appended to :attr:`Controller.decisions` (and returned with its
-command): ``{"t", "decision", "rank", "peer", "ev_id", "new_ev_id", "reason", "suspects"}``.
+  - congestion is not failure: the rate counts losses per *first* transmission (retransmissions
+    are left out of the denominator), and an EV that saw a congestion signal in the window (a
+    CE-marked SACK or a trim before the last hop: the QP's SKIP, ``skips`` in ``ev_stats``) is
+    excused, as the QP excuses it;
+  - hysteresis: ASSUMED_BAD that the QP undoes (DELIVERED, probes) within :data:`CONFIRM_S`,
+    or a drop rate that falls back, replaces nothing;
+  - the backup is the least used: fewest active EVs (every connection's, commands in flight
+    included) on its links, ties split by a hash of the connection and EV, so that the
+    connections of a plane do not all land on one backup path;
+  - a backup just swapped in vouches for no link until it has carried :data:`DROP_WINDOW`
+    first transmissions (a fresh EV has no history: it would exonerate the links it crosses);
+  - the model changes only on the agent's acknowledgement (``ev_command`` "ok"). A refusal is
+    journaled ``failed`` with the agent's reason, the refused backup is not offered again to
+    that connection, and the EV stays watched (a retry with another backup follows if it still
+    looks bad); no acknowledgement within :data:`ACK_TIMEOUT_S` is journaled ``failed`` too.
+
+  With no backup the decision is journaled as ``no_backup`` once and nothing changes. A
+  replaced EV is retired for good: it is never chosen again as a backup.
+
+Every decision is a dict appended to :attr:`Controller.decisions`: ``{"t", "decision", "rank",
+"peer", "ev_id", "new_ev_id", "reason", "suspects"}``; ``decision`` is the command's op when
+it is sent, ``acked`` or ``failed`` when the agent answers (or does not), or ``no_backup``.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 from agents.protocol import Command, Event, Operator
@@ -32,11 +54,16 @@ from agents.protocol import Command, Event, Operator
 POLICIES = ("none", "replace")
 BAD_STATES = ("ASSUMED_BAD", "DENIED")
 DROP_RATE = 0.05
-"""Drop rate (lost / sent packets) at which ``replace`` swaps an EV out: 5% is far above what a
-healthy EV loses to congestion here (drop-tail bursts, excused by later deliveries) and far
-below the paper's 20% gray failure."""
+"""Losses per first transmission at which ``replace`` swaps an EV out: 5% is far above what a
+healthy EV loses to drop-tail bursts here and far below the paper's 20% gray failure."""
 DROP_WINDOW = 100
-"""Packets an EV's drop rate is measured over (its most recent reports covering at least this many)."""
+"""First transmissions an EV's drop rate is measured over (its most recent reports covering at
+least this many)."""
+CONFIRM_S = 0.5
+"""An EV must look bad this long before it is replaced (s): two ``ev_stats`` reports, and many
+RTTs for the QP to undo a spurious ASSUMED_BAD (it does within milliseconds on a DELIVERED)."""
+ACK_TIMEOUT_S = 2.0
+"""A command the agent has not answered within this long has failed (s)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +79,21 @@ class Path:
         return self.links[0] if self.links else ""
 
 
+@dataclass(frozen=True)
+class Counts:
+    """One ``ev_stats`` report of an EV: cumulative transmissions ``sent`` (retransmissions
+    included), ``lost``, retransmissions ``rtx`` sent on it and SKIPs ``skips`` (congestion)."""
+
+    sent: int
+    lost: int
+    rtx: int = 0
+    skips: int = 0
+
+    @property
+    def first(self) -> int:
+        return self.sent - self.rtx
+
+
 @dataclass
 class Connection:
     """Agent ``rank``'s MRC connection to ``peer`` (host name): its ``active`` EVs (ev_id ->
@@ -65,23 +107,45 @@ class Connection:
     retired: set[int] = field(default_factory=set)
     #: EVs found bad with no backup to take their place (journaled once)
     stranded: set[int] = field(default_factory=set)
-    #: ev_id -> its (sent, lost) counts at each ev_stats report, oldest first
-    counts: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    #: ev_id -> its counts at each ev_stats report, oldest first
+    counts: dict[int, list[Counts]] = field(default_factory=dict)
+    #: ev_id -> when it began to look bad (cleared when it looks good again)
+    suspect_since: dict[int, float] = field(default_factory=dict)
+    #: ev_id -> why its QP holds it ASSUMED_BAD (from the event)
+    bad_why: dict[int, str] = field(default_factory=dict)
+    #: ev_id -> (the command in flight on it, when it was sent)
+    pending: dict[int, tuple[Command, float]] = field(default_factory=dict)
+    #: backup EVs the agent refused: never offered to this connection again
+    refused: set[int] = field(default_factory=set)
+    #: EVs swapped in and not yet seen over DROP_WINDOW first transmissions: not evidence yet
+    fresh: set[int] = field(default_factory=set)
 
-    def drop_rate(self, ev_id: int) -> tuple[float, int]:
-        """(lost / sent, sent) over the EV's last :data:`DROP_WINDOW` packets or more; (0, 0)
-        before two reports."""
+    def drop_rate(self, ev_id: int) -> tuple[float, int, bool]:
+        """(lost / first transmissions, first transmissions, congested) over the EV's last
+        :data:`DROP_WINDOW` first transmissions or more; congested: a SKIP in that span.
+        (0, 0, False) before two reports."""
         hist = self.counts.get(ev_id, [])
         if len(hist) < 2:
-            return 0.0, 0
-        sent, lost = hist[-1]
-        old = next(((s, l) for s, l in reversed(hist[:-1]) if sent - s >= DROP_WINDOW), hist[0])
-        d_sent, d_lost = sent - old[0], lost - old[1]
-        return (d_lost / d_sent if d_sent > 0 else 0.0), d_sent
+            return 0.0, 0, False
+        new = hist[-1]
+        old = next((c for c in reversed(hist[:-1]) if new.first - c.first >= DROP_WINDOW), hist[0])
+        first, lost = new.first - old.first, new.lost - old.lost
+        return (lost / first if first > 0 else 0.0), first, new.skips > old.skips
+
+    def bad_reason(self, ev_id: int) -> str | None:
+        """Why the EV looks bad now, or None (see the module docstring)."""
+        if self.states.get(ev_id) == "ASSUMED_BAD":
+            return self.bad_why.get(ev_id, "ASSUMED_BAD")
+        rate, first, congested = self.drop_rate(ev_id)
+        if first >= DROP_WINDOW and rate >= DROP_RATE and not congested:
+            return f"drop rate {rate:.1%} over {first} first transmissions"
+        return None
 
     def good(self) -> list[Path]:
+        """The EVs that exonerate their links: not bad, dropping under half the threshold (or
+        congested), and not fresh (a backup just swapped in has no history to vouch for it)."""
         return [p for e, p in self.active.items() if self.states.get(e, "GOOD") not in BAD_STATES
-                and self.drop_rate(e)[0] < DROP_RATE / 2]
+                and e not in self.fresh and (self.drop_rate(e)[0] < DROP_RATE / 2 or self.drop_rate(e)[2])]
 
 
 class Controller:
@@ -97,40 +161,91 @@ class Controller:
 
     # -- inputs --------------------------------------------------------------------------
     def on_event(self, ev: Event, now: float) -> list[Command]:
-        """An agent's event: EV state changes of its tx connections update the controller's view;
-        an ASSUMED_BAD may be answered (policy ``replace``)."""
-        if ev.kind == "ev_stats":
-            return self._on_stats(ev, now)
-        if ev.kind != "ev_state" or ev.dir != "tx":
-            return []
-        conn = self.conns.get((ev.rank, ev.peer))
-        if conn is None or ev.ev_id not in conn.active:
-            return []
-        conn.states[ev.ev_id] = ev.new
-        if self.policy == "replace" and ev.new == "ASSUMED_BAD":
-            cmd = self._replace(conn, ev.ev_id, now, f"ASSUMED_BAD (drop_count {ev.drop_count})", None)
-            return [cmd] if cmd else []
-        return []
+        """An agent's event: EV states, drop telemetry and command results update the view;
+        then the confirmations due (:meth:`on_timer`)."""
+        conn = self.conns.get((ev.rank, ev.peer)) if ev.peer is not None else None
+        if conn is not None:
+            if ev.kind == "ev_stats":
+                self._on_stats(conn, ev)
+            elif ev.kind == "ev_command":
+                self._on_ack(conn, ev, now)
+            elif ev.kind == "ev_state" and ev.dir == "tx" and ev.ev_id in conn.active:
+                conn.states[ev.ev_id] = ev.new
+                if ev.new == "ASSUMED_BAD":
+                    conn.bad_why[ev.ev_id] = f"ASSUMED_BAD (drop_count {ev.drop_count})"
+            self._watch(conn, now)
+        return self.on_timer(now)
 
-    def _on_stats(self, ev: Event, now: float) -> list[Command]:
-        conn = self.conns.get((ev.rank, ev.peer))
-        if conn is None:
-            return []
+    def _on_stats(self, conn: Connection, ev: Event) -> None:
         for e in ev.evs or ():
             if e.get("ev_id") in conn.active:
                 hist = conn.counts.setdefault(e["ev_id"], [])
-                hist.append((int(e.get("sent", 0)), int(e.get("lost", 0))))
+                hist.append(Counts(int(e.get("sent", 0)), int(e.get("lost", 0)), int(e.get("rtx", 0)),
+                                   int(e.get("skips", 0))))
                 del hist[:-64]
+        conn.fresh -= {e for e in conn.fresh if conn.drop_rate(e)[1] >= DROP_WINDOW}
+
+    def _watch(self, conn: Connection, now: float) -> None:
+        """Start or clear each active EV's suspicion (replace policy)."""
         if self.policy != "replace":
-            return []
+            return
+        for ev_id in conn.active:
+            if conn.bad_reason(ev_id) is None:
+                conn.suspect_since.pop(ev_id, None)
+            else:
+                conn.suspect_since.setdefault(ev_id, now)
+
+    def on_timer(self, now: float) -> list[Command]:
+        """Replace the EVs that have looked bad for :data:`CONFIRM_S`; fail unanswered commands."""
         out = []
-        for ev_id in sorted(conn.active):
-            rate, sent = conn.drop_rate(ev_id)
-            if sent >= DROP_WINDOW and rate >= DROP_RATE:
-                cmd = self._replace(conn, ev_id, now, f"drop rate {rate:.1%} over {sent} packets", None)
+        for conn in self.conns.values():
+            for ev_id, (cmd, sent_s) in sorted(conn.pending.items()):
+                if now - sent_s >= ACK_TIMEOUT_S:
+                    del conn.pending[ev_id]
+                    self._journal(now, "failed", conn, ev_id, cmd.new_ev_id,
+                                  f"{cmd.op}: no acknowledgement within {ACK_TIMEOUT_S:g} s", None)
+            for ev_id, since in sorted(conn.suspect_since.items()):
+                why = conn.bad_reason(ev_id)
+                if now - since < CONFIRM_S or ev_id in conn.pending or why is None:
+                    continue
+                cmd = self._replace(conn, ev_id, now, f"{why}, for {now - since:.2f} s", None)
                 if cmd:
                     out.append(cmd)
         return out
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`on_timer` has something to do (None: nothing pending)."""
+        times = [since + CONFIRM_S for c in self.conns.values() for e, since in c.suspect_since.items()
+                 if e not in c.pending and e not in c.stranded]
+        times += [sent_s + ACK_TIMEOUT_S for c in self.conns.values() for _, sent_s in c.pending.values()]
+        return min(times, default=None)
+
+    def _on_ack(self, conn: Connection, ev: Event, now: float) -> None:
+        """An agent's result of a command: the model follows an "ok"; a refusal is journaled."""
+        pend = conn.pending.get(ev.ev_id)
+        cmd = pend[0] if pend is not None and pend[0].op == ev.cause else None
+        if cmd is not None:
+            del conn.pending[ev.ev_id]
+        if ev.reason != "ok":
+            if cmd is not None:
+                if cmd.new_ev_id is not None:
+                    conn.refused.add(cmd.new_ev_id)
+                conn.suspect_since.pop(ev.ev_id, None)   # confirm again before another try
+                self._journal(now, "failed", conn, ev.ev_id, cmd.new_ev_id, f"{cmd.op} refused: {ev.reason}", None)
+            return
+        if ev.cause == "replace" and ev.ev_id in conn.active and ev.new_ev_id in conn.backups:
+            for d in (conn.states, conn.counts, conn.suspect_since, conn.bad_why):
+                d.pop(ev.ev_id, None)
+            del conn.active[ev.ev_id]
+            conn.retired.add(ev.ev_id)
+            conn.active[ev.new_ev_id] = conn.backups.pop(ev.new_ev_id)
+            conn.states[ev.new_ev_id] = "GOOD"
+            conn.fresh.add(ev.new_ev_id)
+        elif ev.cause in ("deny", "allow") and ev.ev_id in conn.active:
+            conn.states[ev.ev_id] = "DENIED" if ev.cause == "deny" else "GOOD"
+        else:
+            return
+        self._journal(now, "acked", conn, ev.ev_id, ev.new_ev_id, ev.cause, None)
 
     def on_operator(self, op: Operator, now: float) -> list[Command]:
         """A timeline action: ``op`` every active EV (allow: every denied one) crossing ``op.link``."""
@@ -138,14 +253,12 @@ class Controller:
         why = f"timeline[{op.index}] ev_{op.op} {op.link}"
         for conn in self.conns.values():
             for ev_id, path in sorted(conn.active.items()):
-                if op.link not in path.links:
+                if op.link not in path.links or ev_id in conn.pending:
                     continue
                 state = conn.states.get(ev_id, "GOOD")
                 if op.op == "deny" and state != "DENIED":
-                    conn.states[ev_id] = "DENIED"
                     out.append(self._command(conn, "deny", ev_id, None, why, now))
                 elif op.op == "allow" and state == "DENIED":
-                    conn.states[ev_id] = "GOOD"
                     out.append(self._command(conn, "allow", ev_id, None, why, now))
                 elif op.op == "replace":
                     cmd = self._replace(conn, ev_id, now, why, {op.link})
@@ -159,30 +272,44 @@ class Controller:
         shared = {link for p in conn.good() if p.ev_id != ev_id for link in p.links}
         return set(conn.active[ev_id].links) - shared
 
+    def link_use(self, exclude: tuple[int, str, int]) -> dict[str, int]:
+        """Per link, the active EVs crossing it over every connection, the backups that commands
+        in flight will bring in included, ``exclude`` (rank, peer, ev_id) left out."""
+        use: dict[str, int] = {}
+        for c in self.conns.values():
+            paths = [p for e, p in c.active.items() if (c.rank, c.peer, e) != exclude]
+            paths += [c.backups[cmd.new_ev_id] for cmd, _ in c.pending.values()
+                      if cmd.new_ev_id is not None and cmd.new_ev_id in c.backups]
+            for p in paths:
+                for link in p.links:
+                    use[link] = use.get(link, 0) + 1
+        return use
+
     def _replace(self, conn: Connection, ev_id: int, now: float, why: str,
                  avoid: set[str] | None) -> Command | None:
         bad = conn.active[ev_id]
         suspects = avoid if avoid is not None else self.suspects(conn, ev_id)
+        reserved = {cmd.new_ev_id for cmd, _ in conn.pending.values()}
         candidates = [p for e, p in sorted(conn.backups.items())
-                      if p.port == bad.port and e not in conn.retired and not suspects & set(p.links)]
+                      if p.port == bad.port and e not in conn.retired | conn.refused | reserved
+                      and not suspects & set(p.links)]
         if not candidates:
             if ev_id not in conn.stranded:
                 conn.stranded.add(ev_id)
                 self._journal(now, "no_backup", conn, ev_id, None, why, suspects)
             return None
-        new = candidates[0]
-        del conn.active[ev_id]
-        conn.retired.add(ev_id)
-        conn.states.pop(ev_id, None)
-        conn.counts.pop(ev_id, None)
-        conn.active[new.ev_id] = conn.backups.pop(new.ev_id)
-        conn.states[new.ev_id] = "GOOD"
+        use = self.link_use((conn.rank, conn.peer, ev_id))
+        score = {p.ev_id: sum(use.get(link, 0) for link in p.links) for p in candidates}
+        least = [p for p in candidates if score[p.ev_id] == min(score.values())]
+        new = least[zlib.crc32(f"{conn.rank}/{conn.peer}/{ev_id}".encode()) % len(least)]
         return self._command(conn, "replace", ev_id, new.ev_id, why, now, suspects)
 
     def _command(self, conn: Connection, op: str, ev_id: int, new_ev_id: int | None, why: str, now: float,
                  suspects: set[str] | None = None) -> Command:
+        cmd = Command(conn.rank, conn.peer, op, ev_id, why, new_ev_id)
+        conn.pending[ev_id] = (cmd, now)
         self._journal(now, op, conn, ev_id, new_ev_id, why, suspects)
-        return Command(conn.rank, conn.peer, op, ev_id, why, new_ev_id)
+        return cmd
 
     def _journal(self, now: float, decision: str, conn: Connection, ev_id: int, new_ev_id: int | None,
                  why: str, suspects: set[str] | None) -> None:

@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import os
+import select
 import socket
 import sys
 import time
@@ -32,32 +33,46 @@ def load_jobs(directory: Path) -> list:
     return [load_job(p) for p in sorted(directory.glob("*.json"))]
 
 
-def serve(sock: socket.socket, controller: Controller, decisions) -> int:
-    """Read messages until ``stop`` or EOF, sending each decision's command; 0 on a clean end,
-    1 on a protocol error from the runner."""
+def serve(sock: socket.socket, controller: Controller, decisions, clock=time.time) -> int:
+    """Read messages until ``stop`` or EOF, sending each decision's command, and wake for the
+    controller's deadlines (:meth:`Controller.next_deadline`: confirmations, unanswered
+    commands); 0 on a clean end, 1 on a protocol error from the runner."""
     framer = LineFramer(TO_CONTROLLER)
     sock.sendall(encode(Hello("controller")))
     while True:
-        data = sock.recv(1 << 20)
-        if not data:
-            return 0
-        try:
-            msgs = framer.feed(data)
-        except ControlProtocolError as exc:
-            log.error("runner sent a bad message: %s", exc)
-            return 1
+        deadline = controller.next_deadline()
+        wait = None if deadline is None else max(deadline - clock(), 0.0)
+        readable, _, _ = select.select([sock], [], [], wait)
+        msgs = []
+        if readable:
+            data = sock.recv(1 << 20)
+            if not data:
+                return 0
+            try:
+                msgs = framer.feed(data)
+            except ControlProtocolError as exc:
+                log.error("runner sent a bad message: %s", exc)
+                return 1
+        cmds = []
         for msg in msgs:
             if isinstance(msg, Stop):
                 return 0
-            now = time.time()
-            before = len(controller.decisions)
-            cmds = controller.on_operator(msg, now) if isinstance(msg, Operator) else \
+            now = clock()
+            cmds += controller.on_operator(msg, now) if isinstance(msg, Operator) else \
                 controller.on_event(msg, now) if isinstance(msg, Event) else []
-            for d in controller.decisions[before:]:
-                decisions.write(json.dumps(d) + "\n")
-                decisions.flush()
-            for cmd in cmds:
-                sock.sendall(encode(cmd))
+        cmds += controller.on_timer(clock())
+        _log_decisions(controller, decisions)
+        for cmd in cmds:
+            sock.sendall(encode(cmd))
+
+
+def _log_decisions(controller: Controller, decisions) -> None:
+    """The decisions not yet in the log, one JSON line each; journaled ones are dropped from
+    memory so that a long run does not grow the list."""
+    for d in controller.decisions:
+        decisions.write(json.dumps(d) + "\n")
+    decisions.flush()
+    controller.decisions.clear()
 
 
 def main(argv: list[str] | None = None) -> int:

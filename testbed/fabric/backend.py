@@ -85,6 +85,15 @@ class FabricBackend(Protocol):
               **kwargs):
         """Reachability of the host pairs (:func:`testbed.fabric.verify.probe`)."""
 
+    def host_pid(self, node: str) -> int:
+        """PID of a process of this machine in ``node``'s namespaces (its shell):
+        ``/proc/<pid>/ns/net`` is the node's network namespace. KeyError if no namespace of this
+        machine holds ``node`` (a fabric over servers starts its agents through its workers)."""
+
+    def popen(self, node: str, argv: list[str], **kwargs):
+        """Start ``argv`` inside ``node`` on this machine (a :class:`subprocess.Popen`), recorded
+        for cleanup and killed on stop(). KeyError as for :meth:`host_pid`."""
+
     def start_agents(self, jobs: list[dict], processes: int | None = 0):
         """Start the agents where the hosts live and relay their messages (a
         :class:`testbed.cluster.remote_agents.RemoteAgents`), or None: the runner starts them on this

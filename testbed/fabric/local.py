@@ -274,6 +274,10 @@ class Fabric(LocalOps):
         with netns(self._nsfd[node]):
             yield
 
+    def host_pid(self, node: str) -> int:
+        """PID of ``node``'s shell (its namespaces); KeyError if not built here."""
+        return self.nodes[node].pid
+
     def popen(self, node: str, argv: list[str], **kwargs):
         """Start ``argv`` inside ``node`` (mnexec -a); recorded in the ledger, killed on stop()."""
         proc = self.nodes[node].popen(argv, **kwargs)

@@ -115,6 +115,8 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
         "wrong": sum(r["wrong"] for r in sizes), "qp_errors": len(qp_errors), "qp_error_list": qp_errors,
         "has_evs": has_evs, "faults": fl, "per_fault": per_fault,
         "reconverge_s": sorted(e["t"] - t0 for e in tr.events if e.get("kind") == "reconverge"),
+        "controller_lost": [{"t_s": e["t"] - t0, "reason": e.get("reason"), "exit": e.get("exit")}
+                            for e in tr.events if e.get("kind") == "controller_lost"],
         "detect_s": per_fault[0]["detect_s"] if per_fault else None,
         "recovery_s": per_fault[0]["recovery_s"] if per_fault else None,
         "baseline_goodput_bps": baseline,

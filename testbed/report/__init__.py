@@ -79,6 +79,9 @@ def render_tables(summary: dict, console: Console) -> None:
         console.print(balance_table(summary))
         console.print(collisions_table(summary))
     for name, s in summary["transports"].items():
+        for lost in s.get("controller_lost") or ():   # the run went on without it: say when
+            console.print(Text.assemble(("controller lost", "red"),
+                                        f" {name}: at {lost['t_s']:.3f} s, {lost['reason']}"))
         for w in s.get("warnings") or ():
             console.print(Text.assemble(("warning", "yellow"), f" {name}: {w}"))
 

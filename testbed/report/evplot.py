@@ -11,7 +11,7 @@ import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 from testbed import metrics  # noqa: E402
-from testbed.report.plots import fault_lines, save_plot  # noqa: E402
+from testbed.report.plots import controller_lost_lines, fault_lines, save_plot  # noqa: E402
 
 STATE_COLOURS = {"GOOD": "tab:green", "ASSUMED_BAD": "tab:red", "DENIED": "black",
                  "UNKNOWN": "tab:gray", "SKIP": "tab:cyan"}
@@ -67,6 +67,7 @@ def _plot_rank(path: Path, summary: dict, transport: str, trans: list[dict], ran
         for start, dur, state in ev_segments(mine, t_end):
             ax.broken_barh([(start, dur)], (y - 0.4, 0.8), color=STATE_COLOURS.get(state, "tab:purple"))
     fault_lines(ax, s.get("faults") or [], label=False)
+    controller_lost_lines(ax, s, label=True)
     ax.set_yticks(range(len(evs)), [f"{d} {f'{p} ' if several else ''}{ev}" + (" *" if (d, p, ev) in crossing else "")
                                     for d, p, ev in evs], fontsize=7)
     for tick, v in zip(ax.get_yticklabels(), evs):

@@ -26,6 +26,7 @@ from testbed.report.fmt import fmt_s  # noqa: E402
 from testbed.rundir.write import atomic_file  # noqa: E402
 
 APPLY, RESTORE, RECONVERGE = "tab:red", "tab:blue", "tab:green"
+CONTROLLER_LOST = "black"
 DETECT, FLOW_RECOVERED = "tab:orange", "tab:brown"
 RAW, SMOOTH = "#b8b8b8", "black"            # goodput curves: grey 10 ms bins, black rolling median
 ZOOM_BEFORE_S, ZOOM_AFTER_S = 0.5, 2.0     # a fault's window: 0.5 s before .. recovery or 2 s after
@@ -107,6 +108,14 @@ def _reconverge_lines(ax, times, *, label: bool) -> None:
             _label(ax, t, "reconverge", RECONVERGE, ha="left")
 
 
+def controller_lost_lines(ax, s: dict, *, label: bool) -> None:
+    """The moments the controller was lost (summary ``controller_lost``): the data path goes on."""
+    for lost in s.get("controller_lost") or ():
+        ax.axvline(lost["t_s"], color=CONTROLLER_LOST, linestyle=":", linewidth=1.2)
+        if label:
+            _label(ax, lost["t_s"], "controller lost", CONTROLLER_LOST, top=False, ha="left")
+
+
 def recovered_flow(s: dict) -> dict | None:
     """``worst_recovery`` if its flow recovered after a dip (then ``s`` is seconds after the fault)."""
     r = s.get("worst_recovery")
@@ -177,6 +186,7 @@ def _goodput_axes(ax, series, tr: dict, *, zoom: dict | None) -> list:
         span = float(series["t_s"][-1]) if series is not None and len(series["t_s"]) else 1.0
     fault_lines(ax, tr.get("faults") or [], label=True, min_gap=span / 40)
     _reconverge_lines(ax, tr.get("reconverge_s") or (), label=True)
+    controller_lost_lines(ax, tr, label=True)
     marks = []
     if zoom is not None:
         marks = mark_detection_recovery(ax, tr, zoom["faults"])

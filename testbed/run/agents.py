@@ -35,7 +35,7 @@ def agent_command(python: str, fabric, jobs: list[dict], paths: list, members: l
     for m in members:
         argv += ["--job", str(paths[m])]
         if runtime:
-            argv += ["--netns", f"/proc/{fabric.nodes[jobs[m]['host']].pid}/ns/net"]
+            argv += ["--netns", f"/proc/{fabric.host_pid(jobs[m]['host'])}/ns/net"]
     return argv
 
 

@@ -14,6 +14,11 @@ processes it started (``allowed_pids``), one of those PIDs or a descendant of on
 keeps other local users out even where the file mode would not (a socket in a shared
 directory); the PID keeps out the user's other processes, e.g. a second run's agents
 connecting to the wrong socket. A refused connection is logged and closed before it is read.
+
+Sending never blocks: each connection has a bounded :class:`testbed.run.sendq.SendQueue`, written
+when the socket is writable (by :meth:`ControlServer.send` at once as far as it goes, then by
+:meth:`ControlServer.poll`). Above the bound ``ev_stats`` telemetry is dropped and counted
+(:attr:`ControlServer.dropped`); events, commands and results never are.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import os
 import selectors
 import socket
 import struct
+import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from agents.protocol import RUNNER_INBOUND, Command, Hello, LineFramer, Message, ControlProtocolError, encode
+from agents.protocol import RUNNER_INBOUND, Command, Event, Hello, LineFramer, Message, ControlProtocolError, encode
+from testbed.run.sendq import LIMIT_BYTES, SendQueue
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +75,10 @@ class ControlServer:
     sent. ``allowed_pids``: returns the PIDs of the agents started so far; a connection from
     another process (or another uid) is refused (see the module docstring)."""
 
-    def __init__(self, path: str, allowed_pids: Callable[[], Iterable[int]] | None = None):
+    def __init__(self, path: str, allowed_pids: Callable[[], Iterable[int]] | None = None, *,
+                 limit_bytes: int = LIMIT_BYTES, clock: Callable[[], float] = time.monotonic):
         self.path = path
+        self.limit_bytes, self.clock = limit_bytes, clock
         self.allowed_pids = allowed_pids
         self.refused = 0
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -88,12 +97,15 @@ class ControlServer:
         self._wake_w.setblocking(False)
         self.sel.register(self._wake_r, selectors.EVENT_READ)
         self.framers: dict[socket.socket, LineFramer] = {}
+        self.queues: dict[socket.socket, SendQueue] = {}
         self.by_rank: dict[int, socket.socket] = {}
+        #: droppable messages (ev_stats) dropped for back-pressure, on connections since closed
+        self._dropped_closed = 0
 
     def poll(self, timeout_s: float) -> list[Message]:
         """Messages that arrive within ``timeout_s`` (after the first readiness, no waiting)."""
         out: list[Message] = []
-        for key, _ in self.sel.select(max(timeout_s, 0.0)):
+        for key, mask in self.sel.select(max(timeout_s, 0.0)):
             if key.fileobj is self._wake_r:
                 try:
                     while self._wake_r.recv(4096):
@@ -114,9 +126,13 @@ class ControlServer:
                     continue
                 conn.setblocking(False)
                 self.framers[conn] = LineFramer(RUNNER_INBOUND)
+                self.queues[conn] = SendQueue(self.limit_bytes)
                 self.sel.register(conn, selectors.EVENT_READ)
                 continue
-            self._read(key.fileobj, out)
+            if mask & selectors.EVENT_WRITE:
+                self._flush(key.fileobj)
+            if mask & selectors.EVENT_READ and key.fileobj in self.framers:
+                self._read(key.fileobj, out)
         return out
 
     def wakeup(self) -> None:
@@ -174,23 +190,59 @@ class ControlServer:
     def _drop(self, conn: socket.socket) -> None:
         self.sel.unregister(conn)
         self.framers.pop(conn, None)
+        q = self.queues.pop(conn, None)
+        if q is not None:
+            self._dropped_closed += q.dropped
         for r in [r for r, c in self.by_rank.items() if c is conn]:
             del self.by_rank[r]
         conn.close()
 
     def send(self, rank: int, msg: Message) -> bool:
-        """Send ``msg`` to ``rank`` (blocking, at most 1 s); False if it has no connection or it failed."""
+        """Queue ``msg`` for ``rank`` and write what the socket takes now (never blocks); False if
+        it has no connection or the message was dropped for back-pressure (only ``ev_stats``)."""
         conn = self.by_rank.get(rank)
         if conn is None:
             return False
-        try:
-            conn.setblocking(True)
-            conn.settimeout(1.0)
-            conn.sendall(encode(msg))
-            conn.setblocking(False)
-            return True
-        except OSError:
+        droppable = isinstance(msg, Event) and msg.kind == "ev_stats"
+        if not self.queues[conn].push(encode(msg), self.clock(), droppable=droppable):
             return False
+        self._flush(conn)
+        return True
+
+    def _flush(self, conn: socket.socket) -> None:
+        """Write ``conn``'s queue until the socket would block; watch for writability while
+        something is left."""
+        q = self.queues.get(conn)
+        if q is None:
+            return
+        while len(q):
+            try:
+                n = conn.send(q.pending())
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:   # the peer is gone: its reader sees EOF and drops it
+                log.debug("control: send failed: %s", exc)
+                break
+            q.sent(n, self.clock())
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if len(q) else 0)
+        if self.sel.get_key(conn).events != events:
+            self.sel.modify(conn, events)
+
+    def stalled_s(self, rank: int) -> float:
+        """Seconds ``rank``'s queue has waited without a byte taken (0: empty or no connection)."""
+        conn = self.by_rank.get(rank)
+        return self.queues[conn].stalled_s(self.clock()) if conn is not None else 0.0
+
+    @property
+    def dropped(self) -> int:
+        """``ev_stats`` messages dropped for back-pressure so far, every connection."""
+        return self._dropped_closed + sum(q.dropped for q in self.queues.values())
+
+    def disconnect(self, rank: int) -> None:
+        """Close ``rank``'s connection (e.g. a controller declared lost), its queue with it."""
+        conn = self.by_rank.get(rank)
+        if conn is not None:
+            self._drop(conn)
 
     def broadcast(self, msg: Message) -> None:
         """``msg`` to every agent (not the controller)."""
@@ -208,6 +260,7 @@ class ControlServer:
 
     def close(self) -> None:
         for conn in list(self.framers):
+            self._flush(conn)      # what the socket takes now (a last stop); never waits
             self._drop(conn)
         self.sel.close()
         self.listener.close()

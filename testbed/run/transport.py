@@ -32,8 +32,11 @@ The run directory and its record formats are in :mod:`testbed.rundir.schemas`.
 Outcomes per transport (``status``): ``done`` (every rank finished), ``failed`` (an
 agent reported a failure, e.g. a QP in ERR: the job would crash), ``timeout``,
 ``crashed`` (an agent exited without a report), ``error`` (the testbed failed, e.g.
-a fault could not be applied), ``interrupted``. Ctrl-C or a crash still tears down and
-keeps partial results.
+a fault could not be applied; or the scenario's controller said no hello within
+:data:`testbed.run.ctlwatch.HELLO_TIMEOUT_S`), ``interrupted``. A controller lost after its
+hello (exited, disconnected, silent) ends nothing: it is journaled ``controller_lost`` and the
+agents go on with their own remedies (:mod:`testbed.run.ctlwatch`). Ctrl-C or a crash still
+tears down and keeps partial results.
 """
 
 from __future__ import annotations
@@ -57,10 +60,12 @@ from testbed.faults.timeline import Step, Timeline, sweep_warmups
 from testbed.model.errors import TestbedFailure
 from testbed.model.topology import Topology
 from testbed.run.agents import agent_env, default_agent_processes, start_local_agents
-from testbed.run.control import ControlServer, control_socket_path
+from testbed.run.control import CONTROLLER, ControlServer, control_socket_path
+from testbed.run.ctlwatch import ControllerWatch, Lost
 from testbed.run.priority import RunnerPriority
 from testbed.run.progress import Display, Progress
 from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
+from testbed.run.state import RunState
 from testbed.rundir.errors import RunDirWriteError
 from testbed.rundir.names import DIR_MODE, PATHS, SAMPLES_DIR
 from testbed.rundir.write import (TransportWriter, agent_log, event_record, iteration_record, merge_samples,
@@ -123,12 +128,13 @@ class TransportRun:
         self.procs: dict[int, object] = {}
         #: the controller process (:mod:`testbed.controller`) on an mrc run of a scenario with one
         self.controller = None
+        #: when that controller is live, lost or never connected (:mod:`testbed.run.ctlwatch`)
+        self.ctl_watch: ControllerWatch | None = None
+        self._drops_journaled = 0
         self.ticker: Ticker | None = None
         self.logs: list = []
-        self.ready: set[int] = set()
-        self.done: set[int] = set()
-        self.failed: dict[int, str] = {}
-        self.started = False
+        #: the barrier and the outcome (sans-I/O); the controller's watch joins it when one starts
+        self.state = RunState(self.world, timeout_s=scenario.timeout_s, log_of=lambda r: str(agent_log(self.dir, r)))
         self.status: str | None = None
         self.reason = ""
         self._t_wall_start: float | None = None
@@ -220,6 +226,10 @@ class TransportRun:
         explicit = self.agent_processes_override or self.scenario.agent_processes
         remote = self.fabric.start_agents(jobs, None if explicit == PER_HOST else (explicit or 0))
         if remote is not None:   # the servers' workers start them, relay their messages
+            if self.scenario.controller and transport_variant(self.transport)[0] == "mrc":
+                # never run without the controller the scenario asks for (the CLI refuses first)
+                raise RunnerError(f"the MRC controller (policy {self.scenario.controller}) does not run on a "
+                                  "fabric over servers")
             self.server = self.remote = remote
             self.procs = self.remote.procs
             self.journal({"kind": "clocks", "servers": self.fabric.clocks})
@@ -245,6 +255,7 @@ class TransportRun:
             [self.python, "-m", "testbed.controller", "--socket", sock, "--jobs", str(self.dir / "jobs"),
              "--policy", self.scenario.controller, "--log", str(self.dir / "controller.jsonl")],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=agent_env())
+        self.ctl_watch = self.state.controller = ControllerWatch(time.monotonic())
         self.journal({"kind": "controller", "phase": "spawned", "pid": self.controller.pid,
                       "policy": self.scenario.controller})
 
@@ -258,16 +269,14 @@ class TransportRun:
     def _loop(self) -> None:
         self.priority.raise_()
         cpu, sched = CpuSampler(), SchedSampler({} if self.remote else self.procs)   # remote: their workers
-        n = len(self.world)
         t0 = time.monotonic()
-        deadline = t0 + self.scenario.timeout_s
+        self.state.begin(t0)
         tick = self.ticker = Ticker(LINK_SAMPLE_S, t0)
         self.progress.status = "connecting"
         while True:
             now = time.monotonic()
-            if now >= deadline:
-                self.status = "timeout"
-                self.reason = f"not done within the scenario timeout ({self.scenario.timeout_s:g} s)"
+            self.state.on_time(now)
+            if self._ended():
                 return
             for step in self.timeline.due(now):
                 self._apply(step)
@@ -281,25 +290,31 @@ class TransportRun:
                     cpu.sample()
                 self.records.flush()
                 self.refresh()
-                if self.status:
+                if self._ended():
                     return
+            deadline = self.state.deadline
             wake = min(tick.next, deadline, self.timeline.next_time() or deadline)
             for msg in self.server.poll(wake - time.monotonic()):
                 self._on_message(msg)
-            if len(self.done) == n:
-                self.status = "done"
+            if self._ended():
                 return
-            if self.failed:
-                rank, reason = next(iter(self.failed.items()))
-                self.status, self.reason = "failed", f"rank {rank} ({self.world[rank]}): {reason}"
-                return
-            if self.status:
-                return
+
+    def _ended(self) -> bool:
+        """The run state has an outcome: it becomes the transport's status and reason."""
+        if self.state.outcome is None:
+            return False
+        self.status, self.reason = self.state.outcome.status, self.state.outcome.reason
+        return True
+
+    @property
+    def started(self) -> bool:
+        return self.state.started
 
     def _on_message(self, msg: Message) -> None:
         if isinstance(msg, Hello):
             self.journal({"kind": "controller", "phase": "connected"})
-            self._maybe_start()
+            if self.state.on_hello(time.monotonic()):
+                self._start()
             return
         if isinstance(msg, Command):
             self._relay(msg)
@@ -320,25 +335,24 @@ class TransportRun:
 
     def _on_event(self, msg: Event) -> None:
         if msg.kind == "ev_stats":   # the controller's drop telemetry: forwarded, not journaled
-            if self.controller is not None:
+            if self.controller_live:
                 self.server.to_controller(msg)
             return
         self.events.write(event_record(msg))
-        if self.controller is not None and msg.kind != "qp_error":
+        if self.controller_live and msg.kind != "qp_error":
             self.server.to_controller(msg)
         if msg.kind == "qp_error":
             self.say(f"rank {msg.rank}: {msg.reason}", head="QP error", head_style="red")
 
     def _on_ready(self, msg: Ready) -> None:
-        self.ready.add(msg.rank)
         self.journal({"kind": "agent", "rank": msg.rank, "status": "ready"})
-        self._maybe_start()
-
-    def _maybe_start(self) -> None:
-        """Start once every rank is ready and the controller (if any) is connected."""
-        if len(self.ready) == len(self.world) and not self.started \
-                and (self.controller is None or self.server.has_controller):
+        if self.state.on_ready(msg.rank):
             self._start()
+
+    @property
+    def controller_live(self) -> bool:
+        """A controller runs, has said hello and is not lost: events and actions go to it."""
+        return self.ctl_watch is not None and self.ctl_watch.live
 
     def _relay(self, cmd: Command) -> None:
         """A controller command: journaled, then sent to its agent."""
@@ -350,18 +364,17 @@ class TransportRun:
                  head="controller")
 
     def _on_done(self, msg: Done) -> None:
-        self.done.add(msg.rank)
         self.journal({"kind": "agent", "rank": msg.rank, "status": "done", "summary": msg.summary})
+        self.state.on_done(msg.rank)
 
     def _on_failed(self, msg: Failed) -> None:
-        self.failed[msg.rank] = msg.reason
         self.journal({"kind": "agent", "rank": msg.rank, "status": "failed", "reason": msg.reason})
+        self.state.on_failed(msg.rank, msg.reason)
 
     _handlers = {Sample: _on_sample, Iteration: _on_iteration, Event: _on_event, Ready: _on_ready,
                  Done: _on_done, Failed: _on_failed}
 
     def _start(self) -> None:
-        self.started = True
         self._t_wall_start = time.time()
         self._cpu_start = _own_cpu_s()
         self.journal({"kind": "run", "phase": "start", "transport": self.transport, "world": self.world})
@@ -376,18 +389,41 @@ class TransportRun:
         for rec in self.counters.read():
             self.records.links.write({"t": t, **rec})
 
-    def _check_processes(self) -> None:
-        if self.controller is not None and (code := self.controller.poll()) is not None and not self.status:
-            self.status = "crashed"
-            self.reason = f"the controller exited with status {code}; see {self.dir / 'controller.log'}"
-            self.journal({"kind": "controller", "phase": "exited", "exit": code})
+    def _check_controller(self, now: float) -> None:
+        """A controller that never said hello ends the run (RunnerError naming its log); one that
+        exits, closes its connection or stops reading afterwards is lost: journaled, and the
+        run goes on without it (the agents keep their own remedies)."""
+        if self.ctl_watch is None:
             return
+        code = self.controller.poll()
+        verdict = self.ctl_watch.check(now, exit_code=code,
+                                       connected=self.server.has_controller,
+                                       stalled_s=self.server.stalled_s(CONTROLLER))
+        if verdict is None:
+            return
+        if not isinstance(verdict, Lost):
+            raise RunnerError(f"{verdict.reason}; see {self.dir / 'controller.log'}")
+        self.server.disconnect(CONTROLLER)
+        if code is None:           # silent or disconnected: ours to end, so it cannot act late
+            self.controller.kill()
+            code = self.controller.wait()
+        self.journal({"kind": "controller_lost", "reason": verdict.reason, "exit": code, "pid": self.controller.pid})
+        self.say(f"controller lost ({verdict.reason}): the agents go on with their own remedies; "
+                 f"see {self.dir / 'controller.log'}", head="controller", head_style="red")
+
+    def _journal_drops(self) -> None:
+        """The relay's ev_stats drops (back-pressure from a slow controller), when they grew."""
+        dropped = self.server.dropped if isinstance(self.server, ControlServer) else 0
+        if dropped > self._drops_journaled:
+            self._drops_journaled = dropped
+            self.journal({"kind": "relay", "to": "controller", "dropped_ev_stats": dropped})
+
+    def _check_processes(self) -> None:
+        self._check_controller(time.monotonic())
+        self._journal_drops()
         for rank, proc in self.procs.items():
             code = proc.poll()
-            if code is not None and rank not in self.done and rank not in self.failed:
-                self.status = "crashed"
-                self.reason = (f"rank {rank} ({self.world[rank]}) exited with status {code} without a report; "
-                               f"see {agent_log(self.dir, rank)}")
+            if code is not None and self.state.on_exit(rank, code):
                 self.journal({"kind": "agent", "rank": rank, "status": "crashed", "exit": code})
                 return
 
@@ -414,11 +450,12 @@ class TransportRun:
         EV action goes to the controller (no controller on this transport: journaled as skipped)."""
         change = step.change
         if isinstance(change, EVAction):
-            sent = self.controller is not None and self.server.to_controller(
+            sent = self.controller_live and self.server.to_controller(
                 Operator(change.op, change.link, step.index))
             self.journal({"kind": "controller", "source": "timeline", "action": step.action,
                           "link": change.link, "index": step.index, "sent": sent})
-            self.say(f"{change.link}: {change.describe()}" + ("" if sent else " (no controller on this run)"),
+            missing = " (controller lost)" if self.ctl_watch is not None else " (no controller on this run)"
+            self.say(f"{change.link}: {change.describe()}" + ("" if sent else missing),
                      head=step.action)
             return
         self.faults.apply_step(step)
@@ -448,7 +485,7 @@ class TransportRun:
         try:
             if self.server is not None:
                 self.server.broadcast(Stop())
-                if self.controller is not None:
+                if self.controller_live:
                     self.server.to_controller(Stop())
                 deadline = time.monotonic() + STOP_GRACE_S
                 while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
@@ -457,6 +494,8 @@ class TransportRun:
                             self._on_message(msg)
                         except Exception:  # noqa: BLE001 - late records are best effort
                             pass
+            if self.server is not None:
+                self._journal_drops()
             pending = self.timeline.pending()
             unfired = self.timeline.unfired()
             if pending or unfired:

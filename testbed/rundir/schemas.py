@@ -17,6 +17,11 @@ seconds. Counters are cumulative (readers take differences).
   drop counters when a loss or blackhole ends; ``action`` "end" and ``step`` "link" / "all"
   with ``nft_drops`` when everything still applied is reverted at the end),
   ``reconverge`` ``{"links_down"}``: written by :class:`testbed.faults.FaultInjector`;
+* ``controller`` (spawned, connected, timeline actions and relayed commands);
+  ``controller_lost`` ``{"reason", "exit", "pid"}``: the controller exited, closed its connection
+  or stopped reading after its hello; the run went on without it (:mod:`testbed.run.ctlwatch`);
+  ``relay`` ``{"to": "controller", "dropped_ev_stats"}``: ev_stats dropped so far for back-pressure
+  (:mod:`testbed.run.sendq`), written when the count grows;
 * ``timeline`` ``{"not_reached": [step records], "never_triggered": [event index]}``;
 * ``runner`` ``{"cpu_s", "wall_s", "priority"}``: the runner process's own CPU (user +
   system, all threads) from the agents' start to the end of the run, that wall-clock span,
@@ -65,6 +70,8 @@ EVENT_KINDS = {
     "agent": EVENT.extend({"rank": RANK}, {"status": Opt(STR)}),
     "run": EVENT.extend({}, {"phase": Opt(STR), "status": Opt(STR), "reason": Opt(STR)}),
     "fault": EVENT.extend({}, {"action": Opt(STR), "link": Opt(STR), "phase": Opt(STR)}),
+    "controller_lost": EVENT.extend({"reason": STR}, {"exit": Opt(Int()), "pid": Opt(Int())}),
+    "relay": EVENT.extend({"to": STR, "dropped_ev_stats": COUNTER}),
 }
 """``events.jsonl`` by ``kind`` (others: :data:`EVENT`)."""
 

@@ -38,7 +38,7 @@ from testbed.spec.topofile import load_topology
 __all__ = ["Problem", "SpecError", "Scenario", "WorkloadSpec", "TimelineEvent", "load_topology",
            "load_scenario", "load_file", "is_scenario", "timeline_warnings", "TRANSPORTS", "ACTIONS",
            "COLLECTIVES", "ORDERS", "transport_variant", "parse_transport", "TransportName",
-           "MAX_REFERRED_PROBLEMS", "Path"]
+           "MAX_REFERRED_PROBLEMS", "Path", "key_line", "servers_problem"]
 
 # -- either -------------------------------------------------------------------
 
@@ -46,6 +46,31 @@ def is_scenario(path: str | os.PathLike) -> bool:
     """True if the file's top-level mapping has a scenario key (transports, timeline, workload)."""
     root = Reader(str(path)).compose(Path(path))
     return isinstance(root, MappingNode) and any(k.value in SCENARIO_KEYS for k, _ in root.value)
+
+
+def key_line(path: str | os.PathLike, key_path: str) -> int:
+    """The line of a dotted ``key_path`` (``controller.policy``) in the file, else of its nearest
+    present ancestor; 0 when not even the first key is there (e.g. set by ``--set``)."""
+    node, line = Reader(str(path)).compose(Path(path)), 0
+    for key in key_path.split("."):
+        if not isinstance(node, MappingNode):
+            break
+        found = next(((k, v) for k, v in node.value if getattr(k, "value", None) == key), None)
+        if found is None:
+            break
+        line, node = found[0].start_mark.line + 1, found[1]
+    return line
+
+
+def servers_problem(scenario: Scenario, path: str | os.PathLike, transports) -> Problem | None:
+    """Why ``scenario`` cannot run on a fabric over servers (``--servers``), or None. The MRC
+    controller runs on one machine only: a controller on an mrc run there would be silently
+    missing, its ``replace`` policy and ``ev_*`` actions ignored, so it is refused up front."""
+    if scenario.controller is None or not any(transport_variant(t)[0] == "mrc" for t in transports):
+        return None
+    return Problem(str(path), key_line(path, "controller.policy"), "controller.policy",
+                   f"the MRC controller (policy {scenario.controller}) does not run on --servers runs yet; "
+                   "remove the controller key (and the ev_* timeline actions) or run on one machine")
 
 
 def load_file(path: str | os.PathLike, *, features: KernelFeatures) -> Topology | Scenario:
