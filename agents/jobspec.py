@@ -44,6 +44,11 @@ QP_CHANNEL_KEYS = {"ev_min_active": int, "ecn": bool}
 NSCC built ``ecn_capable``; see :mod:`agents.net.udp` and :mod:`agents.channels.qp`)."""
 
 
+ENGINES = ("python", "native")
+"""The MRC engines a job may run its QPs on: ``python`` (agents/mrc, the specification) and
+``native`` (agents/mrc/core through agents.mrc._core, held to it by differential tests)."""
+
+
 class JobSpecError(ValueError):
     """The job spec is unreadable or invalid; ``problems`` lists every ``key: message``."""
 
@@ -126,7 +131,9 @@ class JobSpec:
     :data:`QP_CHANNEL_KEYS`); ``connect_timeout_s``; ``linger_s`` (after ``done``); ``rx_hold_s``
     (>= 0, s: receive moderation of the agent's event loop, :class:`agents.net.loop.EventLoop`
     ``hold_s``; 0: none); ``rt_priority`` (0..99: the agent's process runs at SCHED_RR with this
-    priority, :func:`agents.realtime`; 0: the normal policy)."""
+    priority, :func:`agents.realtime`; 0: the normal policy); ``engine`` (:data:`ENGINES`: the MRC
+    engine of mrc and rc QPs, the Python specification or the native one, :mod:`agents.mrc.native`;
+    kernel tcp ignores it)."""
 
     run_id: str
     rank: int
@@ -157,6 +164,7 @@ class JobSpec:
     linger_s: float = 2.0
     rx_hold_s: float = 0.0
     rt_priority: int = 0
+    engine: str = "python"
 
     @property
     def world_size(self) -> int:
@@ -435,6 +443,8 @@ def parse_job(raw: Any, source: str = "<job>") -> JobSpec:
                        check=lambda v: 0 <= v <= 0.1, why="must be in [0, 0.1]"),
         "rt_priority": g(raw, "rt_priority", "", int, default=0,
                          check=lambda v: 0 <= v <= 99, why="must be in [0, 99]"),
+        "engine": g(raw, "engine", "", str, default="python", check=lambda v: v in ENGINES,
+                    why=f"must be one of {', '.join(ENGINES)}"),
     }
     world_ok = v["world"] is not None
     v["targets"] = _targets(c, raw, v["collective"], len(v["world"]) if world_ok else None)

@@ -49,6 +49,7 @@ from ..collectives import Send
 from ..mrc import (EVEvent, EVState, QP, QPAttr, QPConfig, QPError, Transport, WCOpcode, WCStatus,
                    WorkCompletion, bring_up, payload_bytes_for_mtu)
 from ..mrc.profiles import EV, EV_INVALID, EVMode, EVOp, ProfileError, ProfileState, ProfileTable
+from ..mrc import native
 from ..net.udp import Endpoint, Route
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,24 @@ def qpn(src: int, dst: int, q: int, world_size: int, *, responder: bool) -> int:
 def max_qpn(world_size: int, qps: int) -> int:
     """The largest QPN :func:`qpn` can give for ``world_size`` ranks and ``qps`` QPs each."""
     return qpn(world_size - 1, world_size - 1, qps - 1, world_size, responder=True)
+
+
+def engine_classes(engine: str) -> tuple[type, type]:
+    """The QP class and the UDP endpoint class of an MRC engine (job spec ``engine``):
+    ``python``, :class:`agents.mrc.QP` on :class:`agents.net.udp.Endpoint`; ``native``,
+    ``agents.mrc._core.QP`` on :class:`agents.net.native_udp.NativeEndpoint`. A native engine
+    that is not built raises :class:`agents.mrc.native.NativeEngineMissing`: a run never
+    falls back to the other engine silently. ValueError for another name."""
+    if engine == "python":
+        return QP, Endpoint
+    if engine != "native":
+        raise ValueError(f"unknown MRC engine {engine!r} (python or native)")
+    core = native.load(require=True)
+    if not hasattr(core, "QP"):
+        raise native.NativeEngineMissing(f"agents.mrc._core ({core.__file__}) has no QP: rebuild it "
+                                         "(make setup)")
+    from ..net.native_udp import NativeEndpoint
+    return core.QP, NativeEndpoint
 
 
 def qp_config_kwargs(spec) -> dict:
@@ -125,7 +144,8 @@ class QPChannel:
                                **qp_config_kwargs(spec))
         self.attr = QPAttr(**spec.qp_attr_kwargs())
         self.attr.validate()
-        self.endpoint = Endpoint(loop, bind_addr=spec.bind_addr, port=spec.port, ecn=spec.ecn)
+        self._qp_class, endpoint_class = engine_classes(spec.engine)
+        self.endpoint = endpoint_class(loop, bind_addr=spec.bind_addr, port=spec.port, ecn=spec.ecn)
         self.profiles = ProfileTable()
         try:
             self.tx = [self._connect(p, "tx", recv_region) for p in spec.send_to]
@@ -151,7 +171,7 @@ class QPChannel:
         qps = []
         for q in range(spec.qps):
             mine = qpn(src, dst, q, n, responder=side == "rx")
-            qp = QP(mine, rng=random.Random(f"{spec.seed}:{r}:{side}:{peer.rank}:{q}"),
+            qp = self._qp_class(mine, rng=random.Random(f"{spec.seed}:{r}:{side}:{peer.rank}:{q}"),
                     memory=recv_region if side == "rx" else None, config=self.config)
             routes = _routes(peer, spec.port, spec.transport, q)
             dest = qpn(src, dst, q, n, responder=side == "tx")
@@ -297,6 +317,7 @@ class QPChannel:
         return {"tx_qp": _aggregate([s for p in peers if p["dir"] == "tx" for s in p["qps"]]),
                 "rx_qp": _aggregate([s for p in peers if p["dir"] == "rx" for s in p["qps"]]),
                 "qps_per_connection": self.spec.qps, "peers": peers,
+                "engine": self.spec.engine,
                 "udp": {"rx_datagrams": ep.rx_datagrams, "tx_datagrams": ep.tx_datagrams,
                         "tx_errors": ep.tx_errors, "rx_unknown_qpn": ep.rx_unknown_qpn,
                         "ecn": ep.ecn, "rx_ce": ep.rx_ce}}

@@ -276,12 +276,15 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
         # every job's flows against each other, on the whole fabric's counters
         per_job[0].summary["balance"] = balance_summary(tr, topo, per_job[0].t0_s, topology_problem=topo_problem)
         analyses.append(per_job[0])
+    engines = manifest.get("engines") or {}
     for a in analyses:
         a.summary["busbw_fraction_of_host"] = fraction(a.summary)
+        if a.name in engines:
+            a.summary["engine"] = engines[a.name]
     summary = {"scenario": scenario_name(manifest), "run_dir": str(run_dir),
                "world_size": manifest.get("world_size"), "host_link_rate_bps": rate,
                "host_bandwidth_bps": host_bw, "host_nics": manifest.get("host_nics"),
-               "payload_bytes": manifest.get("payload_bytes"),
+               "payload_bytes": manifest.get("payload_bytes"), "engines": engines,
                "defaults": _defaults(manifest),
                "definitions": DEFINITIONS, "transports": {a.name: a.summary for a in analyses},
                "comparison": [comparison_row(a.summary) for a in analyses]}

@@ -188,7 +188,24 @@ def _host(summary: dict) -> str:
                      f"host: {nics} NICs, {host_bw / 1e6:g} Mbit/s")
     if payload := payload_text(summary):
         parts.append(payload)
+    if engine := engine_text(summary):
+        parts.append(engine)
     return f" ({', '.join(parts)})" if parts else ""
+
+
+def engine_text(summary: dict) -> str:
+    """``native engine`` (``... (mrc, rc)`` when some transport, kernel tcp, has none; each
+    engine named when they differ); "" for a run that recorded none (older runs)."""
+    engines = {n: e for n, e in (summary.get("engines") or {}).items() if e != "kernel"}
+    if not engines:
+        return ""
+    names = list(summary.get("transports") or ())
+    by_engine: dict[str, list[str]] = {}
+    for name, engine in engines.items():
+        by_engine.setdefault(engine, []).append(name)
+    parts = [f"{engine} engine" + ("" if len(by_engine) == 1 and sorted(ns) == sorted(names)
+                                    else f" ({', '.join(ns)})") for engine, ns in by_engine.items()]
+    return ", ".join(parts)
 
 
 def comparison_table(summary: dict) -> Grid:

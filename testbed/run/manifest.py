@@ -38,7 +38,7 @@ def base_manifest(scenario: Scenario) -> dict:
         "world_size": len(hosts), "host_link_rate_bps": host_link_rate_bps(scenario),
         "host_bandwidth_bps": host_bandwidth_bps(scenario),
         "host_nics": min(len(scenario.topology.nics[h]) for h in hosts), "seed": scenario.seed,
-        "payload_bytes": job_payload_bytes(scenario),
+        "payload_bytes": job_payload_bytes(scenario), "engines": scenario.engines(),
         "workload": scenario.to_dict()["workload"],
         "topology_sha256": hashlib.sha256(topo_bytes).hexdigest(),
         "versions": versions(), "kernel_features": dataclasses.asdict(features()), "started_at": time.time(),

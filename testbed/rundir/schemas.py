@@ -135,6 +135,7 @@ MANIFEST_FIELDS = {
     "world_size": Opt(Int(1, MAX_WORLD)), "host_link_rate_bps": Opt(Num(1, 1e15)),
     "host_bandwidth_bps": Opt(Num(1, 1e18)), "host_nics": Opt(Int(1, MAX_WORLD)), "workload": Opt(_WORKLOAD),
     "payload_bytes": Opt(Int(1, 65535)),
+    "engines": Opt(MapOf(Check("python, native or kernel", lambda v: v in ("python", "native", "kernel")))),
     "spec": Check("an object", lambda v: isinstance(v, dict)), "seed": Opt(Int()), "status": Opt(MapOf(ANY)), "planned_transports": Opt(ListOf(STR, 64)),
     "started_at": Opt(TIME), "finished_at": Opt(TIME), "format": Opt(Int(1, 1 << 16, "a format number")),
 }
@@ -142,7 +143,8 @@ MANIFEST_FIELDS = {
 ``scenario`` and ``spec`` (format 1), when objects, are checked as :data:`SCENARIO_FIELDS`;
 ``format``: :data:`testbed.rundir.upgrade.FORMAT` (absent: 1, :func:`testbed.rundir.upgrade.upgrade`)."""
 SCENARIO_FIELDS = {"name": STR, "workload": _WORKLOAD, "timeout_s": Num(0, 1e9),
-                   "defaults": MapOf(Check("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)))}
+                   "defaults": MapOf(Check("a number or a name", lambda v: isinstance(v, (int, float, str))
+                                           and not isinstance(v, bool)))}
 """``defaults``: the values absent optional keys took (:attr:`testbed.spec.Scenario.defaults`)."""
 SUMMARY_DOC = Obj({"transports": MapOf(Obj({"transport": STR, "completion": Obj({}), "iteration_s": Obj({})}), 64),
                    "comparison": ListOf(Obj({}), 64)}, {"damage": ListOf(STR, 1 << 16)})

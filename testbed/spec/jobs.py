@@ -333,6 +333,6 @@ def build_job_specs(scenario: Scenario, transport: str, *, run_id: str, control_
             send_to=tuple(peer(r, d, True) for d in send_to),
             recv_from=tuple(peer(r, s, False) for s in recv_from),
             qp=qp, connect_timeout_s=10.0, linger_s=2.0, rx_hold_s=round(RX_HOLD_BASE_RTTS * base_rtt, 6),
-            rt_priority=AGENT_RT_PRIORITY if scenario.agent_realtime else 0,
+            rt_priority=AGENT_RT_PRIORITY if scenario.agent_realtime else 0, engine=scenario.engine,
             targets=tuple(targets) if targets is not None else None, qps=qps))
     return jobs

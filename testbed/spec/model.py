@@ -126,12 +126,20 @@ class Scenario:
     #: ``agent_realtime: true``: the agents' processes run at SCHED_RR (job ``rt_priority``
     #: :data:`testbed.spec.jobs.AGENT_RT_PRIORITY`) instead of the normal policy.
     agent_realtime: bool = False
+    #: ``engine:``: the MRC engine of the mrc and rc QPs, "python" (the specification) or
+    #: "native" (:mod:`agents.mrc.native`); kernel tcp has none.
+    engine: str = "python"
     #: ``controller: {policy}``: the MRC controller's policy (:mod:`testbed.controller`), started
     #: on every mrc run; None: no controller (and no ``ev_*`` timeline action).
     controller: str | None = None
     #: The values absent optional keys took (:data:`testbed.spec.schema.SCENARIO_DEFAULTS`, the
     #: derived timeout), as ``(key path, value)`` in file order: ``(("seed", 1), ("timeout", 58.0))``.
     defaults: tuple[tuple[str, object], ...] = ()
+
+    def engines(self) -> dict[str, str]:
+        """The engine of every transport of the run: mrc/rc variants the scenario's ``engine``,
+        kernel tcp ``"kernel"`` (so that no figure is quoted without its engine)."""
+        return {t: "kernel" if t == "tcp" else self.engine for t in self.transports}
 
     @property
     def all_jobs(self) -> tuple[WorkloadSpec, ...]:
@@ -149,7 +157,7 @@ class Scenario:
                          "hosts": len(topo.hosts)},
             "transports": list(self.transports), "seed": self.seed, "trials": self.trials,
             "agent_processes": self.agent_processes, "agent_realtime": self.agent_realtime,
-            "controller": self.controller,
+            "engine": self.engine, "engines": self.engines(), "controller": self.controller,
             "timeout_s": self.timeout_s, "defaults": dict(self.defaults),
             "reconverge_after_s": self.reconverge_after_s,
             "workload": _workload_dict(self.workload),

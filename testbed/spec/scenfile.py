@@ -125,6 +125,9 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
             agent_realtime = value
         else:
             r.error(node, "agent_realtime", f"expected true or false, got {r.describe(node)}")
+    engine = _engine(r, m)
+    if "engine" not in m:
+        defaults["engine"] = engine
     timeout_s = r.unit(m.get("timeout"), "timeout", units.parse_duration)
     if timeout_s == 0:
         r.error(m["timeout"], "timeout", "must be > 0")
@@ -143,7 +146,22 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
                     reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs),
                     agent_processes=agent_processes, agent_realtime=agent_realtime, controller=controller,
-                    defaults=tuple(defaults.items()))
+                    engine=engine, defaults=tuple(defaults.items()))
+
+
+def _engine(r, m) -> str:
+    """``engine:``, the MRC engine of the mrc and rc QPs (:data:`agents.jobspec.ENGINES`);
+    absent: :data:`testbed.spec.schema.SCENARIO_DEFAULTS`'s."""
+    from agents.jobspec import ENGINES
+    default = SCENARIO_DEFAULTS["engine"]
+    if "engine" not in m:
+        return default
+    node = m["engine"]
+    value = r.value(node) if isinstance(node, ScalarNode) else None
+    if value in ENGINES:
+        return value
+    r.error(node, "engine", f"expected one of {', '.join(ENGINES)}, got {r.describe(node)}")
+    return default
 
 
 def derived_timeout_s(jobs: list[WorkloadSpec], topo: Topology) -> float:

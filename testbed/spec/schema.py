@@ -24,7 +24,7 @@ FLOW_TARGET = "<flow target>"
 SCENARIO: dict[str, Keys] = {
     "": (("topology", "transports"),
          ("name", "description", "seed", "timeout", "reconverge_after", "timeline", "trials", "workload", "jobs",
-          "agent_processes", "agent_realtime", "controller", "sweep")),
+          "agent_processes", "agent_realtime", "engine", "controller", "sweep")),
     "controller": (("policy",), ()),
     "workload": (tuple(_WORKLOAD_REQUIRED), WORKLOAD_OPTIONAL),
     "jobs[]": (tuple(_WORKLOAD_REQUIRED), ("name", *WORKLOAD_OPTIONAL)),
@@ -47,7 +47,8 @@ TOPOLOGY: dict[str, Keys] = {
 }
 """Topology file mappings. ``<kind K>`` are the top-level keys that ``kind: K`` adds."""
 
-SCENARIO_DEFAULTS: dict[str, int] = {"seed": 1, "workload.factor": 2, "workload.iterations": 5, "workload.warmup": 1}
+SCENARIO_DEFAULTS: dict[str, object] = {"seed": 1, "workload.factor": 2, "workload.iterations": 5,
+                                         "workload.warmup": 1, "engine": "python"}
 """Values of absent scenario keys (a job of ``jobs:`` takes the workload's); ``timeout`` is derived."""
 
 #: The timeout when absent: a fixed allowance for start-up and teardown plus this many times the

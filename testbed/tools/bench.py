@@ -31,8 +31,8 @@ from rich.table import Table
 from testbed.fabric.local import Fabric
 from testbed.model.generators import fat_tree
 from testbed.model.topology import LinkParams, Topology
-from testbed.tools.ceiling import (CEILING_RATES_MBIT, CEILING_TRANSPORTS, MRC_DATAGRAM_BYTES, bench_ceiling,
-                                   bench_kernel_limit, bench_profile, ceiling_table, limit_table, profile_table,
+from testbed.tools.ceiling import (CEILING_ENGINES, CEILING_RATES_MBIT, CEILING_TRANSPORTS, MRC_DATAGRAM_BYTES,
+                                   bench_ceiling, bench_kernel_limit, bench_profile, ceiling_table, limit_table, profile_table,
                                    versus_table)
 
 TARGET_UP_S = {8: 3.0}
@@ -177,9 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ceiling-payload", type=int, default=None, metavar="BYTES",
                         help="payload bytes per mrc/rc data packet in the ceiling sweep (workload.payload; "
                              "default 4096)")
+    parser.add_argument("--ceiling-engines", nargs="+", default=list(CEILING_ENGINES), choices=list(CEILING_ENGINES),
+                        help="MRC engines of the ceiling sweep's mrc and rc rows")
     parser.add_argument("--ceiling-realtime", action="store_true",
                         help="run the ceiling sweep's agents at SCHED_RR (agent_realtime)")
-    parser.add_argument("--profile", nargs="*", metavar="TRANSPORT@MBIT", default=None,
+    parser.add_argument("--profile", nargs="*", metavar="TRANSPORT@MBIT[:ENGINE]", default=None,
                         help="py-spy profiles of the agents' processes on the ceiling's fabric, attributed per "
                              "category (default with no value: mrc@20 rc@20)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -211,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                                        for r in args.limit_rates]
     profiles = []
     for item in [] if args.profile is None else (args.profile or ["mrc@20", "rc@20"]):
-        transport_name, _, rate = item.partition("@")
-        profiles.append(bench_profile(transport_name, int(rate or 20)))
+        transport_name, _, rest = item.partition("@")
+        rate, _, engine = rest.partition(":")
+        profiles.append(bench_profile(transport_name, int(rate or 20), engine=engine or None))
     ceiling = None
     if not args.no_ceiling:
         def note(transport, rate, r):
@@ -221,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                                        f"{'valid' if r['valid'] else 'invalid'}")
         models = tuple(m if m == "per-host" else int(m) for m in args.ceiling_agents)
         ceiling = bench_ceiling(sorted(args.ceiling_rates), args.ceiling_transports, progress=note,
-                                agent_models=models, payload=args.ceiling_payload, realtime=args.ceiling_realtime)
+                                agent_models=models, payload=args.ceiling_payload, realtime=args.ceiling_realtime,
+                                engines=tuple(args.ceiling_engines))
     if args.json:
         print(json.dumps({"fabric": rows, "transport": transport, "metrics": metrics_row, "spec": spec_row,
                           "kernel_limit": limits, "ceiling": ceiling, "profiles": profiles}, indent=1))

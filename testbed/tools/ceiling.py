@@ -31,6 +31,8 @@ from testbed.tools.cost import packet_cost
 
 CEILING_RATES_MBIT = (5, 10, 20, 50, 100, 200)
 CEILING_TRANSPORTS = ("mrc", "rc", "tcp")
+CEILING_ENGINES = ("native", "python")
+"""The MRC engines of the sweep's mrc and rc rows (scenario ``engine``); kernel tcp has one row."""
 CEILING_BUSBW = 0.90
 CEILING_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "baseline.yaml"
 
@@ -45,14 +47,16 @@ def agent_model_name(processes: int | str | None) -> str:
 
 def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, *,
                   scenario_path: Path = CEILING_SCENARIO, progress=None,
-                  agent_models: tuple = (None,), payload: int | None = None, realtime: bool = False) -> dict:
+                  agent_models: tuple = (None,), payload: int | None = None, realtime: bool = False,
+                  engines: tuple = CEILING_ENGINES) -> dict:
     """The fabric ceiling sweep (module docstring): ``{"rates": [...], "runs": {row:
     {rate: {"busbw_fraction", "valid", "cpu_p95", "runner_cpu", "reasons"}}}, "ceiling":
     {row: rate | None}}`` (rates in Mbit/s), a row per transport and agent model
     (``agent_models``: ``"per-host"`` one process per agent, N host runtimes, None the
     default; a row is named ``"mrc"`` for the default alone, else ``"mrc, <model>"``).
     ``payload`` (bytes per data packet, ``workload.payload``) and ``realtime``
-    (``agent_realtime``) apply to every run and are named in the rows."""
+    (``agent_realtime``) apply to every run and are named in the rows; mrc and rc get a row per
+    MRC engine of ``engines`` (``"mrc [native]"``), kernel tcp one."""
     import dataclasses
     import io
     import shutil
@@ -66,15 +70,19 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
     out = {"rates": list(rates_mbit), "runs": {}, "ceiling": {}}
     root = Path(tempfile.mkdtemp(prefix="mrc-ceiling-"))
     try:
-        for transport, model in [(t, m) for t in transports for m in agent_models]:
+        plan = [(t, m, e) for t in transports for e in (("kernel",) if t == "tcp" else engines)
+                for m in agent_models]
+        for transport, model, engine in plan:
             row = transport if tuple(agent_models) == (None,) else f"{transport}, {agent_model_name(model)}"
             row += (f", payload {payload}" if payload else "") + (", SCHED_RR" if realtime else "")
+            row += "" if engine == "kernel" else f" [{engine}]"
             runs, fails, best = {}, 0, None
             for rate in rates_mbit:
                 sc = _at_rate(base, rate * 1_000_000, dataclasses)
                 if payload:
                     sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, payload=payload))
-                sc = dataclasses.replace(sc, agent_realtime=realtime)
+                sc = dataclasses.replace(sc, agent_realtime=realtime,
+                                         engine=sc.engine if engine == "kernel" else engine)
                 result = run_scenario(sc, runs_root=root, console=quiet, transports=[transport], live=False,
                                       agent_processes=model)
                 s = load_summary(result.run_dir)["transports"][transport]
@@ -186,10 +194,12 @@ def bench_kernel_limit(rate_mbit: int, *, seconds: float = LIMIT_SECONDS,
     return out
 
 
-def bench_profile(transport: str, rate_mbit: int, *, scenario_path: Path = CEILING_SCENARIO) -> dict:
-    """One ceiling run (:func:`_at_rate`) of ``transport`` at ``rate_mbit`` with py-spy on every
-    agent process (:class:`testbed.tools.cost.Profiler`, 100 Hz, native frames): ``{"transport",
-    "rate_mbit", "valid", "busbw_fraction", "samples": {category: n}, **packet_cost}``. py-spy
+def bench_profile(transport: str, rate_mbit: int, *, scenario_path: Path = CEILING_SCENARIO,
+                  engine: str | None = None) -> dict:
+    """One ceiling run (:func:`_at_rate`) of ``transport`` at ``rate_mbit`` (on MRC ``engine``;
+    None: the scenario's) with py-spy on every agent process (:class:`testbed.tools.cost.Profiler`,
+    100 Hz, native frames): ``{"transport", "engine", "rate_mbit", "valid", "busbw_fraction",
+    "samples": {category: n}, **packet_cost}``. py-spy
     pauses a process for each sample, so the run's own CPU figures are a little high."""
     import dataclasses
     import io
@@ -201,13 +211,16 @@ def bench_profile(transport: str, rate_mbit: int, *, scenario_path: Path = CEILI
     from testbed.tools.cost import Profiler
 
     sc = _at_rate(load_file(scenario_path, features=features()), rate_mbit * 1_000_000, dataclasses)
+    if engine is not None:
+        sc = dataclasses.replace(sc, engine=engine)
     root = Path(tempfile.mkdtemp(prefix="mrc-profile-"))
     try:
         with Profiler(str(root), root / "py-spy") as prof:
             result = run_scenario(sc, runs_root=root, console=Console(file=io.StringIO()),
                                   transports=[transport], live=False)
         s = load_summary(result.run_dir)["transports"][transport]
-        return {"transport": transport, "rate_mbit": rate_mbit, "valid": bool(s.get("valid")),
+        return {"transport": transport, "engine": sc.engines()[transport], "rate_mbit": rate_mbit,
+                "valid": bool(s.get("valid")),
                 "busbw_fraction": s.get("busbw_fraction_of_host"), "samples": prof.categories(),
                 **packet_cost(result.run_dir / transport)}
     finally:
@@ -221,7 +234,8 @@ def profile_table(profiles: list[dict]) -> Table:
                     "syscalls include the kernel forwarding a send runs in its caller's context)")
     t.add_column("category")
     for p in profiles:
-        t.add_column(f"{p['transport']} @ {p['rate_mbit']} Mbit/s", justify="right")
+        engine = f" [{p['engine']}]" if p.get("engine", "kernel") != "kernel" else ""
+        t.add_column(f"{p['transport']}{engine} @ {p['rate_mbit']} Mbit/s", justify="right")
     busy = [sum(v for k, v in p["samples"].items() if k != "waiting") or 1 for p in profiles]
     for cat in CATEGORIES:
         t.add_row(cat, *(f"{p['samples'].get(cat, 0) / b:.0%}" for p, b in zip(profiles, busy)))

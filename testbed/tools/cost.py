@@ -93,11 +93,17 @@ _WAITS = frozenset({"epoll_wait", "epoll_pwait", "select", "poll", "ppoll", "pse
 # frame up: the first frame that matches any rule decides the sample
 _RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("timers", ("call_at (", "call_later (", "run_due (", "TimerHandle", "heappush", "heappop",
-                "agents/mrc/rto.py", "Endpoint._arm", "Endpoint._on_timer (", "get_timer (")),
+                "agents/mrc/rto.py", "Endpoint._arm", "Endpoint._on_timer (", "get_timer (",
+                # the native engine (agents/mrc/core): its timer entry points and deadline heap
+                "mrcn_ep_on_timer", "mrcn_ep_next_deadline", "mrcn_qp_handle_timer", "mrcn_qp_get_timer",
+                "mrcn_rtt", "NativeEndpoint._rearm", "NativeEndpoint._on_timer")),
     ("samples and logging", ("_sample (", "logging/", "json/", "flow_stats", "progress", "sample_")),
     ("buffers", ("numpy", "agents/collectives/data.py")),
     ("collective", ("agents/collectives/",)),
-    ("protocol", ("agents/mrc/", "agents/channels/")),
+    # the native endpoint's own work (recvmmsg/sendmmsg batching, QPN demultiplexing) is the
+    # event loop's job done in C; the rest of mrcn_* (and ISA-L's CRC) is the protocol
+    ("event loop", ("mrcn_ep_", "mrcn_endpoint.c")),
+    ("protocol", ("agents/mrc/", "agents/channels/", "mrcn_", "_core.pyx", "crc32_gzip_refl")),
     ("event loop", ("agents/net/", "agents/runtime.py", "selectors.py", "agents/agent.py")),
 )
 

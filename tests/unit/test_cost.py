@@ -78,3 +78,22 @@ def test_categorize_attributes_each_stack_by_its_innermost_known_frame():
     assert set(c) == {*CATEGORIES, "waiting"}
     assert c == {"waiting": 44, "syscalls": 20, "event loop": 7, "protocol": 11, "timers": 3,
                  "samples and logging": 2, "buffers": 5, "collective": 1, "other": 1}
+
+
+def test_categorize_knows_the_native_engine():
+    so = "_core.cpython-311-x86_64-linux-gnu.so"
+    raw = "\n".join([
+        f"run (agents/runtime.py:150);readable (agents/net/native_udp.py:70);mrcn_ep_on_readable ({so});"
+        "recvmmsg (libc.so.6) 6",
+        f"readable (agents/net/native_udp.py:70);mrcn_ep_on_readable ({so});mrcn_qp_receive_batch ({so});"
+        f"mrcn_responder_on_data ({so}) 9",
+        f"readable (agents/net/native_udp.py:70);mrcn_ep_on_readable ({so});mrcn_qp_receive ({so});"
+        "crc32_gzip_refl (libisal.so.2) 4",
+        f"readable (agents/net/native_udp.py:70);mrcn_ep_on_readable ({so}) 5",
+        f"NativeEndpoint._on_timer (agents/net/native_udp.py:140);mrcn_ep_on_timer ({so}) 3",
+        # a timer's work in the loss detector is protocol work, as loss.py's is in Python
+        f"NativeEndpoint._on_timer (agents/net/native_udp.py:140);mrcn_ep_on_timer ({so});"
+        f"mrcn_qp_handle_timer ({so});mrcn_loss_on_timer ({so}) 2",
+    ])
+    c = categorize(raw)
+    assert (c["syscalls"], c["protocol"], c["event loop"], c["timers"]) == (6, 15, 5, 3)

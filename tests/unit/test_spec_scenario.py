@@ -95,7 +95,7 @@ BAD = [
     ("unknown keys", HEAD + """
     colour: blue
     """, ["14: colour: unknown key (allowed: topology, transports, name, description, seed, timeout, "
-          "reconverge_after, timeline, trials, workload, jobs, agent_processes, agent_realtime, controller, sweep)"]),
+          "reconverge_after, timeline, trials, workload, jobs, agent_processes, agent_realtime, engine, controller, sweep)"]),
     ("transports", HEAD.replace("[mrc, rc]", "[mrc, roce, mrc]"),
      ["2: transports[1]: 'roce' is not a transport (mrc, rc, tcp, or rc-x<N> for RC with N QPs per connection, "
       "rc-dcqcn[-x<N>] for RC with DCQCN, 1 <= N <= 64)", "2: transports[2]: duplicate transport 'mrc'"]),

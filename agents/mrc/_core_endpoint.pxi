@@ -1,0 +1,135 @@
+# The native endpoint (agents/mrc/core/mrcn_endpoint.h): UDP I/O of native QPs, batched per
+# wake-up. Used through agents.net.native_udp.NativeEndpoint, which owns the sockets.
+from libc.stdint cimport uint32_t, uint64_t
+from libc.string cimport memset
+
+cdef extern from "<netinet/in.h>":
+    cdef struct in6_addr:
+        unsigned char s6_addr[16]
+    cdef struct sockaddr_in6:
+        unsigned short sin6_family
+        unsigned short sin6_port
+        uint32_t sin6_flowinfo
+        in6_addr sin6_addr
+        uint32_t sin6_scope_id
+    unsigned short htons(unsigned short)
+    int AF_INET6
+
+cdef extern from "mrcn_endpoint.h":
+    ctypedef struct mrcn_endpoint:
+        pass
+    ctypedef struct mrcn_ep_counters:
+        uint64_t rx_datagrams
+        uint64_t rx_unknown_qpn
+        uint64_t rx_ce
+        uint64_t rx_short
+        uint64_t tx_datagrams
+        uint64_t tx_errors
+        uint64_t tx_no_route
+        uint64_t rx_syscalls
+        uint64_t tx_syscalls
+        uint64_t timer_fires
+    int mrcn_ep_new(mrcn_endpoint **out, unsigned batch, size_t max_dgram_bytes)
+    void mrcn_ep_free(mrcn_endpoint *ep)
+    int mrcn_ep_add_route(mrcn_endpoint *ep, int fd, const sockaddr_in6 *addr)
+    int mrcn_ep_attach(mrcn_endpoint *ep, mrcn_qp *qp)
+    int mrcn_ep_set_route(mrcn_endpoint *ep, uint32_t qpn, uint32_t ev, int route_id)
+    int mrcn_ep_detach(mrcn_endpoint *ep, uint32_t qpn)
+    int mrcn_ep_on_readable(mrcn_endpoint *ep, int fd, int read_tclass, double now)
+    int mrcn_ep_on_timer(mrcn_endpoint *ep, double now)
+    int mrcn_ep_kick(mrcn_endpoint *ep, uint32_t qpn, double now)
+    int mrcn_ep_next_deadline(const mrcn_endpoint *ep, double *at)
+    size_t mrcn_ep_take_eventful(mrcn_endpoint *ep, uint32_t *qpns, size_t cap)
+    const mrcn_ep_counters *mrcn_ep_counters_get(const mrcn_endpoint *ep)
+
+
+cdef _ep_check(int rc, what):
+    if rc >= 0:
+        return rc
+    if rc == -5:   # MRCN_ENOMEM
+        raise MemoryError(what)
+    if rc > -1000 and rc < -6:   # -errno from a socket call
+        import errno as _errno, os as _os
+        raise OSError(-rc, f"{what}: {_os.strerror(-rc)}")
+    raise ValueError(f"{what}: {mrcn_strerror(rc).decode()}")
+
+
+cdef extern from "mrcn.h":
+    const char *mrcn_strerror(int status)
+
+
+cdef class Endpoint:
+    """The C endpoint of :mod:`agents.net.native_udp` (see mrcn_endpoint.h). It keeps a
+    reference to every attached QP, so that a QP it may call into is never freed under it."""
+
+    cdef mrcn_endpoint *ep
+    cdef dict _qps
+
+    def __cinit__(self, unsigned batch=32, size_t max_dgram_bytes=65535):
+        _ep_check(mrcn_ep_new(&self.ep, batch, max_dgram_bytes), "endpoint")
+        self._qps = {}
+
+    def __dealloc__(self):
+        mrcn_ep_free(self.ep)
+        self.ep = NULL
+
+    def add_route(self, int fd, addr=None):
+        """A route out: ``fd`` connected (``addr`` None), or ``sendto`` the IPv6 ``(host, port)``."""
+        cdef sockaddr_in6 sa
+        if addr is None:
+            return _ep_check(mrcn_ep_add_route(self.ep, fd, NULL), "add_route")
+        import socket as _socket
+        host, port = addr[0], addr[1]
+        packed = _socket.inet_pton(_socket.AF_INET6, host)
+        memset(&sa, 0, sizeof(sa))
+        sa.sin6_family = AF_INET6
+        sa.sin6_port = htons(port)
+        for i in range(16):
+            sa.sin6_addr.s6_addr[i] = packed[i]
+        return _ep_check(mrcn_ep_add_route(self.ep, fd, &sa), "add_route")
+
+    def attach(self, QP qp):
+        _ep_check(mrcn_ep_attach(self.ep, qp.qp), f"attach QP {qp.qpn}")
+        self._qps[qp.qpn] = qp
+
+    def set_route(self, uint32_t qpn, uint32_t ev, int route_id):
+        _ep_check(mrcn_ep_set_route(self.ep, qpn, ev, route_id), f"route of QP {qpn} EV {ev}")
+
+    def detach(self, uint32_t qpn):
+        if qpn in self._qps:
+            _ep_check(mrcn_ep_detach(self.ep, qpn), f"detach QP {qpn}")
+            del self._qps[qpn]
+
+    def on_readable(self, int fd, bint read_tclass, double now):
+        """Read one batch from ``fd``, dispatch it, flush the QPs it touched: datagrams read."""
+        return _ep_check(mrcn_ep_on_readable(self.ep, fd, read_tclass, now), "receive")
+
+    def on_timer(self, double now):
+        """Run every QP timer due at ``now`` and flush those QPs: how many ran."""
+        return _ep_check(mrcn_ep_on_timer(self.ep, now), "timer")
+
+    def kick(self, uint32_t qpn, double now):
+        _ep_check(mrcn_ep_kick(self.ep, qpn, now), f"flush QP {qpn}")
+
+    def next_deadline(self):
+        """The earliest QP deadline (s), or None."""
+        cdef double at
+        return at if mrcn_ep_next_deadline(self.ep, &at) else None
+
+    def take_eventful(self):
+        """QPNs with events waiting since the previous call (each once)."""
+        cdef uint32_t buf[256]
+        out = []
+        while True:
+            n = mrcn_ep_take_eventful(self.ep, buf, 256)
+            out.extend(buf[i] for i in range(n))
+            if n < 256:
+                return out
+
+    def counters(self):
+        cdef const mrcn_ep_counters *c = mrcn_ep_counters_get(self.ep)
+        return {"rx_datagrams": c.rx_datagrams, "rx_unknown_qpn": c.rx_unknown_qpn,
+                "rx_ce": c.rx_ce, "rx_short": c.rx_short, "tx_datagrams": c.tx_datagrams,
+                "tx_errors": c.tx_errors, "tx_no_route": c.tx_no_route,
+                "rx_syscalls": c.rx_syscalls, "tx_syscalls": c.tx_syscalls,
+                "timer_fires": c.timer_fires}

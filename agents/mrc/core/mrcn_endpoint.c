@@ -1,0 +1,606 @@
+#define _GNU_SOURCE   /* recvmmsg, sendmmsg */
+#include "mrcn_endpoint.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "mrcn_evmap.h"
+
+#define ECN_MASK 0x3
+#define ECN_CE 0x3   /* RFC 3168 section 5 */
+
+typedef struct ep_route {
+    int fd;
+    int connected;
+    struct sockaddr_in6 addr;
+} ep_route;
+
+typedef struct ep_qp {
+    mrcn_qp *qp;
+    uint32_t qpn;
+    int live;
+    mrcn_evmap routes;      /* EV -> a = route id */
+    double deadline;        /* seconds, valid while heap_pos != NO_POS */
+    uint64_t seq;           /* tie-break among equal deadlines: the earlier arming first */
+    size_t heap_pos;
+    int dirty;              /* touched by this wake-up's receive */
+    int eventful;           /* listed in eventful[] */
+} ep_qp;
+
+#define NO_POS ((size_t)-1)
+
+struct mrcn_endpoint {
+    unsigned batch;
+    size_t max_dgram;
+    uint8_t *slab;                  /* batch * max_dgram */
+    struct mmsghdr *rmsg;
+    struct iovec *riov;
+    uint8_t *rcmsg;                 /* batch * RCMSG_BYTES */
+    const uint8_t **run_data;       /* one QP's run of datagrams */
+    size_t *run_len;
+    ep_route *routes;
+    size_t nroutes, routes_cap;
+    ep_qp *qps;                     /* slots; a detached slot stays, not live */
+    size_t nqps, qps_cap;
+    mrcn_evmap qpn_index;           /* QPN -> a = slot */
+    size_t *heap;                   /* slots, a min-heap on (deadline, seq) */
+    size_t heap_n, heap_cap;
+    uint64_t seq;
+    size_t *dirty;                  /* slots touched by this wake-up, first touch first */
+    size_t ndirty;
+    uint32_t *eventful;
+    size_t neventful, eventful_cap;
+    mrcn_txq txq;
+    struct mmsghdr *smsg;
+    struct iovec *siov;
+    size_t *sidx;
+    size_t scap;
+    mrcn_ep_counters c;
+};
+
+#define RCMSG_BYTES CMSG_SPACE(sizeof(int))
+
+/* ---- the deadline heap ------------------------------------------------- */
+
+static int before(const mrcn_endpoint *ep, size_t a, size_t b)
+{
+    const ep_qp *x = &ep->qps[a], *y = &ep->qps[b];
+    return x->deadline < y->deadline || (x->deadline == y->deadline && x->seq < y->seq);
+}
+
+static void heap_set(mrcn_endpoint *ep, size_t pos, size_t slot)
+{
+    ep->heap[pos] = slot;
+    ep->qps[slot].heap_pos = pos;
+}
+
+static void sift_up(mrcn_endpoint *ep, size_t pos)
+{
+    size_t slot = ep->heap[pos];
+    while (pos > 0) {
+        size_t parent = (pos - 1) / 2;
+        if (!before(ep, slot, ep->heap[parent]))
+            break;
+        heap_set(ep, pos, ep->heap[parent]);
+        pos = parent;
+    }
+    heap_set(ep, pos, slot);
+}
+
+static void sift_down(mrcn_endpoint *ep, size_t pos)
+{
+    size_t slot = ep->heap[pos];
+    for (;;) {
+        size_t l = 2 * pos + 1, best = pos;
+        size_t best_slot = slot;
+        if (l < ep->heap_n && before(ep, ep->heap[l], best_slot)) {
+            best = l;
+            best_slot = ep->heap[l];
+        }
+        if (l + 1 < ep->heap_n && before(ep, ep->heap[l + 1], best_slot))
+            best = l + 1;
+        if (best == pos)
+            break;
+        heap_set(ep, pos, ep->heap[best]);
+        pos = best;
+    }
+    heap_set(ep, pos, slot);
+}
+
+static void heap_remove(mrcn_endpoint *ep, size_t slot)
+{
+    size_t pos = ep->qps[slot].heap_pos;
+    if (pos == NO_POS)
+        return;
+    ep->qps[slot].heap_pos = NO_POS;
+    size_t last = ep->heap[--ep->heap_n];
+    if (pos == ep->heap_n)
+        return;
+    heap_set(ep, pos, last);
+    sift_down(ep, pos);
+    sift_up(ep, ep->qps[last].heap_pos);
+}
+
+static int heap_push(mrcn_endpoint *ep, size_t slot)
+{
+    if (ep->heap_n == ep->heap_cap) {
+        size_t cap = ep->heap_cap ? ep->heap_cap * 2 : 16;
+        size_t *heap = realloc(ep->heap, cap * sizeof *heap);
+        if (heap == NULL)
+            return MRCN_ENOMEM;
+        ep->heap = heap;
+        ep->heap_cap = cap;
+    }
+    ep->heap[ep->heap_n] = slot;
+    ep->qps[slot].heap_pos = ep->heap_n++;
+    sift_up(ep, ep->heap_n - 1);
+    return MRCN_OK;
+}
+
+/* The QP's deadline after a call into it: in the heap, moved, or out. */
+static int arm(mrcn_endpoint *ep, size_t slot)
+{
+    ep_qp *e = &ep->qps[slot];
+    double at;
+    if (!mrcn_qp_get_timer(e->qp, &at)) {
+        heap_remove(ep, slot);
+        return MRCN_OK;
+    }
+    if (e->heap_pos != NO_POS && e->deadline == at)
+        return MRCN_OK;
+    heap_remove(ep, slot);
+    e->deadline = at;
+    e->seq = ep->seq++;
+    return heap_push(ep, slot);
+}
+
+/* ---- bookkeeping of touched QPs ------------------------------------------ */
+
+static int note_events(mrcn_endpoint *ep, size_t slot)
+{
+    ep_qp *e = &ep->qps[slot];
+    if (e->eventful || mrcn_qp_events_pending(e->qp) == 0)
+        return MRCN_OK;
+    if (ep->neventful == ep->eventful_cap) {
+        size_t cap = ep->eventful_cap ? ep->eventful_cap * 2 : 16;
+        uint32_t *list = realloc(ep->eventful, cap * sizeof *list);
+        if (list == NULL)
+            return MRCN_ENOMEM;
+        ep->eventful = list;
+        ep->eventful_cap = cap;
+    }
+    ep->eventful[ep->neventful++] = e->qpn;
+    e->eventful = 1;
+    return MRCN_OK;
+}
+
+size_t mrcn_ep_take_eventful(mrcn_endpoint *ep, uint32_t *qpns, size_t cap)
+{
+    size_t n = ep->neventful < cap ? ep->neventful : cap;
+    for (size_t i = 0; i < n; i++) {
+        qpns[i] = ep->eventful[i];
+        mrcn_evmap_val *v = mrcn_evmap_get(&ep->qpn_index, qpns[i]);
+        if (v != NULL)
+            ep->qps[v->a].eventful = 0;
+    }
+    memmove(ep->eventful, ep->eventful + n, (ep->neventful - n) * sizeof *ep->eventful);
+    ep->neventful -= n;
+    return n;
+}
+
+/* ---- sending ----------------------------------------------------------- */
+
+static int send_room(mrcn_endpoint *ep, size_t n)
+{
+    if (n <= ep->scap)
+        return MRCN_OK;
+    size_t cap = ep->scap ? ep->scap : 64;
+    while (cap < n)
+        cap *= 2;
+    struct mmsghdr *m = realloc(ep->smsg, cap * sizeof *m);
+    if (m == NULL)
+        return MRCN_ENOMEM;
+    ep->smsg = m;
+    struct iovec *v = realloc(ep->siov, cap * sizeof *v);
+    if (v == NULL)
+        return MRCN_ENOMEM;
+    ep->siov = v;
+    size_t *ix = realloc(ep->sidx, cap * sizeof *ix);
+    if (ix == NULL)
+        return MRCN_ENOMEM;
+    ep->sidx = ix;
+    ep->scap = cap;
+    return MRCN_OK;
+}
+
+static int dropped_on_send(int err)
+{
+    return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == ENETUNREACH ||
+           err == EHOSTUNREACH || err == ECONNREFUSED || err == EINTR;
+}
+
+/* sendmmsg `n` prepared messages on `fd`; a datagram the kernel refuses for a reason a
+ * NIC would drop it for is counted and skipped. */
+static int send_batch(mrcn_endpoint *ep, int fd, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        int sent = sendmmsg(fd, ep->smsg + done, (unsigned)(n - done), MSG_DONTWAIT);
+        ep->c.tx_syscalls++;
+        if (sent > 0) {
+            done += (size_t)sent;
+            continue;
+        }
+        if (sent < 0 && !dropped_on_send(errno))
+            return -errno;
+        ep->c.tx_errors++;   /* the first unsent datagram is dropped; go on past it */
+        done++;
+    }
+    return MRCN_OK;
+}
+
+/* Put the transmit queue of slot `slot` on the wire: one sendmmsg per socket, each
+ * socket's datagrams in queue order. */
+static int send_txq(mrcn_endpoint *ep, size_t slot)
+{
+    mrcn_txq *q = &ep->txq;
+    ep_qp *e = &ep->qps[slot];
+    size_t n = q->count;
+    if (n == 0)
+        return MRCN_OK;
+    int rc = send_room(ep, n);
+    if (rc < 0)
+        return rc;
+    ep->c.tx_datagrams += n;
+    /* sidx[i]: route id of datagram i, or -1 once sent or without a route */
+    for (size_t i = 0; i < n; i++) {
+        mrcn_evmap_val *v = mrcn_evmap_get(&e->routes, q->pkts[i].ev);
+        if (v == NULL) {
+            ep->c.tx_no_route++;
+            ep->sidx[i] = NO_POS;
+        } else {
+            ep->sidx[i] = (size_t)v->a;
+        }
+    }
+    for (size_t first = 0; first < n; first++) {
+        if (ep->sidx[first] == NO_POS)
+            continue;
+        int fd = ep->routes[ep->sidx[first]].fd;
+        size_t m = 0;
+        for (size_t i = first; i < n; i++) {
+            if (ep->sidx[i] == NO_POS || ep->routes[ep->sidx[i]].fd != fd)
+                continue;
+            ep_route *r = &ep->routes[ep->sidx[i]];
+            ep->siov[m].iov_base = q->buf + q->pkts[i].off;
+            ep->siov[m].iov_len = q->pkts[i].len;
+            memset(&ep->smsg[m], 0, sizeof ep->smsg[m]);
+            ep->smsg[m].msg_hdr.msg_iov = &ep->siov[m];
+            ep->smsg[m].msg_hdr.msg_iovlen = 1;
+            if (!r->connected) {
+                ep->smsg[m].msg_hdr.msg_name = &r->addr;
+                ep->smsg[m].msg_hdr.msg_namelen = sizeof r->addr;
+            }
+            ep->sidx[i] = NO_POS;
+            m++;
+        }
+        rc = send_batch(ep, fd, m);
+        if (rc < 0)
+            return rc;
+    }
+    return MRCN_OK;
+}
+
+/* udp.py's Endpoint._flush: datagrams_to_send() while it fills a burst, then re-arm. */
+static int flush(mrcn_endpoint *ep, size_t slot, double now)
+{
+    uint32_t burst = mrcn_qp_max_burst(ep->qps[slot].qp);
+    for (;;) {
+        mrcn_txq_reset(&ep->txq);
+        int rc = mrcn_qp_datagrams_to_send(ep->qps[slot].qp, now, &ep->txq);
+        if (rc < 0)
+            return rc;
+        size_t n = ep->txq.count;
+        rc = send_txq(ep, slot);
+        if (rc < 0)
+            return rc;
+        if (n < burst)
+            break;
+    }
+    int rc = arm(ep, slot);
+    if (rc < 0)
+        return rc;
+    return note_events(ep, slot);
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+
+static int touch(mrcn_endpoint *ep, size_t slot)
+{
+    if (!ep->qps[slot].dirty) {
+        ep->qps[slot].dirty = 1;
+        ep->dirty[ep->ndirty++] = slot;   /* at most batch distinct slots per wake-up */
+    }
+    return MRCN_OK;
+}
+
+static int deliver_run(mrcn_endpoint *ep, size_t slot, size_t n, double now)
+{
+    if (n == 0)
+        return MRCN_OK;
+    return mrcn_qp_receive_batch(ep->qps[slot].qp, ep->run_data, ep->run_len, NULL, n, now);
+}
+
+static int ce_of(struct msghdr *h)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL; c = CMSG_NXTHDR(h, c)) {
+        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS &&
+            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int tclass;
+            memcpy(&tclass, CMSG_DATA(c), sizeof tclass);
+            return (tclass & ECN_MASK) == ECN_CE;
+        }
+    }
+    return 0;
+}
+
+int mrcn_ep_on_readable(mrcn_endpoint *ep, int fd, int read_tclass, double now)
+{
+    for (unsigned i = 0; i < ep->batch; i++) {
+        struct msghdr *h = &ep->rmsg[i].msg_hdr;
+        ep->riov[i].iov_base = ep->slab + (size_t)i * ep->max_dgram;
+        ep->riov[i].iov_len = ep->max_dgram;
+        memset(h, 0, sizeof *h);
+        h->msg_iov = &ep->riov[i];
+        h->msg_iovlen = 1;
+        if (read_tclass) {
+            h->msg_control = ep->rcmsg + (size_t)i * RCMSG_BYTES;
+            h->msg_controllen = RCMSG_BYTES;
+        }
+    }
+    int got = recvmmsg(fd, ep->rmsg, ep->batch, MSG_DONTWAIT, NULL);
+    ep->c.rx_syscalls++;
+    if (got < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return 0;
+        if (dropped_on_send(errno))   /* an ICMP error reported on the socket */
+            return 0;
+        return -errno;
+    }
+    ep->c.rx_datagrams += (uint64_t)got;
+    size_t run_slot = NO_POS, run_n = 0;
+    int rc = MRCN_OK;
+    for (int i = 0; i < got && rc >= 0; i++) {
+        struct msghdr *h = &ep->rmsg[i].msg_hdr;
+        size_t len = ep->rmsg[i].msg_len;
+        const uint8_t *data = ep->riov[i].iov_base;
+        if (len < 8 || (h->msg_flags & MSG_TRUNC)) {
+            ep->c.rx_short++;
+            continue;
+        }
+        uint32_t qpn = (uint32_t)data[4] << 24 | (uint32_t)data[5] << 16 |
+                       (uint32_t)data[6] << 8 | data[7];
+        mrcn_evmap_val *v = mrcn_evmap_get(&ep->qpn_index, qpn);
+        if (v == NULL) {
+            ep->c.rx_unknown_qpn++;
+            continue;
+        }
+        size_t slot = (size_t)v->a;
+        int ce = read_tclass && ce_of(h);
+        if (ce || slot != run_slot) {   /* runs of one QP's datagrams, in arrival order */
+            if (run_slot != NO_POS)
+                rc = deliver_run(ep, run_slot, run_n, now);
+            run_slot = NO_POS;
+            run_n = 0;
+            if (rc < 0)
+                break;
+            touch(ep, slot);
+        }
+        if (ce) {   /* alone, with its mark, as udp.py's _on_readable_ecn */
+            ep->c.rx_ce++;
+            rc = mrcn_qp_receive(ep->qps[slot].qp, data, len, now, 1);
+            continue;
+        }
+        run_slot = slot;
+        ep->run_data[run_n] = data;
+        ep->run_len[run_n++] = len;
+    }
+    if (rc >= 0 && run_slot != NO_POS)
+        rc = deliver_run(ep, run_slot, run_n, now);
+    for (size_t i = 0; i < ep->ndirty; i++) {
+        size_t slot = ep->dirty[i];
+        ep->qps[slot].dirty = 0;
+        if (rc >= 0 && ep->qps[slot].live)
+            rc = flush(ep, slot, now);
+    }
+    ep->ndirty = 0;
+    return rc < 0 ? rc : got;
+}
+
+/* ---- timers, kicks ------------------------------------------------------- */
+
+int mrcn_ep_on_timer(mrcn_endpoint *ep, double now)
+{
+    /* take every due QP first, so that one whose timer stays due runs once per call */
+    size_t n = 0;
+    while (ep->heap_n > 0 && ep->qps[ep->heap[0]].deadline <= now) {
+        size_t slot = ep->heap[0];
+        heap_remove(ep, slot);
+        ep->dirty[n++] = slot;
+        if (n == ep->batch)
+            break;
+    }
+    int rc = MRCN_OK;
+    for (size_t i = 0; i < n; i++) {
+        size_t slot = ep->dirty[i];
+        if (rc < 0)
+            continue;
+        rc = mrcn_qp_handle_timer(ep->qps[slot].qp, now);
+        ep->c.timer_fires++;
+        if (rc >= 0)
+            rc = flush(ep, slot, now);
+    }
+    return rc < 0 ? rc : (int)n;
+}
+
+int mrcn_ep_kick(mrcn_endpoint *ep, uint32_t qpn, double now)
+{
+    mrcn_evmap_val *v = mrcn_evmap_get(&ep->qpn_index, qpn);
+    if (v == NULL)
+        return MRCN_EINVAL;
+    return flush(ep, (size_t)v->a, now);
+}
+
+int mrcn_ep_next_deadline(const mrcn_endpoint *ep, double *at)
+{
+    if (ep->heap_n == 0)
+        return 0;
+    *at = ep->qps[ep->heap[0]].deadline;
+    return 1;
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+int mrcn_ep_new(mrcn_endpoint **out, unsigned batch, size_t max_dgram_bytes)
+{
+    *out = NULL;
+    if (batch < 1 || batch > 1024 || max_dgram_bytes < 64 || max_dgram_bytes > 65535)
+        return MRCN_EINVAL;
+    mrcn_endpoint *ep = calloc(1, sizeof *ep);
+    if (ep == NULL)
+        return MRCN_ENOMEM;
+    ep->batch = batch;
+    ep->max_dgram = max_dgram_bytes;
+    ep->slab = malloc((size_t)batch * max_dgram_bytes);
+    ep->rmsg = calloc(batch, sizeof *ep->rmsg);
+    ep->riov = calloc(batch, sizeof *ep->riov);
+    ep->rcmsg = calloc(batch, RCMSG_BYTES);
+    ep->run_data = calloc(batch, sizeof *ep->run_data);
+    ep->run_len = calloc(batch, sizeof *ep->run_len);
+    ep->dirty = calloc(batch, sizeof *ep->dirty);
+    mrcn_evmap_init(&ep->qpn_index);
+    mrcn_txq_init(&ep->txq);
+    if (!ep->slab || !ep->rmsg || !ep->riov || !ep->rcmsg || !ep->run_data || !ep->run_len ||
+        !ep->dirty) {
+        mrcn_ep_free(ep);
+        return MRCN_ENOMEM;
+    }
+    *out = ep;
+    return MRCN_OK;
+}
+
+void mrcn_ep_free(mrcn_endpoint *ep)
+{
+    if (ep == NULL)
+        return;
+    for (size_t i = 0; i < ep->nqps; i++)
+        mrcn_evmap_free(&ep->qps[i].routes);
+    free(ep->qps);
+    free(ep->routes);
+    free(ep->slab);
+    free(ep->rmsg);
+    free(ep->riov);
+    free(ep->rcmsg);
+    free(ep->run_data);
+    free(ep->run_len);
+    free(ep->dirty);
+    free(ep->heap);
+    free(ep->eventful);
+    free(ep->smsg);
+    free(ep->siov);
+    free(ep->sidx);
+    mrcn_evmap_free(&ep->qpn_index);
+    mrcn_txq_free(&ep->txq);
+    free(ep);
+}
+
+int mrcn_ep_add_route(mrcn_endpoint *ep, int fd, const struct sockaddr_in6 *addr)
+{
+    if (fd < 0 || ep->nroutes >= (size_t)INT32_MAX)
+        return MRCN_EINVAL;
+    if (ep->nroutes == ep->routes_cap) {
+        size_t cap = ep->routes_cap ? ep->routes_cap * 2 : 16;
+        ep_route *r = realloc(ep->routes, cap * sizeof *r);
+        if (r == NULL)
+            return MRCN_ENOMEM;
+        ep->routes = r;
+        ep->routes_cap = cap;
+    }
+    ep_route *r = &ep->routes[ep->nroutes];
+    memset(r, 0, sizeof *r);
+    r->fd = fd;
+    r->connected = addr == NULL;
+    if (addr != NULL)
+        r->addr = *addr;
+    return (int)ep->nroutes++;
+}
+
+int mrcn_ep_attach(mrcn_endpoint *ep, mrcn_qp *qp)
+{
+    uint32_t qpn = mrcn_qp_num(qp);
+    if (mrcn_evmap_get(&ep->qpn_index, qpn) != NULL)
+        return MRCN_EINVAL;
+    if (ep->nqps == ep->qps_cap) {
+        size_t cap = ep->qps_cap ? ep->qps_cap * 2 : 16;
+        ep_qp *q = realloc(ep->qps, cap * sizeof *q);
+        if (q == NULL)
+            return MRCN_ENOMEM;
+        ep->qps = q;
+        ep->qps_cap = cap;
+    }
+    mrcn_evmap_val *v = mrcn_evmap_put(&ep->qpn_index, qpn);
+    if (v == NULL)
+        return MRCN_ENOMEM;
+    ep_qp *e = &ep->qps[ep->nqps];
+    memset(e, 0, sizeof *e);
+    e->qp = qp;
+    e->qpn = qpn;
+    e->live = 1;
+    e->heap_pos = NO_POS;
+    mrcn_evmap_init(&e->routes);
+    v->a = (int64_t)ep->nqps++;
+    return MRCN_OK;
+}
+
+int mrcn_ep_set_route(mrcn_endpoint *ep, uint32_t qpn, uint32_t ev, int route_id)
+{
+    mrcn_evmap_val *v = mrcn_evmap_get(&ep->qpn_index, qpn);
+    if (v == NULL || route_id < 0 || (size_t)route_id >= ep->nroutes)
+        return MRCN_EINVAL;
+    mrcn_evmap_val *r = mrcn_evmap_put(&ep->qps[v->a].routes, ev);
+    if (r == NULL)
+        return MRCN_ENOMEM;
+    r->a = route_id;
+    return MRCN_OK;
+}
+
+int mrcn_ep_detach(mrcn_endpoint *ep, uint32_t qpn)
+{
+    mrcn_evmap_val *v = mrcn_evmap_get(&ep->qpn_index, qpn);
+    if (v == NULL)
+        return MRCN_EINVAL;
+    size_t slot = (size_t)v->a;
+    heap_remove(ep, slot);
+    ep_qp *e = &ep->qps[slot];
+    e->live = 0;
+    e->qp = NULL;
+    mrcn_evmap_free(&e->routes);
+    mrcn_evmap_init(&e->routes);
+    mrcn_evmap_del(&ep->qpn_index, qpn);
+    for (size_t i = 0; i < ep->neventful; i++) {   /* no event of a detached QP is reported */
+        if (ep->eventful[i] == qpn) {
+            memmove(ep->eventful + i, ep->eventful + i + 1,
+                    (ep->neventful - i - 1) * sizeof *ep->eventful);
+            ep->neventful--;
+            break;
+        }
+    }
+    return MRCN_OK;
+}
+
+const mrcn_ep_counters *mrcn_ep_counters_get(const mrcn_endpoint *ep)
+{
+    return &ep->c;
+}

@@ -1,0 +1,194 @@
+"""UDP over IPv6 for QPs of the native engine: :class:`NativeEndpoint`, the twin of
+:class:`agents.net.udp.Endpoint` with the per-packet work in C.
+
+Python creates, binds and owns every socket (in the agent's network namespace, with the
+same options as :class:`agents.net.udp.Endpoint`: zero UDP checksum, ECT(0) and
+IPV6_RECVTCLASS with ``ecn``) and registers them with the agent's
+:class:`agents.net.loop.EventLoop`; the C endpoint (``agents/mrc/core/mrcn_endpoint.h``)
+does the rest per wake-up: one ``recvmmsg`` of up to :data:`agents.net.udp.RECV_BATCH`
+datagrams, the CE mark of each, demultiplexing by QPN, the QPs' receive, send and timer
+calls, and ``sendmmsg`` per socket. Python is called once per readable socket and once per
+due deadline (one loop timer for the whole endpoint, at the earliest QP deadline), not per
+datagram; the QPs' events (completions, EV events, errors) stay in the QPs until their
+owner drains them with ``next_event()``.
+
+Sending: SRv6 routes go out of the one receive socket with per-datagram addresses
+(``connected_send=False``, the default here), so that a burst sprayed over many uSID
+destinations is one ``sendmmsg``; connected per-destination sockets (udp.py's default)
+would make it one system call per datagram. ECMP routes (``src_port``) use one socket
+per source port, as udp.py.
+"""
+from __future__ import annotations
+
+import socket
+from typing import Mapping
+
+from ..mrc import native
+from ..protocol import UDP_PORT as ROCEV2_PORT
+from .loop import EventLoop, TimerHandle
+from .udp import ECT0, RECV_BATCH, Route, _udp6_socket
+
+MAX_DATAGRAM_BYTES = 65535
+
+
+class NativeEndpoint:
+    """UDP/IPv6 sockets for a set of native QPs (``agents.mrc._core.QP``).
+
+    Same constructor and interface as :class:`agents.net.udp.Endpoint` (``attach``,
+    ``detach``, ``kick``, ``close`` and the counters ``rx_datagrams``, ``tx_datagrams``,
+    ``rx_unknown_qpn``, ``tx_errors``, ``tx_no_route``, ``rx_ce``), plus ``counters()``
+    with the C endpoint's system-call counts. Raises
+    :class:`agents.mrc.native.NativeEngineMissing` without the native engine, OSError if
+    a socket cannot be bound, ValueError for a traffic class outside 0..255.
+    """
+
+    def __init__(self, loop: EventLoop, *, bind_addr: str = "::", port: int = ROCEV2_PORT,
+                 zero_checksum: bool = True, connected_send: bool = False, ecn: bool = False,
+                 send_tclass: int | None = None):
+        if send_tclass is not None and not 0 <= send_tclass <= 255:
+            raise ValueError(f"send_tclass {send_tclass!r} is not an IPv6 traffic class (0..255)")
+        core = native.load(require=True)
+        self.loop = loop
+        self.bind_addr = bind_addr
+        self.zero_checksum = zero_checksum
+        self.connected_send = connected_send
+        self.ecn = ecn
+        self.send_tclass = send_tclass if send_tclass is not None else (ECT0 if ecn else None)
+        self._ep = core.Endpoint(RECV_BATCH, MAX_DATAGRAM_BYTES)
+        self._readers: list[socket.socket] = []
+        self._dest_socks: dict[tuple, socket.socket] = {}
+        self._src_socks: dict[int, socket.socket] = {}
+        self._route_ids: dict[tuple, int] = {}
+        self._qps: dict[int, object] = {}
+        self._timer: TimerHandle | None = None
+        self.sock = self._socket(port, receive=True)
+        self.port = self.sock.getsockname()[1]
+        self._read(self.sock)
+
+    # ---- sockets (Python owns them; C gets their descriptors) -------------------------
+    def _socket(self, port: int, *, receive: bool) -> socket.socket:
+        return _udp6_socket(self.bind_addr, port, self.zero_checksum, tclass=self.send_tclass,
+                            recv_tclass=receive and self.ecn)
+
+    def _read(self, sock: socket.socket) -> None:
+        fd, ep, ecn, loop = sock.fileno(), self._ep, self.ecn, self.loop
+
+        def readable() -> None:
+            ep.on_readable(fd, ecn, loop.time())
+            self._rearm()
+        loop.add_reader(sock, readable)
+        self._readers.append(sock)
+
+    def _route_id(self, route: Route) -> int:
+        addr = (route.addr, route.port)
+        if route.src_port is not None:
+            sock = self._src_socks.get(route.src_port)
+            if sock is None:
+                sock = self._src_socks[route.src_port] = self._socket(route.src_port, receive=True)
+                self._read(sock)
+            key = ("src", route.src_port, addr)
+        elif self.connected_send:
+            sock = self._dest_socks.get(addr)
+            if sock is None:
+                sock = self._socket(0, receive=False)
+                try:
+                    sock.connect(addr)
+                except OSError:
+                    sock.close()
+                    raise
+                self._dest_socks[addr] = sock
+            key, addr = ("conn", addr), None
+        else:
+            sock, key = self.sock, ("main", addr)
+        rid = self._route_ids.get(key)
+        if rid is None:
+            rid = self._route_ids[key] = self._ep.add_route(sock.fileno(), addr)
+        return rid
+
+    # ---- QPs -------------------------------------------------------------------------
+    def attach(self, qp, routes: Mapping[int, Route]) -> None:
+        """Serve native ``qp`` and send its EV ``ev`` along ``routes[ev]`` (call it in the
+        endpoint's network namespace: new sockets belong to the namespace they are made in)."""
+        ids = {ev: self._route_id(route) for ev, route in routes.items()}
+        self._ep.attach(qp)
+        for ev, rid in ids.items():
+            self._ep.set_route(qp.qpn, ev, rid)
+        self._qps[qp.qpn] = qp
+        self.kick(qp)
+
+    def detach(self, qp) -> None:
+        self._qps.pop(qp.qpn, None)
+        self._ep.detach(qp.qpn)
+        self._rearm()
+
+    def kick(self, qp=None) -> None:
+        """Send what ``qp`` (default: every QP) has to send now and re-arm the deadline."""
+        now = self.loop.time()
+        for q in ([qp] if qp is not None else list(self._qps.values())):
+            self._ep.kick(q.qpn, now)
+        self._rearm()
+
+    # ---- the one loop timer ------------------------------------------------------------
+    def _rearm(self) -> None:
+        deadline = self._ep.next_deadline()
+        timer = self._timer
+        if timer is not None:
+            if deadline is not None and timer.when == deadline and not timer.cancelled:
+                return
+            timer.cancel()
+            self._timer = None
+        if deadline is not None:
+            self._timer = self.loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._ep.on_timer(self.loop.time())
+        self._rearm()
+
+    # ---- counters ----------------------------------------------------------------------
+    def counters(self) -> dict:
+        """The C endpoint's counters (datagrams, drops, recvmmsg/sendmmsg calls, timers)."""
+        return self._ep.counters()
+
+    @property
+    def rx_datagrams(self) -> int:
+        return self._ep.counters()["rx_datagrams"]
+
+    @property
+    def tx_datagrams(self) -> int:
+        return self._ep.counters()["tx_datagrams"]
+
+    @property
+    def rx_unknown_qpn(self) -> int:
+        return self._ep.counters()["rx_unknown_qpn"]
+
+    @property
+    def tx_errors(self) -> int:
+        return self._ep.counters()["tx_errors"]
+
+    @property
+    def tx_no_route(self) -> int:
+        return self._ep.counters()["tx_no_route"]
+
+    @property
+    def rx_ce(self) -> int:
+        return self._ep.counters()["rx_ce"]
+
+    def close(self) -> None:
+        """Detach every QP and close every socket this endpoint opened."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for qpn in list(self._qps):
+            self._ep.detach(qpn)
+        self._qps.clear()
+        for sock in self._readers:
+            try:
+                self.loop.remove_reader(sock)
+            except (KeyError, ValueError):
+                pass
+        for sock in {*self._readers, *self._dest_socks.values()}:
+            sock.close()
+        self._readers.clear()
+        self._src_socks.clear()
+        self._dest_socks.clear()
