@@ -46,16 +46,12 @@ cdef extern from "mrcn_endpoint.h":
 cdef _ep_check(int rc, what):
     if rc >= 0:
         return rc
-    if rc == -5:   # MRCN_ENOMEM
+    if rc == MRCN_ENOMEM:
         raise MemoryError(what)
-    if rc > -1000 and rc < -6:   # -errno from a socket call
-        import errno as _errno, os as _os
-        raise OSError(-rc, f"{what}: {_os.strerror(-rc)}")
+    if rc <= -1000:   # MRCN_ESYS(errno): a socket call failed
+        import os as _os
+        raise OSError(-1000 - rc, f"{what}: {_os.strerror(-1000 - rc)}")
     raise ValueError(f"{what}: {mrcn_strerror(rc).decode()}")
-
-
-cdef extern from "mrcn.h":
-    const char *mrcn_strerror(int status)
 
 
 cdef class Endpoint:
@@ -102,29 +98,39 @@ cdef class Endpoint:
 
     def on_readable(self, int fd, bint read_tclass, double now):
         """Read one batch from ``fd``, dispatch it, flush the QPs it touched: datagrams read."""
-        return _ep_check(mrcn_ep_on_readable(self.ep, fd, read_tclass, now), "receive")
+        rc = mrcn_ep_on_readable(self.ep, fd, read_tclass, now)
+        self._release_eventful()
+        return _ep_check(rc, "receive")
 
     def on_timer(self, double now):
         """Run every QP timer due at ``now`` and flush those QPs: how many ran."""
-        return _ep_check(mrcn_ep_on_timer(self.ep, now), "timer")
+        rc = mrcn_ep_on_timer(self.ep, now)
+        self._release_eventful()
+        return _ep_check(rc, "timer")
 
     def kick(self, uint32_t qpn, double now):
-        _ep_check(mrcn_ep_kick(self.ep, qpn, now), f"flush QP {qpn}")
+        rc = mrcn_ep_kick(self.ep, qpn, now)
+        self._release_eventful()
+        _ep_check(rc, f"flush QP {qpn}")
+
+    cdef _release_eventful(self):
+        """Let go of the write buffers of QPs that completed something (their events say so):
+        the C calls above bypass the QP binding, which otherwise releases them at its next call."""
+        cdef uint32_t buf[64]
+        cdef size_t n, i
+        while True:
+            n = mrcn_ep_take_eventful(self.ep, buf, 64)
+            for i in range(n):
+                qp = self._qps.get(buf[i])
+                if qp is not None:
+                    (<QP>qp)._release()
+            if n < 64:
+                return
 
     def next_deadline(self):
         """The earliest QP deadline (s), or None."""
         cdef double at
         return at if mrcn_ep_next_deadline(self.ep, &at) else None
-
-    def take_eventful(self):
-        """QPNs with events waiting since the previous call (each once)."""
-        cdef uint32_t buf[256]
-        out = []
-        while True:
-            n = mrcn_ep_take_eventful(self.ep, buf, 256)
-            out.extend(buf[i] for i in range(n))
-            if n < 256:
-                return out
 
     def counters(self):
         cdef const mrcn_ep_counters *c = mrcn_ep_counters_get(self.ep)

@@ -22,6 +22,10 @@ enum mrcn_status {
     MRCN_ESTATE = -6,   /* the object's state does not accept the call */
 };
 
+/* A system call's failure (the endpoint's sockets): errno e as a status below every MRCN_E*. */
+#define MRCN_ESYS_BASE (-1000)
+#define MRCN_ESYS(e) (MRCN_ESYS_BASE - (e))
+
 /* A one-line meaning of a status code (static storage). */
 const char *mrcn_strerror(int status);
 

@@ -235,7 +235,7 @@ static int send_batch(mrcn_endpoint *ep, int fd, size_t n)
             continue;
         }
         if (sent < 0 && !dropped_on_send(errno))
-            return -errno;
+            return MRCN_ESYS(errno);
         ep->c.tx_errors++;   /* the first unsent datagram is dropped; go on past it */
         done++;
     }
@@ -367,7 +367,7 @@ int mrcn_ep_on_readable(mrcn_endpoint *ep, int fd, int read_tclass, double now)
             return 0;
         if (dropped_on_send(errno))   /* an ICMP error reported on the socket */
             return 0;
-        return -errno;
+        return MRCN_ESYS(errno);
     }
     ep->c.rx_datagrams += (uint64_t)got;
     size_t run_slot = NO_POS, run_n = 0;

@@ -61,7 +61,7 @@ int mrcn_ep_detach(mrcn_endpoint *ep, uint32_t qpn);
 
 /* Read what `fd` has (one recvmmsg, MSG_DONTWAIT), dispatch it, flush the touched QPs.
  * `read_tclass`: the socket has IPV6_RECVTCLASS set (read CE). Returns the number of
- * datagrams read (0: nothing was waiting) or a negative MRCN_E* / -errno. */
+ * datagrams read (0: nothing was waiting) or a negative MRCN_E* / MRCN_ESYS(errno). */
 int mrcn_ep_on_readable(mrcn_endpoint *ep, int fd, int read_tclass, double now);
 /* Run the timers of every QP due at `now`, flush them. Returns how many ran, or < 0. */
 int mrcn_ep_on_timer(mrcn_endpoint *ep, double now);

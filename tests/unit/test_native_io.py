@@ -1,0 +1,200 @@
+"""The native endpoint (agents/net/native_udp.py over agents/mrc/core/mrcn_endpoint.c) over real
+loopback UDP/IPv6 (::1), no root: transfers in both route modes, batching (fewer system calls
+than datagrams), CE marks reaching the QP, wire compatibility with the Python engine, and the
+QP lifetimes the C endpoint must respect."""
+import gc
+import os
+import random
+import socket
+import sys
+
+import pytest
+
+from agents.mrc import QP, QPAttr, QPConfig, WCStatus, WorkCompletion, connect_pair, native
+from agents.net.native_udp import NativeEndpoint
+from agents.net.udp import CE, Endpoint, EventLoop, Route
+from tests.conftest import ipv6_loopback_ok
+
+SIZE = 4 << 20
+
+pytestmark = pytest.mark.skipif(not ipv6_loopback_ok(), reason="no IPv6 loopback")
+
+
+@pytest.fixture(scope="module")
+def core():
+    mod = native.load()
+    if mod is None or not hasattr(mod, "QP"):
+        pytest.skip("native engine not built (MRC_NATIVE_REQUIRE=1 makes this an error)")
+    return mod
+
+
+def config(**kw):
+    # 256 KiB fixed window keeps a burst inside the 4 MiB socket buffers.
+    return QPConfig(min_rto_s=0.05, cc="fixed", cc_params={"window_bytes": 256 * 1024},
+                    probe_interval_s=0.02, probe_timeout_s=0.05, **kw)
+
+
+def pair(qp_a, qp_b, **kw):
+    a = qp_a(10, rng=random.Random(1), config=config(**kw))
+    b = qp_b(20, rng=random.Random(2), memory=bytearray(SIZE), config=config(**kw))
+    connect_pair(a, b, [0, 1, 2, 3], attr=QPAttr(timeout=12), now=0.0)
+    return a, b
+
+
+def transfer(loop, ea, eb, a, b, routes_a, routes_b, size=SIZE):
+    ea.attach(a, routes_a)
+    eb.attach(b, routes_b)
+    src = os.urandom(size)
+    a.post_write(wr_id=1, local=src, remote_offset=0)
+    ea.kick(a)
+    done = []
+
+    def finished():
+        while (e := a.next_event()) is not None:
+            done.append(e)
+        return any(isinstance(e, WorkCompletion) for e in done)
+
+    assert loop.run(until=finished, timeout_s=30)
+    wc = [e for e in done if isinstance(e, WorkCompletion)]
+    assert wc[0].status is WCStatus.SUCCESS and wc[0].wr_id == 1
+    assert bytes(memoryview(b.responder.memory)[:size]) == src
+    return wc
+
+
+def closing(*objs):
+    for o in objs:
+        o.close()
+
+
+def test_srv6_transfer_batches_its_system_calls(core):
+    loop = EventLoop()
+    ea = NativeEndpoint(loop, bind_addr="::1", port=0)
+    eb = NativeEndpoint(loop, bind_addr="::1", port=0)
+    try:
+        a, b = pair(core.QP, core.QP)
+        transfer(loop, ea, eb, a, b, {ev: Route("::1", eb.port) for ev in range(4)},
+                 {ev: Route("::1", ea.port) for ev in range(4)})
+        assert all(v["packets_sent"] > 0 for v in a.stats()["evs"].values())
+        ca, cb = ea.counters(), eb.counters()
+        assert cb["rx_datagrams"] > SIZE // a.config.payload_bytes and ca["rx_unknown_qpn"] == 0
+        # one sendmmsg carries a burst sprayed over every EV; one recvmmsg reads a batch
+        assert ca["tx_syscalls"] * 4 <= ca["tx_datagrams"], ca
+        assert cb["rx_syscalls"] < cb["rx_datagrams"], cb
+        assert ea.tx_errors == 0 and ea.tx_no_route == 0
+    finally:
+        closing(ea, eb, loop)
+
+
+def test_ecmp_mode_uses_one_source_port_per_ev(core):
+    loop = EventLoop()
+    ea = NativeEndpoint(loop, bind_addr="::1", port=0)
+    eb = NativeEndpoint(loop, bind_addr="::1", port=0)
+    ports = []
+    try:
+        for _ in range(4):
+            s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            s.bind(("::1", 0))
+            ports.append(s.getsockname()[1])
+            s.close()
+        a, b = pair(core.QP, core.QP)
+        transfer(loop, ea, eb, a, b, {ev: Route("::1", eb.port, src_port=ports[ev]) for ev in range(4)},
+                 {ev: Route("::1", ea.port) for ev in range(4)}, size=1 << 20)
+        assert set(ea._src_socks) == set(ports)
+    finally:
+        closing(ea, eb, loop)
+
+
+@pytest.mark.parametrize("sender", ["native", "python"])
+def test_wire_compatible_with_the_python_engine(core, sender):
+    """A native QP on the native endpoint talks to a Python QP on the Python endpoint."""
+    loop = EventLoop()
+    native_side = NativeEndpoint(loop, bind_addr="::1", port=0)
+    python_side = Endpoint(loop, bind_addr="::1", port=0)
+    try:
+        if sender == "native":
+            ea, eb, a, b = native_side, python_side, *pair(core.QP, QP)
+        else:
+            ea, eb, a, b = python_side, native_side, *pair(QP, core.QP)
+        transfer(loop, ea, eb, a, b, {ev: Route("::1", eb.port) for ev in range(4)},
+                 {ev: Route("::1", ea.port) for ev in range(4)}, size=1 << 20)
+    finally:
+        closing(native_side, python_side, loop)
+
+
+def test_ce_marks_reach_the_native_qp(core):
+    """A sender whose sockets carry CE (a marking switch's stand-in) makes the native receiver
+    read the mark per datagram (rx_ce) and echo it (the sender's EVs see SKIPs)."""
+    loop = EventLoop()
+    ea = NativeEndpoint(loop, bind_addr="::1", port=0, ecn=True, send_tclass=CE)
+    eb = NativeEndpoint(loop, bind_addr="::1", port=0, ecn=True)
+    try:
+        a, b = pair(core.QP, core.QP)
+        transfer(loop, ea, eb, a, b, {ev: Route("::1", eb.port) for ev in range(4)},
+                 {ev: Route("::1", ea.port) for ev in range(4)}, size=256 << 10)
+        assert eb.rx_ce > 0 and eb.rx_ce == eb.counters()["rx_ce"]
+        assert sum(a.stats()["ev_skips"].values()) > 0
+    finally:
+        closing(ea, eb, loop)
+
+
+def test_unknown_qpn_and_short_datagrams_are_counted(core):
+    loop = EventLoop()
+    ep = NativeEndpoint(loop, bind_addr="::1", port=0)
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        s.sendto(b"\x01\x01\x00\x00\x00\x00\x00\x63" + bytes(40), ("::1", ep.port))
+        s.sendto(b"\x01\x01\x00", ("::1", ep.port))
+        assert loop.run(until=lambda: ep.rx_unknown_qpn == 1 and ep.counters()["rx_short"] == 1,
+                        timeout_s=2)
+    finally:
+        s.close()
+        closing(ep, loop)
+
+
+def test_a_detached_qp_with_a_deadline_is_never_called_and_can_be_freed(core):
+    loop = EventLoop()
+    ea = NativeEndpoint(loop, bind_addr="::1", port=0)
+    try:
+        a, _ = pair(core.QP, core.QP)
+        refs = sys.getrefcount(a)
+        ea.attach(a, {ev: Route("::1", 9) for ev in range(4)})   # nothing listens: lost
+        a.post_write(wr_id=1, local=bytes(10000), remote_offset=0)
+        ea.kick(a)
+        assert a.get_timer() is not None and ea._ep.next_deadline() is not None
+        assert sys.getrefcount(a) > refs           # attached: the endpoints hold it
+        ea.detach(a)
+        assert ea._ep.next_deadline() is None
+        assert sys.getrefcount(a) == refs          # detached: no reference left to free it under
+        del a, _
+        gc.collect()
+        assert ea._ep.on_timer(1e9) == 0           # and no heap entry to call
+    finally:
+        closing(ea, loop)
+
+
+def test_an_attached_qp_stays_alive_while_the_endpoint_may_call_it(core):
+    loop = EventLoop()
+    ea = NativeEndpoint(loop, bind_addr="::1", port=0)
+    try:
+        a, _ = pair(core.QP, core.QP)
+        refs = sys.getrefcount(a)
+        ea.attach(a, {ev: Route("::1", 9) for ev in range(4)})
+        assert sys.getrefcount(a) >= refs + 1      # the C endpoint's binding holds it
+        a.post_write(wr_id=1, local=bytes(10000), remote_offset=0)
+        ea.kick(a)
+        del a, _
+        gc.collect()
+        assert ea._ep.on_timer(1e9) == 1           # still alive: its timer runs safely
+    finally:
+        closing(ea, loop)
+
+
+def test_native_endpoint_refuses_a_python_qp(core):
+    loop = EventLoop()
+    ep = NativeEndpoint(loop, bind_addr="::1", port=0)
+    try:
+        a, _ = pair(QP, QP)
+        with pytest.raises(TypeError):
+            ep.attach(a, {0: Route("::1", 9)})
+    finally:
+        closing(ep, loop)
