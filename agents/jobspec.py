@@ -164,7 +164,7 @@ class JobSpec:
     linger_s: float = 2.0
     rx_hold_s: float = 0.0
     rt_priority: int = 0
-    engine: str = "python"
+    engine: str = "native"
 
     @property
     def world_size(self) -> int:
@@ -443,7 +443,7 @@ def parse_job(raw: Any, source: str = "<job>") -> JobSpec:
                        check=lambda v: 0 <= v <= 0.1, why="must be in [0, 0.1]"),
         "rt_priority": g(raw, "rt_priority", "", int, default=0,
                          check=lambda v: 0 <= v <= 99, why="must be in [0, 99]"),
-        "engine": g(raw, "engine", "", str, default="python", check=lambda v: v in ENGINES,
+        "engine": g(raw, "engine", "", str, default="native", check=lambda v: v in ENGINES,
                     why=f"must be one of {', '.join(ENGINES)}"),
     }
     world_ok = v["world"] is not None

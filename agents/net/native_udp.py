@@ -125,7 +125,8 @@ class NativeEndpoint:
         """Send what ``qp`` (default: every QP) has to send now and re-arm the deadline."""
         now = self.loop.time()
         for q in ([qp] if qp is not None else list(self._qps.values())):
-            self._ep.kick(q.qpn, now)
+            if q.qpn in self._qps:   # a detached QP has no routes: nothing to send, as udp.py
+                self._ep.kick(q.qpn, now)
         self._rearm()
 
     # ---- the one loop timer ------------------------------------------------------------

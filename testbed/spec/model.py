@@ -128,7 +128,7 @@ class Scenario:
     agent_realtime: bool = False
     #: ``engine:``: the MRC engine of the mrc and rc QPs, "python" (the specification) or
     #: "native" (:mod:`agents.mrc.native`); kernel tcp has none.
-    engine: str = "python"
+    engine: str = "native"
     #: ``controller: {policy}``: the MRC controller's policy (:mod:`testbed.controller`), started
     #: on every mrc run; None: no controller (and no ``ev_*`` timeline action).
     controller: str | None = None

@@ -48,7 +48,7 @@ TOPOLOGY: dict[str, Keys] = {
 """Topology file mappings. ``<kind K>`` are the top-level keys that ``kind: K`` adds."""
 
 SCENARIO_DEFAULTS: dict[str, object] = {"seed": 1, "workload.factor": 2, "workload.iterations": 5,
-                                         "workload.warmup": 1, "engine": "python"}
+                                         "workload.warmup": 1, "engine": "native"}
 """Values of absent scenario keys (a job of ``jobs:`` takes the workload's); ``timeout`` is derived."""
 
 #: The timeout when absent: a fixed allowance for start-up and teardown plus this many times the

@@ -45,8 +45,8 @@ def test_minimal_scenario_takes_every_default(tmp_path):
     # iteration, 5 + 1 iterations, 10 Mbit/s: 9.437 s -> 30 + 37.75 = 67.75, rounded up.
     assert s.timeout_s == 68.0
     assert dict(s.defaults) == {"seed": 1, "workload.factor": 2, "workload.iterations": 5, "workload.warmup": 1,
-                                "engine": "python", "timeout": 68.0}
-    assert s.engine == "python" and s.engines() == {"mrc": "python", "rc": "python", "tcp": "kernel"}
+                                "engine": "native", "timeout": 68.0}
+    assert s.engine == "native" and s.engines() == {"mrc": "native", "rc": "native", "tcp": "kernel"}
     assert s.to_dict()["defaults"] == dict(s.defaults)
 
 
@@ -55,15 +55,15 @@ def test_the_derived_timeout_follows_the_bytes(tmp_path):
                             + "  iterations: 2\n  warmup: 0\n"), features=FEATURES)
     # sizes 1, 2, 4 MiB (factor 2): 7 MiB x 1.875 x 2 iterations x 8 / 10 Mbit/s = 22.02 s
     assert s.timeout_s == 119.0   # ceil(30 + 4 x 22.02)
-    assert dict(s.defaults) == {"seed": 1, "workload.factor": 2, "engine": "python", "timeout": 119.0}
+    assert dict(s.defaults) == {"seed": 1, "workload.factor": 2, "engine": "native", "timeout": 119.0}
 
 
 def test_given_values_are_kept_and_not_called_defaults(tmp_path):
-    text = MINIMAL.replace("transports:", "seed: 9\ntimeout: 20s\nengine: native\ntransports:") + \
+    text = MINIMAL.replace("transports:", "seed: 9\ntimeout: 20s\nengine: python\ntransports:") + \
         "  factor: 4\n  iterations: 3\n  warmup: 0\n"
     s = load_scenario(write(tmp_path, text), features=FEATURES)
     assert (s.seed, s.timeout_s, s.workload.factor, s.workload.iterations, s.workload.warmup) == (9, 20.0, 4, 3, 0)
-    assert s.defaults == () and s.engine == "native"
+    assert s.defaults == () and s.engine == "python"
 
 
 def test_each_job_takes_its_own_defaults(tmp_path):
