@@ -98,6 +98,12 @@ class LoopView:
     def take_timer_late_max_s(self) -> float:
         return self._loop.take_timer_late_max_s()
 
+    def add_timer_source(self, source) -> None:
+        self._loop.add_timer_source(source)
+
+    def remove_timer_source(self, source) -> None:
+        self._loop.remove_timer_source(source)
+
     def run_once(self, max_wait_s: float | None = None) -> None:
         raise RuntimeError("an agent in a runtime does not run the shared loop")
 

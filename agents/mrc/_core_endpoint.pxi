@@ -29,6 +29,8 @@ cdef extern from "mrcn_endpoint.h":
         uint64_t rx_syscalls
         uint64_t tx_syscalls
         uint64_t timer_fires
+        double timer_late_sum_s
+        double timer_late_max_s
     int mrcn_ep_new(mrcn_endpoint **out, unsigned batch, size_t max_dgram_bytes)
     void mrcn_ep_free(mrcn_endpoint *ep)
     int mrcn_ep_add_route(mrcn_endpoint *ep, int fd, const sockaddr_in6 *addr)
@@ -41,6 +43,8 @@ cdef extern from "mrcn_endpoint.h":
     int mrcn_ep_next_deadline(const mrcn_endpoint *ep, double *at)
     size_t mrcn_ep_take_eventful(mrcn_endpoint *ep, uint32_t *qpns, size_t cap)
     const mrcn_ep_counters *mrcn_ep_counters_get(const mrcn_endpoint *ep)
+    double mrcn_ep_take_timer_late_max_s(mrcn_endpoint *ep)
+    void mrcn_ep_use_monotonic_clock(mrcn_endpoint *ep, int on)
 
 
 cdef _ep_check(int rc, what):
@@ -132,10 +136,18 @@ cdef class Endpoint:
         cdef double at
         return at if mrcn_ep_next_deadline(self.ep, &at) else None
 
+    def use_monotonic_clock(self, bint on):
+        """Timers run after a receive batch read CLOCK_MONOTONIC (the loop's time.monotonic)."""
+        mrcn_ep_use_monotonic_clock(self.ep, on)
+
+    def take_timer_late_max_s(self):
+        """The largest QP timer lateness (s) since the previous call; resets it."""
+        return mrcn_ep_take_timer_late_max_s(self.ep)
+
     def counters(self):
         cdef const mrcn_ep_counters *c = mrcn_ep_counters_get(self.ep)
         return {"rx_datagrams": c.rx_datagrams, "rx_unknown_qpn": c.rx_unknown_qpn,
                 "rx_ce": c.rx_ce, "rx_short": c.rx_short, "tx_datagrams": c.tx_datagrams,
                 "tx_errors": c.tx_errors, "tx_no_route": c.tx_no_route,
                 "rx_syscalls": c.rx_syscalls, "tx_syscalls": c.tx_syscalls,
-                "timer_fires": c.timer_fires}
+                "timer_fires": c.timer_fires, "timer_late_sum_s": c.timer_late_sum_s}

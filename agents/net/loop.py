@@ -37,6 +37,11 @@ class EventLoop:
     count every timer since the loop was made; :meth:`take_timer_late_max_s` gives the
     largest lateness since its previous call.
 
+    Timer sources: an object that runs timers of its own behind one loop timer (the native
+    endpoint runs every QP's) is registered with :meth:`add_timer_source`, and its
+    ``timers_fired``, ``timer_late_sum_s`` and ``take_timer_late_max_s()`` count in the loop's,
+    so that the lateness the fidelity check judges covers every timer, wherever it runs.
+
     Receive moderation (a NIC's ``rx-usecs``): with ``hold_s`` > 0 the loop does not wake
     for I/O sooner than ``hold_s`` after its previous I/O wake-up; it sleeps the rest first
     (never past a due timer or ``max_wait_s``), so that the datagrams of several sockets
@@ -52,18 +57,39 @@ class EventLoop:
         self._timers: list[tuple[float, int, TimerHandle]] = []
         self._seq = 0
         self._stopped = False
-        self.timers_fired = 0
-        self.timer_late_sum_s = 0.0
+        self._timers_fired = 0
+        self._timer_late_sum_s = 0.0
         self._timer_late_max_s = 0.0
+        self._timer_sources: list = []
         self.hold_s = 0.0
         self.holds = 0
         self.hold_sum_s = 0.0
         self._last_wake = -1e18
 
+    @property
+    def timers_fired(self) -> int:
+        return self._timers_fired + sum(src.timers_fired for src in self._timer_sources)
+
+    @property
+    def timer_late_sum_s(self) -> float:
+        return self._timer_late_sum_s + sum(src.timer_late_sum_s for src in self._timer_sources)
+
     def take_timer_late_max_s(self) -> float:
-        """The largest timer lateness (s) since the previous call (or the start); resets it."""
+        """The largest timer lateness (s) since the previous call (or the start), this loop's
+        own timers and its timer sources'; resets them."""
         late, self._timer_late_max_s = self._timer_late_max_s, 0.0
+        for src in self._timer_sources:
+            late = max(late, src.take_timer_late_max_s())
         return late
+
+    def add_timer_source(self, source) -> None:
+        """Count ``source``'s timers (``timers_fired``, ``timer_late_sum_s``,
+        ``take_timer_late_max_s()``) in this loop's lateness (class docstring)."""
+        self._timer_sources.append(source)
+
+    def remove_timer_source(self, source) -> None:
+        if source in self._timer_sources:
+            self._timer_sources.remove(source)
 
     def add_reader(self, fileobj, callback: Callable[[], None]) -> None:
         """Call ``callback()`` whenever ``fileobj`` (socket or fd) is readable."""
@@ -143,8 +169,8 @@ class EventLoop:
                         late_max = late
                     handle.callback()
         finally:
-            self.timers_fired += fired
-            self.timer_late_sum_s += late_sum
+            self._timers_fired += fired
+            self._timer_late_sum_s += late_sum
             self._timer_late_max_s = late_max
 
     def run(self, *, until: Callable[[], bool] | None = None,

@@ -9,7 +9,8 @@ does the rest per wake-up: one ``recvmmsg`` of up to :data:`agents.net.udp.RECV_
 datagrams, the CE mark of each, demultiplexing by QPN, the QPs' receive, send and timer
 calls, and ``sendmmsg`` per socket. Python is called once per readable socket and once per
 due deadline (one loop timer for the whole endpoint, at the earliest QP deadline), not per
-datagram; the QPs' events (completions, EV events, errors) stay in the QPs until their
+datagram; QP timers that come due while a receive batch runs are run by C right after it, and
+every QP timer's lateness counts in the loop's (:meth:`EventLoop.add_timer_source`); the QPs' events (completions, EV events, errors) stay in the QPs until their
 owner drains them with ``next_event()``.
 
 Sending: SRv6 routes go out of the one receive socket with per-datagram addresses
@@ -21,6 +22,7 @@ per source port, as udp.py.
 from __future__ import annotations
 
 import socket
+import time
 from typing import Mapping
 
 from ..mrc import native
@@ -55,6 +57,9 @@ class NativeEndpoint:
         self.ecn = ecn
         self.send_tclass = send_tclass if send_tclass is not None else (ECT0 if ecn else None)
         self._ep = core.Endpoint(RECV_BATCH, MAX_DATAGRAM_BYTES)
+        # the QP timers it runs after a receive batch read the loop's own clock
+        self._ep.use_monotonic_clock(loop.time is time.monotonic)
+        loop.add_timer_source(self)
         self._readers: list[socket.socket] = []
         self._dest_socks: dict[tuple, socket.socket] = {}
         self._src_socks: dict[int, socket.socket] = {}
@@ -147,6 +152,18 @@ class NativeEndpoint:
         self._rearm()
 
     # ---- counters ----------------------------------------------------------------------
+    @property
+    def timers_fired(self) -> int:
+        """QP timers the C endpoint ran (an :class:`EventLoop` timer source)."""
+        return self._ep.counters()["timer_fires"]
+
+    @property
+    def timer_late_sum_s(self) -> float:
+        return self._ep.counters()["timer_late_sum_s"]
+
+    def take_timer_late_max_s(self) -> float:
+        return self._ep.take_timer_late_max_s()
+
     def counters(self) -> dict:
         """The C endpoint's counters (datagrams, drops, recvmmsg/sendmmsg calls, timers)."""
         return self._ep.counters()
@@ -180,6 +197,7 @@ class NativeEndpoint:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self.loop.remove_timer_source(self)
         for qpn in list(self._qps):
             self._ep.detach(qpn)
         self._qps.clear()

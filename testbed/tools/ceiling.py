@@ -56,7 +56,7 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
     default; a row is named ``"mrc"`` for the default alone, else ``"mrc, <model>"``).
     ``payload`` (bytes per data packet, ``workload.payload``) and ``realtime``
     (``agent_realtime``) apply to every run and are named in the rows; mrc and rc get a row per
-    MRC engine of ``engines`` (``"mrc [native]"``), kernel tcp one."""
+    MRC engine of ``engines`` (``"mrc, native engine"``), kernel tcp one."""
     import dataclasses
     import io
     import shutil
@@ -75,7 +75,7 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
         for transport, model, engine in plan:
             row = transport if tuple(agent_models) == (None,) else f"{transport}, {agent_model_name(model)}"
             row += (f", payload {payload}" if payload else "") + (", SCHED_RR" if realtime else "")
-            row += "" if engine == "kernel" else f" [{engine}]"
+            row += "" if engine == "kernel" else f", {engine} engine"
             runs, fails, best = {}, 0, None
             for rate in rates_mbit:
                 sc = _at_rate(base, rate * 1_000_000, dataclasses)
@@ -234,7 +234,7 @@ def profile_table(profiles: list[dict]) -> Table:
                     "syscalls include the kernel forwarding a send runs in its caller's context)")
     t.add_column("category")
     for p in profiles:
-        engine = f" [{p['engine']}]" if p.get("engine", "kernel") != "kernel" else ""
+        engine = f", {p['engine']} engine" if p.get("engine", "kernel") != "kernel" else ""
         t.add_column(f"{p['transport']}{engine} @ {p['rate_mbit']} Mbit/s", justify="right")
     busy = [sum(v for k, v in p["samples"].items() if k != "waiting") or 1 for p in profiles]
     for cat in CATEGORIES:

@@ -156,3 +156,23 @@ def test_the_receive_hold_counts_against_the_scheduling_delay_bound():
     assert emulation_validity(*args)["valid"]
     v = emulation_validity(*args, rx_hold_s=0.0001)
     assert not v["valid"] and "receive hold 0.10 ms" in v["reasons"][0]
+
+
+def test_timer_sources_count_in_the_loops_lateness():
+    class Source:
+        timers_fired, timer_late_sum_s = 5, 0.02
+
+        def __init__(self):
+            self.maxes = [0.004, 0.0]
+
+        def take_timer_late_max_s(self):
+            return self.maxes.pop(0)
+
+    loop = EventLoop(clock=lambda: 0.0)
+    src = Source()
+    loop.add_timer_source(src)
+    assert loop.timers_fired == 5 and loop.timer_late_sum_s == pytest.approx(0.02)
+    assert loop.take_timer_late_max_s() == pytest.approx(0.004)
+    assert loop.take_timer_late_max_s() == 0.0
+    loop.remove_timer_source(src)
+    assert loop.timers_fired == 0

@@ -198,3 +198,31 @@ def test_native_endpoint_refuses_a_python_qp(core):
             ep.attach(a, {0: Route("::1", 9)})
     finally:
         closing(ep, loop)
+
+
+def test_due_qp_timers_run_after_a_receive_batch_and_count_their_lateness(core):
+    """A QP timer that came due while the endpoint was busy runs right after the next receive
+    batch (as an event loop runs due timers between sockets), and its lateness counts in the
+    loop's, which the fidelity check judges, although the loop's own timer never fired."""
+    import time
+    loop = EventLoop()
+    ea = NativeEndpoint(loop, bind_addr="::1", port=0)
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        a, _ = pair(core.QP, core.QP)
+        ea.attach(a, {ev: Route("::1", 9) for ev in range(4)})   # nothing listens: lost
+        a.post_write(wr_id=1, local=bytes(10000), remote_offset=0)
+        ea.kick(a)
+        deadline = ea._ep.next_deadline()
+        assert deadline is not None and ea.timers_fired == 0
+        time.sleep(max(deadline - time.monotonic(), 0) + 0.002)
+        s.sendto(b"\x01\x01\x00\x00\x00\x00\x00\x63" + bytes(40), ("::1", ea.port))   # wakes it
+        time.sleep(0.01)
+        assert ea._ep.on_readable(ea.sock.fileno(), False, loop.time()) == 1
+        assert ea.timers_fired == 1 and loop.timers_fired == 1
+        late = loop.take_timer_late_max_s()
+        assert 0.002 <= late < 1.0 and ea.timer_late_sum_s == pytest.approx(late)
+        assert a.stats()["timeouts"] >= 1
+    finally:
+        s.close()
+        closing(ea, loop)

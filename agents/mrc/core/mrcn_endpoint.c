@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include "mrcn_evmap.h"
 
@@ -59,6 +60,7 @@ struct mrcn_endpoint {
     size_t *sidx;
     size_t scap;
     mrcn_ep_counters c;
+    int monotonic;                  /* read CLOCK_MONOTONIC after a receive batch */
 };
 
 #define RCMSG_BYTES CMSG_SPACE(sizeof(int))
@@ -317,6 +319,9 @@ static int flush(mrcn_endpoint *ep, size_t slot, double now)
 
 /* ---- receiving ---------------------------------------------------------- */
 
+static int run_due(mrcn_endpoint *ep, double now);
+static double clock_now(const mrcn_endpoint *ep, double fallback);
+
 static int touch(mrcn_endpoint *ep, size_t slot)
 {
     if (!ep->qps[slot].dirty) {
@@ -416,33 +421,61 @@ int mrcn_ep_on_readable(mrcn_endpoint *ep, int fd, int read_tclass, double now)
             rc = flush(ep, slot, now);
     }
     ep->ndirty = 0;
+    if (rc >= 0 && got > 0)   /* timers that came due while the batch ran go now */
+        rc = run_due(ep, clock_now(ep, now));
     return rc < 0 ? rc : got;
 }
 
 /* ---- timers, kicks ------------------------------------------------------- */
 
-int mrcn_ep_on_timer(mrcn_endpoint *ep, double now)
+/* Run the QP timers due at `now` (each QP once: one whose timer stays due waits for the next
+ * call), flush those QPs, count their lateness. Returns how many ran, or < 0. */
+static int run_due(mrcn_endpoint *ep, double now)
 {
-    /* take every due QP first, so that one whose timer stays due runs once per call */
     size_t n = 0;
-    while (ep->heap_n > 0 && ep->qps[ep->heap[0]].deadline <= now) {
+    while (ep->heap_n > 0 && ep->qps[ep->heap[0]].deadline <= now && n < ep->batch) {
         size_t slot = ep->heap[0];
+        double late = now - ep->qps[slot].deadline;
+        ep->c.timer_late_sum_s += late;
+        if (late > ep->c.timer_late_max_s)
+            ep->c.timer_late_max_s = late;
         heap_remove(ep, slot);
         ep->dirty[n++] = slot;
-        if (n == ep->batch)
-            break;
     }
     int rc = MRCN_OK;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && rc >= 0; i++) {
         size_t slot = ep->dirty[i];
-        if (rc < 0)
-            continue;
         rc = mrcn_qp_handle_timer(ep->qps[slot].qp, now);
         ep->c.timer_fires++;
         if (rc >= 0)
             rc = flush(ep, slot, now);
     }
     return rc < 0 ? rc : (int)n;
+}
+
+int mrcn_ep_on_timer(mrcn_endpoint *ep, double now)
+{
+    return run_due(ep, now);
+}
+
+static double clock_now(const mrcn_endpoint *ep, double fallback)
+{
+    struct timespec ts;
+    if (!ep->monotonic || clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return fallback;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double mrcn_ep_take_timer_late_max_s(mrcn_endpoint *ep)
+{
+    double late = ep->c.timer_late_max_s;
+    ep->c.timer_late_max_s = 0.0;
+    return late;
+}
+
+void mrcn_ep_use_monotonic_clock(mrcn_endpoint *ep, int on)
+{
+    ep->monotonic = on != 0;
 }
 
 int mrcn_ep_kick(mrcn_endpoint *ep, uint32_t qpn, double now)

@@ -10,7 +10,14 @@
  *     every touched QP flushed: its datagrams grouped per socket into sendmmsg() calls;
  *   - mrcn_ep_on_timer(): every QP whose deadline is due (a min-heap of QP deadlines,
  *     kept up to date after every call into a QP), then flushed;
+ *   - after a receive batch, the QP timers that came due meanwhile run at once (as an
+ *     event loop runs due timers between two sockets' batches), so that a busy endpoint
+ *     does not leave them for the caller's next turn;
  *   - mrcn_ep_next_deadline(): the one deadline the caller's event loop arms.
+ * Every QP timer's lateness (when it ran minus its deadline) is counted here, since the
+ * caller's loop sees only the endpoint's one timer. With a clock set
+ * (mrcn_ep_use_monotonic_clock) the endpoint reads CLOCK_MONOTONIC for the timers it runs
+ * after a batch; without one, the `now` the caller passed.
  * A QP is flushed as udp.py does: datagrams_to_send() again while it fills a burst.
  * A full socket buffer or an unreachable destination drops the datagram and counts it
  * (tx_errors), as a NIC drops; any other send error is returned to the caller.
@@ -38,7 +45,9 @@ typedef struct mrcn_ep_counters {
     uint64_t tx_no_route;       /* on an EV with no route (dropped) */
     uint64_t rx_syscalls;       /* recvmmsg calls */
     uint64_t tx_syscalls;       /* sendmmsg calls */
-    uint64_t timer_fires;       /* QP timers run by mrcn_ep_on_timer */
+    uint64_t timer_fires;       /* QP timers run (by mrcn_ep_on_timer or after a receive batch) */
+    double timer_late_sum_s;    /* their lateness: when run minus deadline, summed (s) */
+    double timer_late_max_s;    /* the largest since mrcn_ep_take_timer_late_max_s() */
 } mrcn_ep_counters;
 
 /* A new endpoint reading up to `batch` (1..1024) datagrams of up to `max_dgram_bytes`
@@ -75,5 +84,10 @@ int mrcn_ep_next_deadline(const mrcn_endpoint *ep, double *at);
 size_t mrcn_ep_take_eventful(mrcn_endpoint *ep, uint32_t *qpns, size_t cap);
 
 const mrcn_ep_counters *mrcn_ep_counters_get(const mrcn_endpoint *ep);
+/* The largest QP timer lateness (s) since the previous call; resets it. */
+double mrcn_ep_take_timer_late_max_s(mrcn_endpoint *ep);
+/* Read CLOCK_MONOTONIC (the caller's loop clock: Python's time.monotonic) for timers run
+ * after a receive batch (on != 0), or only ever use the caller's `now` (0, the default). */
+void mrcn_ep_use_monotonic_clock(mrcn_endpoint *ep, int on);
 
 #endif
