@@ -345,3 +345,36 @@ def test_native_pair_runs_in_lockstep_with_the_python_pair(name):
     assert len(py) > 10
     events = [e for step in py for e in step[1] + step[2]]
     assert events, "the scenario completes or fails something"
+
+
+def test_qp_fuzz_corpus_is_generated_and_its_datagrams_are_real_packets(tmp_path):
+    """agents/mrc/core/corpus/qp/ is what make_qp_corpus.py writes, and its records carry valid
+    datagrams for the fuzzed QP (QPN 7), so the fuzzer starts from the protocol's real paths."""
+    import importlib.util
+    import struct
+    from pathlib import Path
+    from agents.mrc import packet as pk
+    corpus = Path(__file__).resolve().parents[2] / "agents" / "mrc" / "core" / "corpus"
+    spec = importlib.util.spec_from_file_location("make_qp_corpus", corpus / "make_qp_corpus.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    gen.main(["make_qp_corpus", str(tmp_path)])
+    made = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert made == {p.name: p.read_bytes() for p in (corpus / "qp").iterdir()} and made
+    kinds = set()
+    for blob in made.values():
+        at = 0
+        while at < len(blob):
+            op, n = struct.unpack_from("!BH", blob, at)
+            at += 3
+            if op & 3 == 2:          # a clock tick: no bytes
+                continue
+            data, at = blob[at:at + n], at + n
+            if op & 4:               # the CRC is fixed by the target
+                continue
+            parts = [data[:n // 2], data[n // 2:]] if op & 3 == 3 else [data]
+            for part in parts:
+                pkt = pk.parse(part)
+                assert pkt.dest_qpn == 7
+                kinds.add(type(pkt).__name__)
+    assert kinds == {"DataPacket", "SackPacket", "NackPacket", "ProbePacket", "CnpPacket"}
