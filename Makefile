@@ -101,6 +101,7 @@ sanitize: setup
 	  MRC_NATIVE_REQUIRE=1 MRC_NATIVE_LIB=$$(ls $(SAN_DIR)/lib/agents/mrc/_core*.so) \
 	  $(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS) tests/unit/test_native_*.py
 
+# (make sanitize builds with the venv's Cython: the dev extra.)
 # libFuzzer (clang, ASan + UBSan) on the native decoder and on one QP fed datagrams, each for
 # FUZZ_SECONDS (default 60).
 FUZZ_SECONDS ?= 60
