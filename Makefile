@@ -90,8 +90,9 @@ lint: setup
 	$(PY) -m ruff check testbed agents tests
 	$(VENV)/bin/lint-imports
 
-# The native engine under AddressSanitizer and UBSan: a separate build in build/sanitize/ that the
-# engine-comparison tests (tests/unit/test_native_*.py) load through MRC_NATIVE_LIB.
+# The native engine under AddressSanitizer and UBSan: a separate build in build/sanitize/ (with the
+# venv's Cython, a dev extra) that the engine-comparison tests (tests/unit/test_native_*.py) load
+# through MRC_NATIVE_LIB.
 SAN_DIR    := build/sanitize
 SAN_RT     := $(shell gcc -print-file-name=libasan.so):$(shell gcc -print-file-name=libubsan.so)
 sanitize: setup
@@ -101,7 +102,6 @@ sanitize: setup
 	  MRC_NATIVE_REQUIRE=1 MRC_NATIVE_LIB=$$(ls $(SAN_DIR)/lib/agents/mrc/_core*.so) \
 	  $(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS) tests/unit/test_native_*.py
 
-# (make sanitize builds with the venv's Cython: the dev extra.)
 # libFuzzer (clang, ASan + UBSan) on the native decoder and on one QP fed datagrams, each for
 # FUZZ_SECONDS (default 60).
 FUZZ_SECONDS ?= 60

@@ -188,7 +188,8 @@ size_t mrcn_ep_take_eventful(mrcn_endpoint *ep, uint32_t *qpns, size_t cap)
         if (v != NULL)
             ep->qps[v->a].eventful = 0;
     }
-    memmove(ep->eventful, ep->eventful + n, (ep->neventful - n) * sizeof *ep->eventful);
+    if (n > 0 && n < ep->neventful)   /* memmove of a NULL list is undefined, even of 0 bytes */
+        memmove(ep->eventful, ep->eventful + n, (ep->neventful - n) * sizeof *ep->eventful);
     ep->neventful -= n;
     return n;
 }
