@@ -193,8 +193,14 @@ EVENT_FIELDS = {
     "QPError": ("time", "qpn", "reason"),
 }
 ATTR_FIELDS = tuple(f.name for f in dataclasses.fields(QPAttr))
+EV_RECORD_FIELDS = ("ev", "state", "skip_until", "probe_ok", "probe_due", "probe_outstanding",
+                    "packets_sent", "bytes_sent", "packets_acked", "packets_lost", "retransmits",
+                    "acked_seq", "last_ack_s", "rtt_last_s", "rtt_min_s", "rtt_srtt_s", "rtt_samples",
+                    "probes_sent", "probes_ok_total", "delivered_ts_ns", "loss_run", "loss_run_ts_ns",
+                    "losses_excused", "always_skip", "skips", "drops_reported")
+"""The fields of an EV record (agents.mrc.ev.EVInfo) that the engines must agree on."""
 QP_VALUES = ("state", "timer", "idle", "rto_s", "srtt_s", "bad_packets", "probe_timeout_s",
-             "attr")
+             "attr", "evs")
 """The per-step scalar observations besides datagrams, events, the call's outcome and stats."""
 
 
@@ -230,6 +236,10 @@ def observe(qp) -> dict:
         "state": plain(qp.state), "timer": qp.get_timer(), "idle": qp.idle, "rto_s": qp.rto_s,
         "srtt_s": qp.srtt_s, "bad_packets": qp.bad_packets, "probe_timeout_s": qp.probe_timeout_s,
         "attr": plain(qp.attr), "stats": qp.stats(),
+        # every EV record, in the set's order: fields stats() does not show (per-EV smoothed
+        # RTT, loss runs, probe bookkeeping) decide later losses and retirements
+        "evs": None if qp.evs is None else [
+            {f: plain(getattr(info, f)) for f in EV_RECORD_FIELDS} for info in qp.evs.info.values()],
     }
 
 
