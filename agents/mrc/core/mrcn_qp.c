@@ -193,16 +193,7 @@ mrcn_ev_set *mrcn_qp_detach_evs(mrcn_qp *qp)
 
 int mrcn_qp_drain_ev_set(mrcn_qp *qp, mrcn_ev_set *set)
 {
-    mrcn_ev_event ev;
-    while (set != NULL && mrcn_ev_next_event(set, &ev)) {
-        mrcn_event *e = mrcn_events_push(&qp->events);
-        if (e == NULL)
-            return MRCN_ENOMEM;
-        e->kind = MRCN_EVENT_EV;
-        e->time = ev.time;
-        e->u.ev = ev;
-    }
-    return MRCN_OK;
+    return mrcn_events_drain_ev_set(&qp->events, set);
 }
 
 int mrcn_qp_reset(mrcn_qp *qp)

@@ -53,19 +53,37 @@ void mrcn_events_clear(mrcn_events *q)
     q->head = q->n = 0;
 }
 
-int mrcn_req_drain_ev(mrcn_req *r)
+int mrcn_events_drain_ev_set(mrcn_events *q, mrcn_ev_set *set)
 {
     mrcn_ev_event ev;
-    if (r->evs == NULL)
-        return MRCN_OK;
-    while (mrcn_ev_next_event(r->evs, &ev)) {
-        mrcn_event *e = mrcn_events_push(r->events);
+    while (set != NULL && mrcn_ev_next_event(set, &ev)) {
+        mrcn_event *e = mrcn_events_push(q);
         if (e == NULL)
             return MRCN_ENOMEM;
         e->kind = MRCN_EVENT_EV;
         e->time = ev.time;
         e->u.ev = ev;
     }
+    return MRCN_OK;
+}
+
+int mrcn_req_drain_ev(mrcn_req *r)
+{
+    return mrcn_events_drain_ev_set(r->events, r->evs);
+}
+
+/* A requester WorkCompletion (opcode RDMA_WRITE) for write `wr`, post index `index`. */
+static int push_write_event(mrcn_req *r, const mrcn_wr *wr, uint64_t index, double now, int status)
+{
+    mrcn_event *e = mrcn_events_push(r->events);
+    if (e == NULL)
+        return MRCN_ENOMEM;
+    e->kind = MRCN_EVENT_WRITE;
+    e->time = now;
+    e->u.write.wr_id = wr->wr_id;
+    e->u.write.wr_index = index;
+    e->u.write.byte_len = wr->size;
+    e->u.write.status = status;
     return MRCN_OK;
 }
 
@@ -589,15 +607,8 @@ static int complete_writes(mrcn_req *r, double now)
         uint64_t index = r->wr_head++;
         if (wr->has_imm)
             r->wimm_inflight--;
-        mrcn_event *e = mrcn_events_push(r->events);
-        if (e == NULL)
+        if (push_write_event(r, wr, index, now, MRCN_WRITE_SUCCESS) < 0)
             return MRCN_ENOMEM;
-        e->kind = MRCN_EVENT_WRITE;
-        e->time = now;
-        e->u.write.wr_id = wr->wr_id;
-        e->u.write.wr_index = index;
-        e->u.write.byte_len = wr->size;
-        e->u.write.status = MRCN_WRITE_SUCCESS;
     }
     return MRCN_OK;
 }
@@ -747,16 +758,8 @@ int mrcn_req_flush_writes(mrcn_req *r, double now)
 {
     int status = MRCN_WRITE_RETRY_EXC_ERR;
     for (uint64_t i = r->wr_head; i < r->wr_tail; i++) {
-        mrcn_wr *wr = mrcn_req_wr(r, i);
-        mrcn_event *e = mrcn_events_push(r->events);
-        if (e == NULL)
+        if (push_write_event(r, mrcn_req_wr(r, i), i, now, status) < 0)
             return MRCN_ENOMEM;
-        e->kind = MRCN_EVENT_WRITE;
-        e->time = now;
-        e->u.write.wr_id = wr->wr_id;
-        e->u.write.wr_index = i;
-        e->u.write.byte_len = wr->size;
-        e->u.write.status = status;
         status = MRCN_WRITE_WR_FLUSH_ERR;
     }
     r->wr_head = r->wr_unsent = r->wr_tail;

@@ -94,6 +94,8 @@ typedef struct mrcn_events {
 void mrcn_events_free(mrcn_events *q);
 /* A zeroed slot at the tail, or NULL (MRCN_ENOMEM). */
 mrcn_event *mrcn_events_push(mrcn_events *q);
+/* Move the EV events `set` (NULL: none) reported into `q`, in order. MRCN_ENOMEM. */
+int mrcn_events_drain_ev_set(mrcn_events *q, mrcn_ev_set *set);
 /* Pop the oldest into *e: 1, or 0 when empty. */
 int mrcn_events_pop(mrcn_events *q, mrcn_event *e);
 void mrcn_events_clear(mrcn_events *q);
