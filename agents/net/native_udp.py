@@ -28,7 +28,7 @@ from typing import Mapping
 from ..mrc import native
 from ..protocol import UDP_PORT as ROCEV2_PORT
 from .loop import EventLoop, TimerHandle
-from .udp import ECT0, RECV_BATCH, Route, _udp6_socket
+from .udp import ECT0, RECV_BATCH, Route, _udp6_socket, connected
 
 MAX_DATAGRAM_BYTES = 65535
 
@@ -95,13 +95,7 @@ class NativeEndpoint:
         elif self.connected_send:
             sock = self._dest_socks.get(addr)
             if sock is None:
-                sock = self._socket(0, receive=False)
-                try:
-                    sock.connect(addr)
-                except OSError:
-                    sock.close()
-                    raise
-                self._dest_socks[addr] = sock
+                sock = self._dest_socks[addr] = connected(self._socket(0, receive=False), addr)
             key, addr = ("conn", addr), None
         else:
             sock, key = self.sock, ("main", addr)

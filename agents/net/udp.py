@@ -110,6 +110,16 @@ def _udp6_socket(bind_addr: str, port: int, zero_checksum: bool, *, tclass: int 
     return sock
 
 
+def connected(sock: socket.socket, addr: tuple) -> socket.socket:
+    """``sock`` connected to ``addr``; closed, and the OSError raised, if it cannot be."""
+    try:
+        sock.connect(addr)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class Endpoint:
     """UDP/IPv6 sockets for a set of QPs, driven by an :class:`EventLoop`.
 
@@ -187,13 +197,7 @@ class Endpoint:
     def _dest_sock(self, addr: tuple) -> socket.socket:
         sock = self._dest_socks.get(addr)
         if sock is None:
-            sock = self._socket(0, receive=False)
-            try:
-                sock.connect(addr)
-            except OSError:
-                sock.close()
-                raise
-            self._dest_socks[addr] = sock
+            sock = self._dest_socks[addr] = connected(self._socket(0, receive=False), addr)
         return sock
 
     def _src_sock(self, src_port: int) -> socket.socket:
