@@ -26,6 +26,7 @@ from typing import Any
 from agents.collectives import COLLECTIVES, COMPLETION_GATED, peers
 from agents.channels.qp import QPN_MAX, max_qpn
 from agents.mrc.packet import MIN_MTU_BYTES, MIN_PAYLOAD_BYTES
+from agents.net.udp import MAX_ROUTE_DELAY_S
 from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT
 
 
@@ -62,13 +63,16 @@ class JobSpecError(ValueError):
 class EVSpec:
     """One EV: ``ev_id`` (u32), destination ``address`` (a uSID address ending at the peer,
     or its ECMP address), the fabric ``links`` it crosses, optional UDP ``src_port`` (ECMP),
-    ``plane``: the plane (NIC port) it leaves by (mrc_ctl.h's EV ``port``; 0 on one plane)."""
+    ``plane``: the plane (NIC port) it leaves by (mrc_ctl.h's EV ``port``; 0 on one plane),
+    ``delay_s``: the one-way propagation delay of its path (s; the sum of its links' ``delay``),
+    which the agent's endpoint adds by holding each datagram (:mod:`agents.net.udp`)."""
 
     ev_id: int
     address: str
     links: tuple[str, ...] = ()
     src_port: int | None = None
     plane: int = 0
+    delay_s: float = 0.0
 
     def to_dict(self) -> dict:
         out = {"ev_id": self.ev_id, "address": self.address, "links": list(self.links)}
@@ -76,6 +80,8 @@ class EVSpec:
             out["src_port"] = self.src_port
         if self.plane:
             out["plane"] = self.plane
+        if self.delay_s:
+            out["delay_s"] = self.delay_s
         return out
 
 
@@ -258,8 +264,11 @@ def _evs(c: _Checker, obj: dict, path: str, key: str = "evs") -> tuple[list[EVSp
         links = c.get(ev, "links", p, list, default=[])
         src_port = c.get(ev, "src_port", p, int, default=None, check=_port, why="not a port")
         plane = c.get(ev, "plane", p, int, default=0, check=lambda v: 0 <= v <= 0xFFFF, why="not a plane")
+        delay = c.get(ev, "delay_s", p, float, default=0.0, check=lambda v: 0 <= v <= MAX_ROUTE_DELAY_S,
+                      why=f"not a delay in 0..{MAX_ROUTE_DELAY_S} s")
         if ev_id is not None and address is not None:
-            evs.append(EVSpec(ev_id, address, tuple(map(str, links or [])), src_port, plane or 0))
+            evs.append(EVSpec(ev_id, address, tuple(map(str, links or [])), src_port, plane or 0,
+                              float(delay or 0.0)))
     if len({e.ev_id for e in evs}) != len(evs):
         c.problems.append(f"{path}.{key}: duplicate ev_id")
     return evs, raw_evs

@@ -115,7 +115,7 @@ class _Conn:
 
 def _routes(peer, default_port: int, transport: str, q: int, backups: bool = False) -> dict[int, Route]:
     evs = peer.backup_evs if backups else [ev for ev in peer.evs if ev.ev_id == q] if transport == "rc" else peer.evs
-    return {ev.ev_id: Route(ev.address, peer.port or default_port, ev.src_port) for ev in evs}
+    return {ev.ev_id: Route(ev.address, peer.port or default_port, ev.src_port, ev.delay_s) for ev in evs}
 
 
 class QPChannel:

@@ -26,6 +26,8 @@ cdef extern from "mrcn_endpoint.h":
         uint64_t tx_datagrams
         uint64_t tx_errors
         uint64_t tx_no_route
+        uint64_t tx_delayed
+        uint64_t tx_released
         uint64_t rx_syscalls
         uint64_t tx_syscalls
         uint64_t timer_fires
@@ -33,7 +35,7 @@ cdef extern from "mrcn_endpoint.h":
         double timer_late_max_s
     int mrcn_ep_new(mrcn_endpoint **out, unsigned batch, size_t max_dgram_bytes)
     void mrcn_ep_free(mrcn_endpoint *ep)
-    int mrcn_ep_add_route(mrcn_endpoint *ep, int fd, const sockaddr_in6 *addr)
+    int mrcn_ep_add_route(mrcn_endpoint *ep, int fd, const sockaddr_in6 *addr, double delay_s)
     int mrcn_ep_attach(mrcn_endpoint *ep, mrcn_qp *qp)
     int mrcn_ep_set_route(mrcn_endpoint *ep, uint32_t qpn, uint32_t ev, int route_id)
     int mrcn_ep_detach(mrcn_endpoint *ep, uint32_t qpn)
@@ -73,11 +75,12 @@ cdef class Endpoint:
         mrcn_ep_free(self.ep)
         self.ep = NULL
 
-    def add_route(self, int fd, addr=None):
-        """A route out: ``fd`` connected (``addr`` None), or ``sendto`` the IPv6 ``(host, port)``."""
+    def add_route(self, int fd, addr=None, double delay_s=0.0):
+        """A route out: ``fd`` connected (``addr`` None), or ``sendto`` the IPv6 ``(host, port)``;
+        its datagrams held ``delay_s`` (one-way propagation, s) before they are sent."""
         cdef sockaddr_in6 sa
         if addr is None:
-            return _ep_check(mrcn_ep_add_route(self.ep, fd, NULL), "add_route")
+            return _ep_check(mrcn_ep_add_route(self.ep, fd, NULL, delay_s), "add_route")
         import socket as _socket
         host, port = addr[0], addr[1]
         packed = _socket.inet_pton(_socket.AF_INET6, host)
@@ -86,7 +89,7 @@ cdef class Endpoint:
         sa.sin6_port = htons(port)
         for i in range(16):
             sa.sin6_addr.s6_addr[i] = packed[i]
-        return _ep_check(mrcn_ep_add_route(self.ep, fd, &sa), "add_route")
+        return _ep_check(mrcn_ep_add_route(self.ep, fd, &sa, delay_s), "add_route")
 
     def attach(self, QP qp):
         _ep_check(mrcn_ep_attach(self.ep, qp.qp), f"attach QP {qp.qpn}")
@@ -149,5 +152,6 @@ cdef class Endpoint:
         return {"rx_datagrams": c.rx_datagrams, "rx_unknown_qpn": c.rx_unknown_qpn,
                 "rx_ce": c.rx_ce, "rx_short": c.rx_short, "tx_datagrams": c.tx_datagrams,
                 "tx_errors": c.tx_errors, "tx_no_route": c.tx_no_route,
+                "tx_delayed": c.tx_delayed, "tx_released": c.tx_released,
                 "rx_syscalls": c.rx_syscalls, "tx_syscalls": c.tx_syscalls,
                 "timer_fires": c.timer_fires, "timer_late_sum_s": c.timer_late_sum_s}

@@ -18,6 +18,10 @@ Sending: SRv6 routes go out of the one receive socket with per-datagram addresse
 destinations is one ``sendmmsg``; connected per-destination sockets (udp.py's default)
 would make it one system call per datagram. ECMP routes (``src_port``) use one socket
 per source port, as udp.py.
+
+Routes with a propagation delay (``Route.delay_s``) hold their datagrams in the C endpoint's
+delay lines (one per distinct delay, ``agents/mrc/core/mrcn_delay.h``), released at the
+endpoint's one loop timer or after a receive batch: the delay line of udp.py.
 """
 from __future__ import annotations
 
@@ -85,23 +89,23 @@ class NativeEndpoint:
         self._readers.append(sock)
 
     def _route_id(self, route: Route) -> int:
-        addr = (route.addr, route.port)
+        addr, delay = (route.addr, route.port), route.delay_s
         if route.src_port is not None:
             sock = self._src_socks.get(route.src_port)
             if sock is None:
                 sock = self._src_socks[route.src_port] = self._socket(route.src_port, receive=True)
                 self._read(sock)
-            key = ("src", route.src_port, addr)
+            key = ("src", route.src_port, addr, delay)
         elif self.connected_send:
             sock = self._dest_socks.get(addr)
             if sock is None:
                 sock = self._dest_socks[addr] = connected(self._socket(0, receive=False), addr)
-            key, addr = ("conn", addr), None
+            key, addr = ("conn", addr, delay), None
         else:
-            sock, key = self.sock, ("main", addr)
+            sock, key = self.sock, ("main", addr, delay)
         rid = self._route_ids.get(key)
         if rid is None:
-            rid = self._route_ids[key] = self._ep.add_route(sock.fileno(), addr)
+            rid = self._route_ids[key] = self._ep.add_route(sock.fileno(), addr, delay)
         return rid
 
     # ---- QPs -------------------------------------------------------------------------
@@ -181,6 +185,11 @@ class NativeEndpoint:
     @property
     def tx_no_route(self) -> int:
         return self._ep.counters()["tx_no_route"]
+
+    @property
+    def tx_released(self) -> int:
+        """Datagrams taken out of a delay line and sent."""
+        return self._ep.counters()["tx_released"]
 
     @property
     def rx_ce(self) -> int:

@@ -38,6 +38,15 @@ rewritten in flight, which would break the pseudo-header checksum; MRC's own
 CRC-32 covers the payload): ``UDP_NO_CHECK6_TX`` (101) and
 ``UDP_NO_CHECK6_RX`` (102) at level ``SOL_UDP`` (linux/udp.h).
 
+The delay line: the fabric's kernel has no netem, so a link's one-way propagation delay
+(topology key ``delay``) is emulated here. A route with ``delay_s`` > 0 (the sum of the
+delays of the links its path crosses) holds each datagram that long before it goes on the
+wire; the peer's replies are held by the peer's own endpoint on their way back, so a path's
+RTT gains both directions' propagation while the fabric's queues see the same packets,
+later. One :class:`DelayLine` per distinct delay and one loop timer at the earliest release;
+a release that runs late counts in the loop's timer lateness like any timer. The native
+endpoint (``agents/mrc/core/mrcn_delay.h``) does the same.
+
 Route modes (``enum mrc_ctl_ev_fmt_mode``):
 
 * SRv6: ``Route(addr=<uSID address>, port=4791)`` per EV — the destination
@@ -52,6 +61,7 @@ import errno
 import logging
 import socket
 import sys
+from collections import deque
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -78,13 +88,37 @@ _TCLASS_CMSG_BYTES = socket.CMSG_SPACE(4)   # one IPV6_TCLASS control message: a
 _TCLASS_LOW_BYTE = 0 if sys.byteorder == "little" else 3   # the byte holding the ECN bits
 
 
+MAX_ROUTE_DELAY_S = 10.0
+"""The longest propagation delay a route may have, s (the native endpoint's
+``MRCN_EP_MAX_DELAY_S``: minutes of held data would be a unit error, not an experiment)."""
+
+
 @dataclass(frozen=True)
 class Route:
-    """Where a datagram on one EV goes: IPv6 ``addr``, UDP ``port``, optional ``src_port``."""
+    """Where a datagram on one EV goes: IPv6 ``addr``, UDP ``port``, optional ``src_port``,
+    and ``delay_s``: the one-way propagation delay of the EV's path (s, 0..
+    :data:`MAX_ROUTE_DELAY_S`), for which the endpoint holds each datagram before it sends
+    it (module docstring: the delay line)."""
 
     addr: str
     port: int = ROCEV2_PORT
     src_port: int | None = None
+    delay_s: float = 0.0
+
+    def __post_init__(self):
+        if not 0.0 <= self.delay_s <= MAX_ROUTE_DELAY_S:
+            raise ValueError(f"route delay {self.delay_s!r} s is outside 0..{MAX_ROUTE_DELAY_S} s")
+
+
+class DelayLine:
+    """Datagrams held for one propagation delay, oldest first (one line per distinct delay,
+    so arrival order is due order): ``held`` is a deque of (due, send, data, addr)."""
+
+    __slots__ = ("delay_s", "held")
+
+    def __init__(self, delay_s: float):
+        self.delay_s = delay_s
+        self.held: deque = deque()
 
 
 def _udp6_socket(bind_addr: str, port: int, zero_checksum: bool, *, tclass: int | None = None,
@@ -151,13 +185,16 @@ class Endpoint:
         self.port = self.sock.getsockname()[1]
         self._src_socks: dict[int, socket.socket] = {}
         self._qps: dict[int, object] = {}
-        self._routes: dict[int, dict[int, tuple[socket.socket, tuple]]] = {}
+        self._routes: dict[int, dict[int, tuple]] = {}   # QPN -> EV -> (send, addr, line)
         self._timers: dict[int, TimerHandle] = {}
+        self._lines: dict[float, DelayLine] = {}
+        self._release: TimerHandle | None = None
         self.rx_datagrams = 0
         self.tx_datagrams = 0
         self.rx_unknown_qpn = 0
         self.tx_errors = 0
         self.tx_no_route = 0
+        self.tx_released = 0
         self.rx_ce = 0
         self._reader = reader = self._on_readable_ecn if ecn else self._on_readable
         sock = self.sock
@@ -175,12 +212,13 @@ class Endpoint:
         table = {}
         for ev, route in routes.items():
             addr = (route.addr, route.port, 0, 0)
+            line = self._line(route.delay_s) if route.delay_s > 0 else None
             if route.src_port is not None:
-                table[ev] = (self._src_sock(route.src_port).sendto, addr)
+                table[ev] = (self._src_sock(route.src_port).sendto, addr, line)
             elif self.connected_send:
-                table[ev] = (self._dest_sock(addr).send, None)
+                table[ev] = (self._dest_sock(addr).send, None, line)
             else:
-                table[ev] = (self.sock.sendto, addr)
+                table[ev] = (self.sock.sendto, addr, line)
         self._qps[qp.qpn] = qp
         self._rx[qp.qpn.to_bytes(4, "big")] = qp
         self._routes[qp.qpn] = table
@@ -193,6 +231,12 @@ class Endpoint:
         handle = self._timers.pop(qp.qpn, None)
         if handle is not None:
             handle.cancel()
+
+    def _line(self, delay_s: float) -> DelayLine:
+        line = self._lines.get(delay_s)
+        if line is None:
+            line = self._lines[delay_s] = DelayLine(delay_s)
+        return line
 
     def _dest_sock(self, addr: tuple) -> socket.socket:
         sock = self._dest_socks.get(addr)
@@ -303,6 +347,7 @@ class Endpoint:
             return
         burst = qp.config.max_burst
         get = table.get
+        held = False
         while True:
             out = qp.datagrams_to_send(now)
             for data, ev in out:
@@ -310,23 +355,55 @@ class Endpoint:
                 if route is None:
                     self.tx_no_route += 1
                     continue
-                send, addr = route
-                try:
-                    if addr is None:
-                        send(data)
-                    else:
-                        send(data, addr)
-                except (BlockingIOError, InterruptedError):
-                    self.tx_errors += 1          # a full socket buffer is a drop, like a NIC
-                except OSError as exc:
-                    if exc.errno not in (errno.ENOBUFS, errno.ENETUNREACH, errno.EHOSTUNREACH,
-                                         errno.ECONNREFUSED):
-                        raise
-                    self.tx_errors += 1
+                send, addr, line = route
+                if line is not None:
+                    line.held.append((now + line.delay_s, send, data, addr))
+                    held = True
+                    continue
+                self._send(send, data, addr)
             self.tx_datagrams += len(out)
             if len(out) < burst:
                 break
+        if held:
+            self._arm_release()
         self._arm(qp)
+
+    def _send(self, send, data, addr) -> None:
+        try:
+            if addr is None:
+                send(data)
+            else:
+                send(data, addr)
+        except (BlockingIOError, InterruptedError):
+            self.tx_errors += 1          # a full socket buffer is a drop, like a NIC
+        except OSError as exc:
+            if exc.errno not in (errno.ENOBUFS, errno.ENETUNREACH, errno.EHOSTUNREACH,
+                                 errno.ECONNREFUSED):
+                raise
+            self.tx_errors += 1
+
+    def _arm_release(self) -> None:
+        """One loop timer at the earliest release of any delay line (none when all are empty)."""
+        due = min((line.held[0][0] for line in self._lines.values() if line.held), default=None)
+        handle = self._release
+        if handle is not None:
+            if due is not None and handle.when == due and not handle.cancelled:
+                return
+            handle.cancel()
+            self._release = None
+        if due is not None:
+            self._release = self.loop.call_at(due, self._on_release)
+
+    def _on_release(self) -> None:
+        self._release = None
+        now = self.loop.time()
+        for line in self._lines.values():
+            held = line.held
+            while held and held[0][0] <= now:
+                _, send, data, addr = held.popleft()
+                self._send(send, data, addr)
+                self.tx_released += 1
+        self._arm_release()
 
     def _arm(self, qp) -> None:
         deadline = qp.get_timer()
@@ -346,9 +423,13 @@ class Endpoint:
         self._flush(qp, now)
 
     def close(self) -> None:
-        """Close every socket this endpoint opened."""
+        """Close every socket this endpoint opened (what the delay lines hold is dropped)."""
         for handle in self._timers.values():
             handle.cancel()
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
+        self._lines.clear()
         for sock in [self.sock, *self._src_socks.values()]:
             try:
                 self.loop.remove_reader(sock)

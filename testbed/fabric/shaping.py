@@ -57,7 +57,6 @@ class TcPlan:
     rate_bps: int
     burst_bytes: int
     queue_pkts: int
-    netem_delay_s: float = 0.0
     netem_loss_pct: float = 0.0
     frame_bytes: int = MTU_FRAME_BYTES
     header_queue_pkts: int | None = None
@@ -65,7 +64,7 @@ class TcPlan:
 
     @property
     def uses_netem(self) -> bool:
-        return bool(self.netem_delay_s or self.netem_loss_pct)
+        return bool(self.netem_loss_pct)
 
 
 def plan(params: LinkParams, *, have_netem: bool, header_queue_pkts: int | None = None) -> TcPlan:
@@ -75,12 +74,13 @@ def plan(params: LinkParams, *, have_netem: bool, header_queue_pkts: int | None 
     queue of that many packets (pass the same value to every plan of that link end,
     rate changes included: :func:`compile_into` with ``replace`` keeps the class layout).
     """
-    if (params.delay_s or params.loss_pct) and not have_netem:
-        raise ShapingError("delay/loss need sch_netem, which this kernel lacks")
+    if params.loss_pct and not have_netem:
+        raise ShapingError("loss needs sch_netem, which this kernel lacks")
     if header_queue_pkts is not None and header_queue_pkts < 1:
         raise ValueError(f"header_queue_pkts must be at least 1, got {header_queue_pkts}")
     frame = params.mtu + ETH_HEADER_BYTES
-    return TcPlan(params.rate_bps, burst_bytes(params), params.queue_pkts, params.delay_s, params.loss_pct,
+    # a link's delay is not the qdisc's: the agents' endpoints hold datagrams (agents.net.udp)
+    return TcPlan(params.rate_bps, burst_bytes(params), params.queue_pkts, params.loss_pct,
                   frame, header_queue_pkts)
 
 
@@ -108,7 +108,7 @@ def compile_into(batch: Batch, ifindex: int, tc: TcPlan, *, replace: bool = Fals
 def _leaf(batch: Batch, ifindex: int, tc: TcPlan, handle: str, parent: str, limit: int, verb: str) -> None:
     if tc.uses_netem:
         batch.tc(verb, "netem", index=ifindex, handle=handle, parent=parent,
-                 limit=limit, delay=int(tc.netem_delay_s * 1e6), loss=tc.netem_loss_pct,
+                 limit=limit, loss=tc.netem_loss_pct,
                  desc=f"ifindex {ifindex}: netem leaf {handle}")
     else:
         batch.tc(verb, "pfifo", index=ifindex, handle=handle, parent=parent,

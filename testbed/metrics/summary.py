@@ -134,7 +134,7 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
                      **switch_totals(tr.links, window, t0)},
         "valid": not invalid, "invalid_reasons": invalid, "validity": validity,
         "warnings": ([] if cpu else ["no CPU samples in the workload window: fidelity unknown"]) + fk["warnings"],
-        **{k: fk[k] for k in ("base_rtt_s", "flow_kpis", "worst_stall", "worst_recovery", "healthy_gap_p99_s",
+        **{k: fk[k] for k in ("base_rtt_s", "path_delay_s", "flow_kpis", "worst_stall", "worst_recovery", "healthy_gap_p99_s",
                               "faulted_iteration", "false_retirements", "fault_flows", "evs_crossing_fault",
                               "retirements")},
     }
@@ -157,6 +157,16 @@ def _counter_at(flows: list[FlowSeries], t_s: float) -> float:
         i = int(np.searchsorted(fs.t_s, t_s, side="right")) - 1
         total += float(fs.retransmits[i]) if i >= 0 else 0.0
     return total
+
+
+def path_delay_s(jobs: list[dict]) -> float | None:
+    """The longest one-way propagation delay (s) of any route of the transport's jobs: what the
+    agents' endpoints hold a datagram for (job spec EV ``delay_s``); 0 when no route has one
+    (kernel tcp never does), None without job specs."""
+    if not jobs:
+        return None
+    return max((ev.get("delay_s", 0.0) for job in jobs for side in ("send_to", "recv_from")
+                for peer in job.get(side, ()) for ev in peer.get("evs", ())), default=0.0)
 
 
 def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl: list[dict], trans: list[dict],
@@ -189,7 +199,7 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
     false = false_retirements(rets, windows, evl) if evl else []
     gaps = [g for k in kp for g in k["healthy_gaps_s"]]
     return {
-        "base_rtt_s": base_rtt, "detect": detect,
+        "base_rtt_s": base_rtt, "detect": detect, "path_delay_s": path_delay_s(jobs),
         "flow_kpis": [{k: v for k, v in f.items() if k != "healthy_gaps_s"} for f in kp],
         "worst_stall": worst_stall(kp, base_rtt), "worst_recovery": worst_recovery(kp, base_rtt) if windows else None,
         "healthy_gap_p99_s": p_nearest_rank(gaps, 99),

@@ -146,12 +146,22 @@ COMPARISON_ROWS = [
     ("worst flow stall", cell_worst_stall),
     ("healthy gap p99", lambda s: fmt_s(s.get("healthy_gap_p99_s"))),
     ("base RTT", lambda s: fmt_s(s.get("base_rtt_s"))),
+    ("propagation (one-way)", lambda s: cell_propagation(s)),
     ("retransmits (pkts)", lambda s: fmt_count(s.get("retransmits"))),
     ("retransmits (start-up / after fault)", cell_retransmits_split),
     ("retransmitted bytes", lambda s: fmt_count(s.get("retransmitted_bytes"))),
     ("completed", cell_completed),
     ("valid", cell_valid),
 ]
+
+
+def cell_propagation(s: dict) -> str:
+    """The longest route's one-way delay line; kernel tcp has none (its packets are not the
+    agents' to hold), and says so."""
+    delay = s.get("path_delay_s")
+    if delay is None:
+        return "-"
+    return fmt_s(delay) if delay else "none"
 
 
 def _packet_transports(names) -> list[str]:
@@ -214,7 +224,9 @@ def comparison_table(summary: dict) -> Grid:
     # base_rtt_s: per transport, or once for the run (top level)
     per = {n: {"base_rtt_s": summary.get("base_rtt_s"), **summary["transports"][n]} for n in names}
     switch = any("ecn_marked" in (per[n].get("fidelity") or {}) for n in names)
-    rows = [[label, *(f(per[n]) for n in names)] for label, f in COMPARISON_ROWS]
+    delayed = any(per[n].get("path_delay_s") for n in names)
+    rows = [[label, *(f(per[n]) for n in names)] for label, f in COMPARISON_ROWS
+            if delayed or label != "propagation (one-way)"]
     if switch:   # the fabric ran the switch program (ECN marking, trimming)
         rows.append(["switch: CE marked / trimmed / header drops",
                      *("/".join(fmt_count((per[n].get("fidelity") or {}).get(k))

@@ -35,9 +35,11 @@ _WORKLOAD_REQUIRED = ["collective", "hosts", "min_bytes", "max_bytes"]
 SCENARIO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: A job's name labels its flows and report rows.
 JOB_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-#: Kernel limits: a qdisc queue limit is a u32; netem takes its delay in microseconds as a u32.
+#: Kernel limit: a qdisc queue limit is a u32.
 MAX_QUEUE_PKTS = 2**32 - 1
-MAX_DELAY_S = (2**32 - 1) / 1e6
+#: A link's one-way delay at most, s: the agents' endpoints hold a path's sum of them
+#: (agents.net.udp.MAX_ROUTE_DELAY_S, 10 s); a second per link is already a unit error.
+MAX_DELAY_S = 1.0
 #: Workload elements are float32: sizes are whole multiples of this.
 ELEMENT_BYTES = 4
 #: Largest buffer per rank: every host's agent holds a few copies in memory.

@@ -93,12 +93,38 @@ def ack_coalesce_s(frame_bytes: int, rate_bps: float, rto_floor_s: float) -> flo
     return held if held <= bound else math.floor(bound * 1e6) / 1e6
 
 
-def base_rtt_s(topo: Topology, links: list[str] | tuple[str, ...], mtu: int) -> float:
+def path_delay_s(topo: Topology, links: list[str] | tuple[str, ...]) -> float:
+    """One-way propagation delay of a path, s: the sum of its links' ``delay`` (topology key),
+    which the agents' endpoints add by holding each datagram (:mod:`agents.net.udp`)."""
+    return round(sum(topo.link_by_name[name].params.delay_s for name in links), 9)
+
+
+def ecmp_delay_s(topo: Topology, src: str, dst: str) -> float:
+    """One-way propagation delay, s, from ``src``'s first NIC to ``dst``'s over the ECMP paths
+    of plane 0 (which an RC QP's source port picks among). Raises ValueError when those paths
+    differ in delay: an endpoint that does not know the hashed path cannot hold a datagram for
+    the right time (every generated fabric has equal delays on equal-cost paths)."""
+    if not any(link.params.delay_s for link in topo.links):
+        return 0.0
+    delays = {path_delay_s(topo, ev.links) for ev in topo.evs(src, dst) if ev.plane == 0}
+    if len(delays) > 1:
+        raise ValueError(f"the equal-cost paths {src} -> {dst} differ in delay "
+                         f"({', '.join(f'{d * 1e3:g} ms' for d in sorted(delays))}): ECMP transports "
+                         f"need one delay per host pair")
+    return delays.pop() if delays else 0.0
+
+
+def base_rtt_s(topo: Topology, links: list[str] | tuple[str, ...], mtu: int, *,
+               propagation: bool = True) -> float:
     """Unloaded RTT of a path, s: store-and-forward serialisation of one ``mtu`` frame on every
-    link (the data packet) and of a SACK back, plus :data:`SOFTWARE_RTT_S`. NSCC's base RTT is a
-    fabric parameter (UET 1.0 congestion management: the unloaded RTT of the longest path)."""
+    link (the data packet) and of a SACK back, twice the path's propagation delay
+    (:func:`path_delay_s`; not with ``propagation=False``: kernel tcp, whose packets no
+    endpoint holds), plus :data:`SOFTWARE_RTT_S`. NSCC's base RTT is a fabric parameter
+    (UET 1.0 congestion management: the unloaded RTT of the longest path)."""
     per_link = [topo.link_by_name[name].params.rate_bps for name in links]
-    return sum(((mtu + ETHERNET_HEADER_BYTES) * 8 + SACK_BYTES * 8) / rate for rate in per_link) + SOFTWARE_RTT_S
+    serialisation = sum(((mtu + ETHERNET_HEADER_BYTES) * 8 + SACK_BYTES * 8) / rate for rate in per_link)
+    delay = 2 * path_delay_s(topo, links) if propagation else 0.0
+    return serialisation + delay + SOFTWARE_RTT_S
 
 def dcqcn_qp(rate_bps: float, base_rtt: float, mtu: int) -> dict:
     """The ``qp`` keys of a DCQCN job: cc ``"dcqcn"`` sized by the line rate ``rate_bps`` (bits/s)
@@ -136,9 +162,12 @@ MAX_BACKUP_EVS = 16
 """Backup EVs per MRC connection at most (the paths not in use, in :meth:`Topology.evs` order)."""
 
 
-def _ev_dict(ev: EV, ev_id: int | None = None) -> dict:
-    return {"ev_id": ev.ev_id if ev_id is None else ev_id, "address": str(ev.address),
-            "links": list(ev.links), "plane": ev.plane}
+def _ev_dict(ev: EV, ev_id: int | None = None, topo: Topology | None = None) -> dict:
+    out = {"ev_id": ev.ev_id if ev_id is None else ev_id, "address": str(ev.address),
+           "links": list(ev.links), "plane": ev.plane}
+    if topo is not None and (delay := path_delay_s(topo, ev.links)):
+        out["delay_s"] = delay
+    return out
 
 
 def backup_evs(topo: Topology, src: str, dst: str, limit: int | None, exactly: int | None) -> list[EV]:
@@ -174,12 +203,13 @@ def mirrored_evs(topo: Topology, src: str, dst: str, limit: int | None,
         mirror = back.get((ev.dst.ifname, ev.src.ifname, tuple(reversed(ev.switches))))
         if mirror is None:
             raise ValueError(f"EV {ev.ev_id} {src}->{dst} via {'/'.join(ev.switches)} has no reverse path")
-        out.append(_ev_dict(mirror, ev.ev_id))
+        out.append(_ev_dict(mirror, ev.ev_id, topo))
     return out
 
 
 def _ev_spec(e: dict) -> EVSpec:
-    return EVSpec(e["ev_id"], e["address"], tuple(e["links"]), e.get("src_port"), e.get("plane", 0))
+    return EVSpec(e["ev_id"], e["address"], tuple(e["links"]), e.get("src_port"), e.get("plane", 0),
+                  e.get("delay_s", 0.0))
 
 
 def host_link_rate_bps(scenario: Scenario) -> int:
@@ -219,9 +249,13 @@ def job_payload_bytes(scenario: Scenario) -> int:
     return payload_bytes_for_mtu(job_mtu(scenario))
 
 
-def _ecmp_evs(topo: Topology, host: str, src_ports: list[int]) -> list[dict]:
-    """RC EVs towards ``host``: one per QP of the connection, QP q's entropy ``src_ports[q]``."""
-    return [{"ev_id": q, "address": str(topo.nics[host][0].address), "links": [], "src_port": port}
+def _ecmp_evs(topo: Topology, src: str, host: str, src_ports: list[int], delayed: bool = True) -> list[dict]:
+    """RC EVs from ``src`` towards ``host``: one per QP of the connection, QP q's entropy
+    ``src_ports[q]``, each with the ECMP paths' delay (:func:`ecmp_delay_s`; none when not
+    ``delayed``)."""
+    delay = ecmp_delay_s(topo, src, host) if delayed else 0.0
+    return [{"ev_id": q, "address": str(topo.nics[host][0].address), "links": [], "src_port": port,
+             **({"delay_s": delay} if delay else {})}
             for q, port in enumerate(src_ports)]
 
 
@@ -291,7 +325,9 @@ def build_job_specs(scenario: Scenario, transport: str, *, run_id: str, control_
     mtu = job_mtu(scenario)
     longest = max((ev.links for a, b in sends for ev in qp_evs(topo, hosts[a], hosts[b], wl.evs, wl.evs_per_qp)),
                   key=len)
-    base_rtt = round(base_rtt_s(topo, longest, mtu), 6)
+    # kernel tcp is not held by any endpoint: no propagation delay in its RTT nor its routes
+    delayed = base != "tcp"
+    base_rtt = round(base_rtt_s(topo, longest, mtu, propagation=delayed), 6)
     timeout = (qp_overrides or {}).get("timeout", qp_timeout(base_rtt))
     # min_rto_s 0: the RTO's floor is the mrc.h timeout's (>= 33.5 ms), which bounds the SACK hold.
     qp = {**QP_DEFAULTS, "timeout": timeout, "min_rto_s": 0.0,
@@ -309,14 +345,14 @@ def build_job_specs(scenario: Scenario, transport: str, *, run_id: str, control_
         a, b = hosts[me], hosts[other]
         backups: list[dict] = []
         if base == "mrc":
-            evs = ([_ev_dict(ev) for ev in qp_evs(topo, a, b, wl.evs, wl.evs_per_qp)] if towards
+            evs = ([_ev_dict(ev, topo=topo) for ev in qp_evs(topo, a, b, wl.evs, wl.evs_per_qp)] if towards
                    else mirrored_evs(topo, b, a, wl.evs, wl.evs_per_qp))
             spare = backup_evs(topo, *((a, b) if towards else (b, a)), wl.evs, wl.evs_per_qp)
-            backups = ([_ev_dict(ev) for ev in spare] if towards
+            backups = ([_ev_dict(ev, topo=topo) for ev in spare] if towards
                        else mirrored_evs(topo, b, a, None, forward=spare))
         else:  # towards a destination: our QPs' ports; back to a source: its QPs' ports
             conn = (me, other) if towards else (other, me)
-            evs = _ecmp_evs(topo, b, [ports[(*conn, q)] for q in range(qps)])
+            evs = _ecmp_evs(topo, a, b, [ports[(*conn, q)] for q in range(qps)], delayed)
         return PeerSpec(rank=other, host=b, ecmp_addr=str(topo.nics[b][0].address),
                         evs=tuple(_ev_spec(e) for e in evs), backup_evs=tuple(_ev_spec(e) for e in backups),
                         src_port=ports[(me, other, 0)] if base == "tcp" and towards else None)

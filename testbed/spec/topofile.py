@@ -127,16 +127,16 @@ def _link_params(r: Reader, m: dict[str, Node], path: str, base: LinkParams | No
         fields["queue_pkts"] = r.integer(m["queue"], join(path, "queue"), minimum=1, maximum=MAX_QUEUE_PKTS,
                                          why="a qdisc limit is a u32")
     if fields.get("delay_s") and fields["delay_s"] > MAX_DELAY_S:
-        r.error(m["delay"], join(path, "delay"), f"{units.format_duration(fields['delay_s'])} is above netem's "
-                                                 f"largest delay ({MAX_DELAY_S:.0f}s: u32 microseconds)")
+        r.error(m["delay"], join(path, "delay"), f"{units.format_duration(fields['delay_s'])} is above a link's "
+                                                 f"largest delay ({units.format_duration(MAX_DELAY_S)}: the agents' endpoints "
+                                                 f"hold a path's sum of them)")
         fields["delay_s"] = None
     if "mtu" in m:
         fields["mtu"] = r.integer(m["mtu"], join(path, "mtu"), minimum=1280, maximum=65535,
                                   why="the largest IPv6 MTU without jumbograms")
-    for key, field in (("delay", "delay_s"), ("loss", "loss_pct")):
-        if fields.get(field) and not feats.netem:
-            r.error(m[key], join(path, key), feats.lacks(key, "sch_netem"))
-            fields[field] = None
+    if fields.get("loss_pct") and not feats.netem:
+        r.error(m["loss"], join(path, "loss"), feats.lacks("loss", "sch_netem"))
+        fields["loss_pct"] = None
     _switch_features(r, m, path, fields, base, feats)
     if any(v is None for v in fields.values()):
         return None

@@ -271,3 +271,66 @@ def test_ack_coalesce_hold_never_exceeds_the_rto_bound():
     # below the bound the hold is the frames' time, rounded to 1 us as before
     from testbed.spec.jobs import ACK_COALESCE_FRAMES
     assert ack_coalesce_s(1500, 10e6, floor) == round(ACK_COALESCE_FRAMES * 1500 * 8 / 10e6, 6)
+
+
+@pytest.mark.parametrize("transport", ["mrc", "rc", "rc-dcqcn"])
+def test_link_delays_reach_every_route_and_the_base_rtt(transport):
+    """fat-tree-k4 with 1 ms host links and 3 ms fabric links: an EV's delay is the sum of its
+    links' (2 ms within an edge switch, 2 + 2 x 3 = 8 ms within a pod, 2 + 4 x 3 = 14 ms across
+    pods), its mirror's the same; RC's ECMP routes carry the same per host pair; the base RTT
+    gains twice the longest path's."""
+    from testbed.model.generators import fat_tree
+    from testbed.model.topology import LinkParams
+    from testbed.spec.jobs import base_rtt_s
+
+    plain = LinkParams(10_000_000, 32, mtu=9000)
+    host, fabric = replace(plain, delay_s=0.001), replace(plain, delay_s=0.003)
+    base = load_scenario(REPO / "scenarios/baseline.yaml", features=features())
+    sc = replace(base, topology=fat_tree(4, host_link=host, fabric_link=fabric))
+    topo = sc.topology
+    jobs = build_jobs(sc, transport, run_id="r", control_socket="/tmp/c.sock")
+    want = {2: 0.002, 4: 0.008, 6: 0.014}   # links on the path -> one-way delay
+    seen = set()
+    for job in jobs:
+        spec = parse_job(job, job["host"])
+        for peer in (*spec.send_to, *spec.recv_from):
+            hops = len(topo.evs(spec.host, peer.host)[0].links)
+            for ev in (*peer.evs, *peer.backup_evs):
+                assert ev.delay_s == pytest.approx(want[hops]), (spec.host, peer.host, ev)
+                seen.add(hops)
+    assert seen == {2, 4, 6}   # the ring crosses an edge switch, a pod and the core
+    longest = max((ev.links for ev in topo.evs("h0_0_0", "h3_1_1")), key=len)
+    rtt = jobs[0]["qp"]["cc_params"]["base_rtt_s"]
+    assert rtt == pytest.approx(round(base_rtt_s(topo, longest, jobs[0]["mtu"]), 6))
+    undelayed = build_jobs(base, transport, run_id="r", control_socket="/tmp/c.sock")
+    assert rtt - undelayed[0]["qp"]["cc_params"]["base_rtt_s"] == pytest.approx(2 * 0.014, abs=2e-6)
+
+
+def test_kernel_tcp_gets_no_delay_line_and_no_propagation_in_its_rtt():
+    from testbed.model.generators import fat_tree
+    from testbed.model.topology import LinkParams
+
+    lp = LinkParams(10_000_000, 32, mtu=9000)
+    base = load_scenario(REPO / "scenarios/baseline.yaml", features=features())
+    delayed = replace(base, topology=fat_tree(4, host_link=replace(lp, delay_s=0.002),
+                                              fabric_link=replace(lp, delay_s=0.002)))
+    undelayed = replace(base, topology=fat_tree(4, host_link=lp, fabric_link=lp))
+    jobs = build_jobs(delayed, "tcp", run_id="r", control_socket="/tmp/c.sock")
+    plain = build_jobs(undelayed, "tcp", run_id="r", control_socket="/tmp/c.sock")
+    assert jobs[0]["qp"]["cc_params"]["base_rtt_s"] == plain[0]["qp"]["cc_params"]["base_rtt_s"]
+    assert all("delay_s" not in ev for j in jobs for p in j["send_to"] + j["recv_from"] for ev in p["evs"])
+
+
+def test_ecmp_paths_of_unequal_delay_are_refused():
+    from testbed.model.generators import fat_tree
+    from testbed.model.topology import LinkParams
+    from testbed.spec.jobs import ecmp_delay_s
+
+    lp = LinkParams(10_000_000, 32, mtu=9000)
+    topo = fat_tree(4, host_link=lp, fabric_link=lp)
+    slow = next(link for link in topo.links if link.cls == "fabric")
+    topo = replace(topo, links=tuple(replace(link, params=replace(lp, delay_s=0.01)) if link is slow else link
+                                     for link in topo.links))
+    src, dst = "h0_0_0", "h3_1_1"
+    with pytest.raises(ValueError, match="differ in delay"):
+        ecmp_delay_s(topo, src, dst)

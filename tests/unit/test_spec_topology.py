@@ -115,6 +115,30 @@ def test_explicit_form_resolves_to_the_same_graph(tmp_path, source):
         assert [e.address for e in explicit.evs(src, dst)] == [e.address for e in generated.evs(src, dst)]
 
 
+def test_delay_needs_no_netem_and_loss_does(tmp_path):
+    """A link's delay is held by the agents' endpoints (agents.net.udp), not by a qdisc."""
+    path = write(tmp_path, """
+        kind: fat-tree
+        k: 2
+        link_classes:
+          host: {rate: 1Gbit, delay: 5ms}
+          fabric: {rate: 1Gbit, delay: 250us}
+        """)
+    topo = load_topology(path, features=NO_NETEM)
+    assert {l.cls: l.params.delay_s for l in topo.links} == {"host": 5e-3, "fabric": 250e-6}
+    load_topology(path, features=UNPROBED)
+
+
+def test_a_link_delay_above_a_second_is_refused(tmp_path):
+    path = write(tmp_path, """
+        kind: fat-tree
+        k: 2
+        link_classes: {host: {rate: 1Gbit, delay: 2s}, fabric: {rate: 1Gbit}}
+        """)
+    assert problems(path) == [f"{path}:3: link_classes.host.delay: 2s is above a link's largest delay "
+                              "(1s: the agents' endpoints hold a path's sum of them)"]
+
+
 def test_delay_and_loss_allowed_with_netem(tmp_path):
     path = write(tmp_path, """
         kind: fat-tree
@@ -187,14 +211,13 @@ BAD = [
         """, ["3: spines: must be >= 1, got 0", "5: link_classes.host.queue: expected an integer, got 'lots'",
               "5: link_classes.fabric.jitter: unknown key (allowed: rate, queue, delay, loss, mtu, ecn, trim)",
               "5: link_classes.fabric.mtu: must be >= 1280, got 1000"]),
-    ("delay without netem", """
+    ("loss without netem", """
         kind: fat-tree
         k: 2
         link_classes:
           host: {rate: 1Gbit, delay: 5ms}
           fabric: {rate: 1Gbit, loss: 1%}
-        """, ["4: link_classes.host.delay: delay needs sch_netem, which this kernel lacks",
-              "5: link_classes.fabric.loss: loss needs sch_netem, which this kernel lacks"]),
+        """, ["5: link_classes.fabric.loss: loss needs sch_netem, which this kernel lacks"]),
     ("too many hosts", """
         kind: fat-tree
         k: 64
@@ -281,10 +304,10 @@ def test_unprobed_kernel_treats_netem_as_absent(tmp_path):
     path = write(tmp_path, """
         kind: fat-tree
         k: 2
-        link_classes: {host: {rate: 1Gbit, delay: 1ms}, fabric: {rate: 1Gbit}}
+        link_classes: {host: {rate: 1Gbit, loss: 1%}, fabric: {rate: 1Gbit}}
         """)
     assert problems(path, UNPROBED) == [
-        f"{path}:3: link_classes.host.delay: delay needs sch_netem, which could not be detected (not root); "
+        f"{path}:3: link_classes.host.loss: loss needs sch_netem, which could not be detected (not root); "
         "assumed absent"]
     load_topology(ROOT / "topologies/fat-tree-k4.yaml", features=UNPROBED)
 

@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "mrcn_delay.h"
 #include "mrcn_evmap.h"
 
 #define ECN_MASK 0x3
@@ -17,6 +18,7 @@ typedef struct ep_route {
     int fd;
     int connected;
     struct sockaddr_in6 addr;
+    size_t line;            /* its delay line (index into lines), or NO_POS: sent at once */
 } ep_route;
 
 typedef struct ep_qp {
@@ -55,9 +57,12 @@ struct mrcn_endpoint {
     uint32_t *eventful;
     size_t neventful, eventful_cap;
     mrcn_txq txq;
+    mrcn_delay_line *lines;         /* one per distinct route delay */
+    size_t nlines, lines_cap;
     struct mmsghdr *smsg;
-    struct iovec *siov;
-    size_t *sidx;
+    struct iovec *siov;             /* per message of one sendmmsg */
+    struct iovec *sdat;             /* per datagram to send: its bytes */
+    size_t *sidx;                   /* per datagram to send: its route id, NO_POS once sent */
     size_t scap;
     mrcn_ep_counters c;
     int monotonic;                  /* read CLOCK_MONOTONIC after a receive batch */
@@ -211,6 +216,10 @@ static int send_room(mrcn_endpoint *ep, size_t n)
     if (v == NULL)
         return MRCN_ENOMEM;
     ep->siov = v;
+    struct iovec *d = realloc(ep->sdat, cap * sizeof *d);
+    if (d == NULL)
+        return MRCN_ENOMEM;
+    ep->sdat = d;
     size_t *ix = realloc(ep->sidx, cap * sizeof *ix);
     if (ix == NULL)
         return MRCN_ENOMEM;
@@ -245,29 +254,10 @@ static int send_batch(mrcn_endpoint *ep, int fd, size_t n)
     return MRCN_OK;
 }
 
-/* Put the transmit queue of slot `slot` on the wire: one sendmmsg per socket, each
- * socket's datagrams in queue order. */
-static int send_txq(mrcn_endpoint *ep, size_t slot)
+/* Put the `n` datagrams of sdat[]/sidx[] on the wire: one sendmmsg per socket, each
+ * socket's datagrams in their order. */
+static int send_grouped(mrcn_endpoint *ep, size_t n)
 {
-    mrcn_txq *q = &ep->txq;
-    ep_qp *e = &ep->qps[slot];
-    size_t n = q->count;
-    if (n == 0)
-        return MRCN_OK;
-    int rc = send_room(ep, n);
-    if (rc < 0)
-        return rc;
-    ep->c.tx_datagrams += n;
-    /* sidx[i]: route id of datagram i, or -1 once sent or without a route */
-    for (size_t i = 0; i < n; i++) {
-        mrcn_evmap_val *v = mrcn_evmap_get(&e->routes, q->pkts[i].ev);
-        if (v == NULL) {
-            ep->c.tx_no_route++;
-            ep->sidx[i] = NO_POS;
-        } else {
-            ep->sidx[i] = (size_t)v->a;
-        }
-    }
     for (size_t first = 0; first < n; first++) {
         if (ep->sidx[first] == NO_POS)
             continue;
@@ -277,8 +267,7 @@ static int send_txq(mrcn_endpoint *ep, size_t slot)
             if (ep->sidx[i] == NO_POS || ep->routes[ep->sidx[i]].fd != fd)
                 continue;
             ep_route *r = &ep->routes[ep->sidx[i]];
-            ep->siov[m].iov_base = q->buf + q->pkts[i].off;
-            ep->siov[m].iov_len = q->pkts[i].len;
+            ep->siov[m] = ep->sdat[i];
             memset(&ep->smsg[m], 0, sizeof ep->smsg[m]);
             ep->smsg[m].msg_hdr.msg_iov = &ep->siov[m];
             ep->smsg[m].msg_hdr.msg_iovlen = 1;
@@ -289,7 +278,76 @@ static int send_txq(mrcn_endpoint *ep, size_t slot)
             ep->sidx[i] = NO_POS;
             m++;
         }
-        rc = send_batch(ep, fd, m);
+        int rc = send_batch(ep, fd, m);
+        if (rc < 0)
+            return rc;
+    }
+    return MRCN_OK;
+}
+
+/* The transmit queue of slot `slot` at `now`: datagrams on a route with a delay go into its
+ * line, the others on the wire at once. */
+static int send_txq(mrcn_endpoint *ep, size_t slot, double now)
+{
+    mrcn_txq *q = &ep->txq;
+    ep_qp *e = &ep->qps[slot];
+    size_t n = q->count;
+    if (n == 0)
+        return MRCN_OK;
+    int rc = send_room(ep, n);
+    if (rc < 0)
+        return rc;
+    ep->c.tx_datagrams += n;
+    for (size_t i = 0; i < n; i++) {
+        mrcn_evmap_val *v = mrcn_evmap_get(&e->routes, q->pkts[i].ev);
+        ep->sidx[i] = NO_POS;
+        if (v == NULL) {
+            ep->c.tx_no_route++;
+            continue;
+        }
+        const uint8_t *data = q->buf + q->pkts[i].off;
+        size_t line = ep->routes[v->a].line;
+        if (line != NO_POS) {
+            rc = mrcn_dl_push(&ep->lines[line], now, (int32_t)v->a, data, q->pkts[i].len);
+            if (rc < 0)
+                return rc;
+            ep->c.tx_delayed++;
+            continue;
+        }
+        ep->sdat[i].iov_base = (void *)data;
+        ep->sdat[i].iov_len = q->pkts[i].len;
+        ep->sidx[i] = (size_t)v->a;
+    }
+    return send_grouped(ep, n);
+}
+
+/* Send what the delay lines hold that is due at `now`; each line that releases anything
+ * counts as one timer run, late by its oldest datagram's lateness (the twin of udp.py's
+ * one loop timer per release). */
+static int release_lines(mrcn_endpoint *ep, double now)
+{
+    for (size_t k = 0; k < ep->nlines; k++) {
+        mrcn_delay_line *l = &ep->lines[k];
+        size_t n = mrcn_dl_due(l, now, SIZE_MAX);
+        if (n == 0)
+            continue;
+        int rc = send_room(ep, n);
+        if (rc < 0)
+            return rc;
+        double late = now - mrcn_dl_at(l, 0)->due;
+        ep->c.timer_fires++;
+        ep->c.timer_late_sum_s += late;
+        if (late > ep->c.timer_late_max_s)
+            ep->c.timer_late_max_s = late;
+        for (size_t i = 0; i < n; i++) {
+            const mrcn_dl_entry *d = mrcn_dl_at(l, i);
+            ep->sdat[i].iov_base = (void *)mrcn_dl_bytes(l, d);
+            ep->sdat[i].iov_len = d->len;
+            ep->sidx[i] = (size_t)d->route;
+        }
+        rc = send_grouped(ep, n);
+        mrcn_dl_pop(l, n);
+        ep->c.tx_released += n;
         if (rc < 0)
             return rc;
     }
@@ -306,7 +364,7 @@ static int flush(mrcn_endpoint *ep, size_t slot, double now)
         if (rc < 0)
             return rc;
         size_t n = ep->txq.count;
-        rc = send_txq(ep, slot);
+        rc = send_txq(ep, slot, now);
         if (rc < 0)
             return rc;
         if (n < burst)
@@ -422,8 +480,12 @@ int mrcn_ep_on_readable(mrcn_endpoint *ep, int fd, int read_tclass, double now)
             rc = flush(ep, slot, now);
     }
     ep->ndirty = 0;
-    if (rc >= 0 && got > 0)   /* timers that came due while the batch ran go now */
-        rc = run_due(ep, clock_now(ep, now));
+    if (rc >= 0 && got > 0) {   /* timers and held datagrams that came due meanwhile go now */
+        double later = clock_now(ep, now);
+        rc = release_lines(ep, later);
+        if (rc >= 0)
+            rc = run_due(ep, later);
+    }
     return rc < 0 ? rc : got;
 }
 
@@ -456,7 +518,8 @@ static int run_due(mrcn_endpoint *ep, double now)
 
 int mrcn_ep_on_timer(mrcn_endpoint *ep, double now)
 {
-    return run_due(ep, now);
+    int rc = release_lines(ep, now);
+    return rc < 0 ? rc : run_due(ep, now);
 }
 
 static double clock_now(const mrcn_endpoint *ep, double fallback)
@@ -489,10 +552,17 @@ int mrcn_ep_kick(mrcn_endpoint *ep, uint32_t qpn, double now)
 
 int mrcn_ep_next_deadline(const mrcn_endpoint *ep, double *at)
 {
-    if (ep->heap_n == 0)
-        return 0;
-    *at = ep->qps[ep->heap[0]].deadline;
-    return 1;
+    int any = ep->heap_n > 0;
+    if (any)
+        *at = ep->qps[ep->heap[0]].deadline;
+    for (size_t k = 0; k < ep->nlines; k++) {
+        double due;
+        if (mrcn_dl_head_due(&ep->lines[k], &due) && (!any || due < *at)) {
+            *at = due;
+            any = 1;
+        }
+    }
+    return any;
 }
 
 /* ---- set-up ------------------------------------------------------------ */
@@ -542,17 +612,39 @@ void mrcn_ep_free(mrcn_endpoint *ep)
     free(ep->dirty);
     free(ep->heap);
     free(ep->eventful);
+    for (size_t k = 0; k < ep->nlines; k++)
+        mrcn_dl_free(&ep->lines[k]);
+    free(ep->lines);
     free(ep->smsg);
     free(ep->siov);
+    free(ep->sdat);
     free(ep->sidx);
     mrcn_evmap_free(&ep->qpn_index);
     mrcn_txq_free(&ep->txq);
     free(ep);
 }
 
-int mrcn_ep_add_route(mrcn_endpoint *ep, int fd, const struct sockaddr_in6 *addr)
+/* The delay line of `delay_s` (one per distinct delay), made if new: its index, or < 0. */
+static long line_for(mrcn_endpoint *ep, double delay_s)
 {
-    if (fd < 0 || ep->nroutes >= (size_t)INT32_MAX)
+    for (size_t k = 0; k < ep->nlines; k++)
+        if (ep->lines[k].delay_s == delay_s)
+            return (long)k;
+    if (ep->nlines == ep->lines_cap) {
+        size_t cap = ep->lines_cap ? ep->lines_cap * 2 : 4;
+        mrcn_delay_line *l = realloc(ep->lines, cap * sizeof *l);
+        if (l == NULL)
+            return MRCN_ENOMEM;
+        ep->lines = l;
+        ep->lines_cap = cap;
+    }
+    mrcn_dl_init(&ep->lines[ep->nlines], delay_s);
+    return (long)ep->nlines++;
+}
+
+int mrcn_ep_add_route(mrcn_endpoint *ep, int fd, const struct sockaddr_in6 *addr, double delay_s)
+{
+    if (fd < 0 || ep->nroutes >= (size_t)INT32_MAX || !(delay_s >= 0.0 && delay_s <= MRCN_EP_MAX_DELAY_S))
         return MRCN_EINVAL;
     if (ep->nroutes == ep->routes_cap) {
         size_t cap = ep->routes_cap ? ep->routes_cap * 2 : 16;
@@ -562,10 +654,14 @@ int mrcn_ep_add_route(mrcn_endpoint *ep, int fd, const struct sockaddr_in6 *addr
         ep->routes = r;
         ep->routes_cap = cap;
     }
+    long line = delay_s > 0.0 ? line_for(ep, delay_s) : -1;
+    if (line == MRCN_ENOMEM)
+        return MRCN_ENOMEM;
     ep_route *r = &ep->routes[ep->nroutes];
     memset(r, 0, sizeof *r);
     r->fd = fd;
     r->connected = addr == NULL;
+    r->line = line < 0 ? NO_POS : (size_t)line;
     if (addr != NULL)
         r->addr = *addr;
     return (int)ep->nroutes++;

@@ -13,7 +13,10 @@
  *   - after a receive batch, the QP timers that came due meanwhile run at once (as an
  *     event loop runs due timers between two sockets' batches), so that a busy endpoint
  *     does not leave them for the caller's next turn;
- *   - mrcn_ep_next_deadline(): the one deadline the caller's event loop arms.
+ *   - mrcn_ep_next_deadline(): the one deadline the caller's event loop arms;
+ *   - routes with a propagation delay hold their datagrams in a delay line (one per
+ *     distinct delay, mrcn_delay.h) released by mrcn_ep_on_timer() or after a receive
+ *     batch, once due.
  * Every QP timer's lateness (when it ran minus its deadline) is counted here, since the
  * caller's loop sees only the endpoint's one timer. With a clock set
  * (mrcn_ep_use_monotonic_clock) the endpoint reads CLOCK_MONOTONIC for the timers it runs
@@ -43,9 +46,12 @@ typedef struct mrcn_ep_counters {
     uint64_t tx_datagrams;      /* datagrams handed to the kernel or dropped on send */
     uint64_t tx_errors;         /* dropped on send: ENOBUFS, EAGAIN, unreachable, refused */
     uint64_t tx_no_route;       /* on an EV with no route (dropped) */
+    uint64_t tx_delayed;        /* put into a delay line (counted in tx_datagrams too) */
+    uint64_t tx_released;       /* taken out of a delay line, to the wire */
     uint64_t rx_syscalls;       /* recvmmsg calls */
     uint64_t tx_syscalls;       /* sendmmsg calls */
-    uint64_t timer_fires;       /* QP timers run (by mrcn_ep_on_timer or after a receive batch) */
+    uint64_t timer_fires;       /* QP timers run (by mrcn_ep_on_timer or after a receive batch),
+                                 * and delay-line releases (one per line per release) */
     double timer_late_sum_s;    /* their lateness: when run minus deadline, summed (s) */
     double timer_late_max_s;    /* the largest since mrcn_ep_take_timer_late_max_s() */
 } mrcn_ep_counters;
@@ -56,9 +62,16 @@ int mrcn_ep_new(mrcn_endpoint **out, unsigned batch, size_t max_dgram_bytes);
 /* Free the endpoint (not its QPs, not its sockets). NULL is allowed. */
 void mrcn_ep_free(mrcn_endpoint *ep);
 
+/* The longest propagation delay a route may have, s (a sanity bound: minutes of held data
+ * would be a unit error, not an experiment). */
+#define MRCN_EP_MAX_DELAY_S 10.0
+
 /* A way out: send on `fd` to `addr`, or with addr NULL on `fd` as connected (send()).
- * Returns the route id (>= 0) or MRCN_EINVAL / MRCN_ENOMEM. */
-int mrcn_ep_add_route(mrcn_endpoint *ep, int fd, const struct sockaddr_in6 *addr);
+ * `delay_s` (0..MRCN_EP_MAX_DELAY_S): the one-way propagation delay of the route's path;
+ * a datagram on it is held that long in a delay line (mrcn_delay.h) before it is sent, and
+ * mrcn_ep_next_deadline() covers the lines' release times. Returns the route id (>= 0) or
+ * MRCN_EINVAL / MRCN_ENOMEM. */
+int mrcn_ep_add_route(mrcn_endpoint *ep, int fd, const struct sockaddr_in6 *addr, double delay_s);
 
 /* Serve `qp` (datagrams to its QPN). MRCN_EINVAL if its QPN is attached already. The
  * QP must outlive its attachment: mrcn_ep_detach() it before freeing it. */
@@ -76,7 +89,7 @@ int mrcn_ep_on_readable(mrcn_endpoint *ep, int fd, int read_tclass, double now);
 int mrcn_ep_on_timer(mrcn_endpoint *ep, double now);
 /* Flush QP `qpn` now and re-arm its deadline (after post_write or a controller call). */
 int mrcn_ep_kick(mrcn_endpoint *ep, uint32_t qpn, double now);
-/* The earliest QP deadline: 1 and *at, or 0 when no QP has one. */
+/* The earliest QP deadline or delay-line release: 1 and *at, or 0 when there is none. */
 int mrcn_ep_next_deadline(const mrcn_endpoint *ep, double *at);
 
 /* QPNs with events waiting since the last call (each once, in the order they were
