@@ -58,9 +58,11 @@ def worst(statuses: list[int]) -> int:
 
 class LoopView:
     """One agent's view of the runtime's shared :class:`agents.net.loop.EventLoop`: the same readers,
-    timers and clock, with every callback first adding the agent (``index``) to ``ready``,
-    so the runtime gives a turn only to the agents something happened to (a datagram, a
-    timer, a control message) instead of to every agent on every wake-up."""
+    timers and clock, with every callback adding the agent (``index``) to ``ready``, so the
+    runtime gives a turn only to the agents something happened to (a datagram, a timer, a
+    control message) instead of to every agent on every wake-up. A callback that returns
+    False says it left nothing for the agent (the native endpoint: datagrams that raised no
+    QP event), and the agent gets no turn for it."""
 
     def __init__(self, loop: EventLoop, ready: set, index: int):
         self._loop = loop
@@ -71,8 +73,8 @@ class LoopView:
         ready, index = self._ready, self._index
 
         def run():
-            ready.add(index)
-            callback()
+            if callback() is not False:
+                ready.add(index)
         return run
 
     def add_reader(self, fileobj, callback) -> None:

@@ -66,6 +66,9 @@ cdef class Endpoint:
 
     cdef mrcn_endpoint *ep
     cdef dict _qps
+    cdef readonly size_t eventful
+    """QPs that had events for their owner after the last on_readable/on_timer/kick call (0:
+    nothing for Python to drain)."""
 
     def __cinit__(self, unsigned batch=32, size_t max_dgram_bytes=65535):
         _ep_check(mrcn_ep_new(&self.ep, batch, max_dgram_bytes), "endpoint")
@@ -122,11 +125,14 @@ cdef class Endpoint:
 
     cdef _release_eventful(self):
         """Let go of the write buffers of QPs that completed something (their events say so):
-        the C calls above bypass the QP binding, which otherwise releases them at its next call."""
+        the C calls above bypass the QP binding, which otherwise releases them at its next call.
+        Counts them in ``eventful``."""
         cdef uint32_t buf[64]
         cdef size_t n, i
+        self.eventful = 0
         while True:
             n = mrcn_ep_take_eventful(self.ep, buf, 64)
+            self.eventful += n
             for i in range(n):
                 qp = self._qps.get(buf[i])
                 if qp is not None:

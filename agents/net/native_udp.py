@@ -10,8 +10,11 @@ datagrams, the CE mark of each, demultiplexing by QPN, the QPs' receive, send an
 calls, and ``sendmmsg`` per socket. Python is called once per readable socket and once per
 due deadline (one loop timer for the whole endpoint, at the earliest QP deadline), not per
 datagram; QP timers that come due while a receive batch runs are run by C right after it, and
-every QP timer's lateness counts in the loop's (:meth:`EventLoop.add_timer_source`); the QPs' events (completions, EV events, errors) stay in the QPs until their
-owner drains them with ``next_event()``.
+every QP timer's lateness counts in the loop's (:meth:`EventLoop.add_timer_source`); the QPs'
+events (completions, EV events, errors) stay in the QPs until their owner drains them with
+``next_event()``. The endpoint's loop callbacks return whether any QP has events waiting, so
+that a host runtime gives its agent a turn only then (:class:`agents.runtime.LoopView`): most
+wake-ups (a SACK, a data packet mid-message) have nothing for Python.
 
 Sending: SRv6 routes go out of the one receive socket with per-datagram addresses
 (``connected_send=False``, the default here), so that a burst sprayed over many uSID
@@ -82,9 +85,10 @@ class NativeEndpoint:
     def _read(self, sock: socket.socket) -> None:
         fd, ep, ecn, loop = sock.fileno(), self._ep, self.ecn, self.loop
 
-        def readable() -> None:
+        def readable() -> bool:
             ep.on_readable(fd, ecn, loop.time())
             self._rearm()
+            return ep.eventful > 0
         loop.add_reader(sock, readable)
         self._readers.append(sock)
 
@@ -144,10 +148,11 @@ class NativeEndpoint:
         if deadline is not None:
             self._timer = self.loop.call_at(deadline, self._on_timer)
 
-    def _on_timer(self) -> None:
+    def _on_timer(self) -> bool:
         self._timer = None
         self._ep.on_timer(self.loop.time())
         self._rearm()
+        return self._ep.eventful > 0
 
     # ---- counters ----------------------------------------------------------------------
     @property

@@ -226,3 +226,44 @@ def test_due_qp_timers_run_after_a_receive_batch_and_count_their_lateness(core):
     finally:
         s.close()
         closing(ea, loop)
+
+
+def test_loop_callbacks_say_whether_a_qp_has_events_for_its_owner(core):
+    """A data packet in the middle of a message or a SACK that completes nothing raises no QP
+    event: the endpoint's callback returns False (a host runtime then gives its agent no turn);
+    the batch that completes the write or lands the message returns True."""
+    loop = EventLoop()
+    returned = []
+    add_reader = loop.add_reader
+
+    def recording(fileobj, callback):
+        def wrapped():
+            out = callback()
+            returned.append(out)
+            return out
+        add_reader(fileobj, wrapped)
+    loop.add_reader = recording
+    ea = NativeEndpoint(loop, bind_addr="::1", port=0)
+    eb = NativeEndpoint(loop, bind_addr="::1", port=0)
+    try:
+        a, b = pair(core.QP, core.QP)
+        b.post_recv(1)
+        transfer(loop, ea, eb, a, b, {ev: Route("::1", eb.port) for ev in range(4)},
+                 {ev: Route("::1", ea.port) for ev in range(4)}, size=256 * 1024)
+        assert set(returned) == {True, False}
+        assert returned.count(False) > returned.count(True)
+    finally:
+        closing(ea, eb)
+
+
+def test_a_runtime_turn_follows_only_callbacks_that_left_something():
+    from agents.runtime import LoopView
+    loop = EventLoop()
+    ready: set = set()
+    view = LoopView(loop, ready, 3)
+    view.call_at(0.0, lambda: False)
+    loop.run_due()
+    assert ready == set()
+    view.call_at(0.0, lambda: None)
+    loop.run_due()
+    assert ready == {3}
