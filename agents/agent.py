@@ -70,7 +70,7 @@ class Agent:
         self.spec = spec
         self._own_loop = loop is None
         if loop is None:
-            loop = EventLoop()
+            loop = EventLoop(native=spec.engine == "native")
             loop.hold_s = spec.rx_hold_s
         self.loop = loop
         self.wall_offset_s = time.time() - self.loop.time()

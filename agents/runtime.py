@@ -103,6 +103,19 @@ class LoopView:
     def add_timer_source(self, source) -> None:
         self._loop.add_timer_source(source)
 
+    @property
+    def native_poller(self) -> bool:
+        return self._loop.native_poller
+
+    def add_native_endpoint(self, endpoint, callback) -> int:
+        return self._loop.add_native_endpoint(endpoint, self._mark(callback))
+
+    def add_native_socket(self, sock, tag: int, read_tclass: bool) -> None:
+        self._loop.add_native_socket(sock, tag, read_tclass)
+
+    def remove_native_endpoint(self, tag: int) -> None:
+        self._loop.remove_native_endpoint(tag)
+
     def remove_timer_source(self, source) -> None:
         self._loop.remove_timer_source(source)
 
@@ -127,7 +140,7 @@ def run(specs: list[JobSpec], netns_paths: list[str], rx_hold_s: float = 0.0) ->
         raise ValueError(f"{len(specs)} jobs but {len(netns_paths)} namespaces")
     fds = [os.open(p, os.O_RDONLY | os.O_CLOEXEC) for p in netns_paths]
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    loop = EventLoop()
+    loop = EventLoop(native=any(getattr(spec, "engine", None) == "native" for spec in specs))
     loop.hold_s = rx_hold_s
     ready: set[int] = set(range(len(specs)))
     views = [LoopView(loop, ready, i) for i in range(len(specs))]

@@ -123,6 +123,12 @@ cdef class Endpoint:
         self._release_eventful()
         _ep_check(rc, f"flush QP {qpn}")
 
+    def release_eventful(self):
+        """Take the endpoint's list of QPs with events (after a :class:`Poller` served it):
+        how many there were (also in ``eventful``)."""
+        self._release_eventful()
+        return self.eventful
+
     cdef _release_eventful(self):
         """Let go of the write buffers of QPs that completed something (their events say so):
         the C calls above bypass the QP binding, which otherwise releases them at its next call.

@@ -6,6 +6,13 @@ Chosen by measurement: on this machine a plain non-blocking socket loop moves ab
 (``python -m agents.net.bench`` reports the plain figure in the same run). Callers
 register their own descriptors too (the agent's Unix socket to its orchestrator, the
 UDP endpoint's sockets, TCP connections) and their own timers.
+
+``EventLoop(native=True)`` (agents and host runtimes of the native engine) waits in C
+instead of ``selectors`` (``agents/mrc/core/mrcn_poller.h``): one epoll over every
+descriptor, the native endpoints' sockets read, their QP timers and delay lines served
+without a return to Python, which is called only for its own descriptors, its own timers,
+and endpoints whose QPs have events for their owner (:meth:`add_native_endpoint`). The wait
+has nanosecond resolution where ``selectors`` rounds up to a millisecond.
 """
 from __future__ import annotations
 
@@ -50,10 +57,21 @@ class EventLoop:
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, *,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, native: bool = False):
         self.time = clock
         self._sleep = sleep
-        self._sel = selectors.DefaultSelector()
+        self._poller = None
+        if native:
+            if clock is not time.monotonic:
+                raise ValueError("a native loop waits on CLOCK_MONOTONIC: its clock must be time.monotonic")
+            from ..mrc import native as native_engine
+            self._poller = native_engine.load(require=True).Poller()
+            self._foreign: dict[int, Callable] = {}   # descriptor -> callback
+            self._native: dict[int, Callable] = {}    # endpoint tag -> callback
+            self._next_tag = 0
+            self._sel = None
+        else:
+            self._sel = selectors.DefaultSelector()
         self._timers: list[tuple[float, int, TimerHandle]] = []
         self._seq = 0
         self._stopped = False
@@ -62,9 +80,28 @@ class EventLoop:
         self._timer_late_max_s = 0.0
         self._timer_sources: list = []
         self.hold_s = 0.0
-        self.holds = 0
-        self.hold_sum_s = 0.0
+        self._holds = 0
+        self._hold_sum_s = 0.0
         self._last_wake = -1e18
+
+    @property
+    def native_poller(self) -> bool:
+        """True when this loop waits in C and serves native endpoints there (module docstring)."""
+        return self._poller is not None
+
+    @property
+    def holds(self) -> int:
+        """Receive-moderation sleeps so far."""
+        if self._poller is not None:
+            return self._poller.counters()["holds"]
+        return self._holds
+
+    @property
+    def hold_sum_s(self) -> float:
+        """Their length, summed (s)."""
+        if self._poller is not None:
+            return self._poller.counters()["hold_sum_s"]
+        return self._hold_sum_s
 
     @property
     def timers_fired(self) -> int:
@@ -93,10 +130,42 @@ class EventLoop:
 
     def add_reader(self, fileobj, callback: Callable[[], None]) -> None:
         """Call ``callback()`` whenever ``fileobj`` (socket or fd) is readable."""
-        self._sel.register(fileobj, selectors.EVENT_READ, callback)
+        if self._poller is None:
+            self._sel.register(fileobj, selectors.EVENT_READ, callback)
+            return
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        if fd in self._foreign:
+            raise KeyError(f"descriptor {fd} is registered already")
+        self._poller.add_foreign(fd)
+        self._foreign[fd] = callback
 
     def remove_reader(self, fileobj) -> None:
-        self._sel.unregister(fileobj)
+        if self._poller is None:
+            self._sel.unregister(fileobj)
+            return
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        if self._foreign.pop(fd, None) is None:
+            raise KeyError(f"descriptor {fd} is not registered")
+        self._poller.remove_fd(fd)
+
+    def add_native_endpoint(self, endpoint, callback: Callable[[], None]) -> int:
+        """Serve the C endpoint ``endpoint`` (``agents.mrc._core.Endpoint``) in the native wait:
+        its QP timers and delay lines run there; ``callback()`` runs when its QPs have events.
+        Returns its tag (for :meth:`add_native_socket`). Native loops only."""
+        tag = self._next_tag
+        self._next_tag += 1
+        self._poller.add_endpoint(endpoint, tag)
+        self._native[tag] = callback
+        return tag
+
+    def add_native_socket(self, sock, tag: int, read_tclass: bool) -> None:
+        """Read ``sock`` into the endpoint of ``tag`` in the native wait."""
+        self._poller.add_socket(sock.fileno(), tag, read_tclass)
+
+    def remove_native_endpoint(self, tag: int) -> None:
+        """Stop serving the endpoint of ``tag`` and its sockets (before they are closed)."""
+        if self._native.pop(tag, None) is not None:
+            self._poller.remove_endpoint(tag)
 
     def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
         """Run ``callback()`` once at absolute time ``when`` (the loop's clock)."""
@@ -113,6 +182,9 @@ class EventLoop:
 
     def run_once(self, max_wait_s: float | None = None) -> None:
         """Wait for I/O or the next timer (at most ``max_wait_s``), then run what is due."""
+        if self._poller is not None:
+            self._run_once_native(max_wait_s)
+            return
         timers = self._timers
         while timers and timers[0][2].cancelled:
             heapq.heappop(timers)
@@ -129,8 +201,8 @@ class EventLoop:
                 pause = min(pause, wait)
             if pause > 0:
                 self._sleep(pause)
-                self.holds += 1
-                self.hold_sum_s += pause
+                self._holds += 1
+                self._hold_sum_s += pause
                 if wait is not None:
                     wait = max(wait - pause, 0.0)
         events = self._sel.select(wait)
@@ -140,6 +212,31 @@ class EventLoop:
             key.data()
             if timers and timers[0][0] <= self.time():   # a timer came due: it goes before
                 self.run_due()                           # the next socket's batch
+        self.run_due()
+
+    def _run_once_native(self, max_wait_s: float | None) -> None:
+        """:meth:`run_once` through the C wait (module docstring): the receive hold, the
+        endpoints' sockets and timers are served there; here the caller's descriptors, the
+        endpoints that left QP events, then the due timers."""
+        timers = self._timers
+        while timers and timers[0][2].cancelled:
+            heapq.heappop(timers)
+        now = self.time()
+        until = now + (3600.0 if max_wait_s is None else max_wait_s)
+        if timers and timers[0][0] < until:
+            until = timers[0][0]
+        fds, tags = self._poller.wait(until, self.hold_s)
+        foreign, native = self._foreign, self._native
+        for fd in fds:
+            callback = foreign.get(fd)
+            if callback is not None:
+                callback()
+                if timers and timers[0][0] <= self.time():   # as run_once: timers before
+                    self.run_due()                           # the next descriptor
+        for tag in tags:
+            callback = native.get(tag)
+            if callback is not None:
+                callback()
         self.run_due()
 
     def run_due(self) -> None:
@@ -194,4 +291,5 @@ class EventLoop:
         return True
 
     def close(self) -> None:
-        self._sel.close()
+        if self._sel is not None:
+            self._sel.close()

@@ -67,6 +67,9 @@ class NativeEndpoint:
         # the QP timers it runs after a receive batch read the loop's own clock
         self._ep.use_monotonic_clock(loop.time is time.monotonic)
         loop.add_timer_source(self)
+        # a native loop serves the sockets and timers in C (agents.net.loop, mrcn_poller.h)
+        self._tag = (loop.add_native_endpoint(self._ep, self._on_events)
+                     if getattr(loop, "native_poller", False) else None)
         self._readers: list[socket.socket] = []
         self._dest_socks: dict[tuple, socket.socket] = {}
         self._src_socks: dict[int, socket.socket] = {}
@@ -83,6 +86,10 @@ class NativeEndpoint:
                             recv_tclass=receive and self.ecn)
 
     def _read(self, sock: socket.socket) -> None:
+        self._readers.append(sock)
+        if self._tag is not None:
+            self.loop.add_native_socket(sock, self._tag, self.ecn)
+            return
         fd, ep, ecn, loop = sock.fileno(), self._ep, self.ecn, self.loop
 
         def readable() -> bool:
@@ -90,7 +97,6 @@ class NativeEndpoint:
             self._rearm()
             return ep.eventful > 0
         loop.add_reader(sock, readable)
-        self._readers.append(sock)
 
     def _route_id(self, route: Route) -> int:
         addr, delay = (route.addr, route.port), route.delay_s
@@ -136,8 +142,14 @@ class NativeEndpoint:
                 self._ep.kick(q.qpn, now)
         self._rearm()
 
+    def _on_events(self) -> bool:
+        """A native loop's call: QPs of this endpoint have events for their owner."""
+        return self._ep.release_eventful() > 0
+
     # ---- the one loop timer ------------------------------------------------------------
     def _rearm(self) -> None:
+        if self._tag is not None:   # the native loop reads every deadline itself
+            return
         deadline = self._ep.next_deadline()
         timer = self._timer
         if timer is not None:
@@ -209,11 +221,14 @@ class NativeEndpoint:
         for qpn in list(self._qps):
             self._ep.detach(qpn)
         self._qps.clear()
-        for sock in self._readers:
-            try:
-                self.loop.remove_reader(sock)
-            except (KeyError, ValueError):
-                pass
+        if self._tag is not None:   # its sockets leave the native wait with it
+            self.loop.remove_native_endpoint(self._tag)
+        else:
+            for sock in self._readers:
+                try:
+                    self.loop.remove_reader(sock)
+                except (KeyError, ValueError):
+                    pass
         for sock in {*self._readers, *self._dest_socks.values()}:
             sock.close()
         self._readers.clear()

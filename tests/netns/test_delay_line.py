@@ -38,22 +38,23 @@ def delayed_fabric():
 
 
 def engine_classes(name):
+    """(QP class, endpoint class, native loop) of ``name``: python, native, native-loop."""
     if name == "python":
-        return QP, Endpoint
+        return QP, Endpoint, False
     core = native.load()
     if core is None or not hasattr(core, "QP"):
         if native.required():
             pytest.fail("the native engine is required but not built")
         pytest.skip("native engine not built")
-    return core.QP, NativeEndpoint
+    return core.QP, NativeEndpoint, name == "native-loop"
 
 
 def write_times(fabric, engine: str, with_delay: bool) -> list[float]:
     """Seconds from post to completion of each of :data:`WRITES` one-packet WRITEs SRC -> DST."""
-    qp_cls, ep_cls = engine_classes(engine)
+    qp_cls, ep_cls, native_loop = engine_classes(engine)
     topo = fabric.topo
     fwd, rev = fabric.evs(SRC, DST), fabric.evs(DST, SRC)
-    loop = EventLoop()
+    loop = EventLoop(native=native_loop)
     with fabric.inside(SRC):
         ep_a = ep_cls(loop)
     with fabric.inside(DST):
@@ -96,7 +97,7 @@ def write_times(fabric, engine: str, with_delay: bool) -> list[float]:
     return times
 
 
-@pytest.mark.parametrize("engine", ["python", "native"])
+@pytest.mark.parametrize("engine", ["python", "native", "native-loop"])
 def test_the_delay_line_adds_twice_the_paths_delay_to_a_round_trip(delayed_fabric, engine):
     path = max(fabric_ev.links for fabric_ev in delayed_fabric.evs(SRC, DST))
     want = 2 * path_delay_s(delayed_fabric.topo, path)

@@ -19,13 +19,15 @@ SLACK_S = 0.25   # a loaded 2-core machine may run a release this late; never ea
 
 
 def engines():
-    out = [pytest.param((QP, Endpoint), id="python")]
+    """(QP class, endpoint class, native loop) of each engine; the native one also on the C wait."""
+    out = [pytest.param((QP, Endpoint, False), id="python")]
     mod = native.load()
-    if mod is not None and hasattr(mod, "QP"):
-        out.append(pytest.param((mod.QP, NativeEndpoint), id="native"))
-    else:
-        out.append(pytest.param(None, id="native", marks=pytest.mark.skip(
-            reason="native engine not built (MRC_NATIVE_REQUIRE=1 makes this an error)")))
+    for native_loop, name in ((False, "native"), (True, "native-loop")):
+        if mod is not None and hasattr(mod, "QP"):
+            out.append(pytest.param((mod.QP, NativeEndpoint, native_loop), id=name))
+        else:
+            out.append(pytest.param(None, id=name, marks=pytest.mark.skip(
+                reason="native engine not built (MRC_NATIVE_REQUIRE=1 makes this an error)")))
     return out
 
 
@@ -48,8 +50,8 @@ def make_pair(qp_cls, size):
 def run_write(engine, size, delays):
     """Write ``size`` bytes from QP a to QP b, EV k's routes (both ways) delayed ``delays[k]``;
     returns (seconds from post to completion, a, b, endpoint a, endpoint b)."""
-    qp_cls, ep_cls = engine
-    loop = EventLoop()
+    qp_cls, ep_cls, native_loop = engine
+    loop = EventLoop(native=native_loop)
     ea = ep_cls(loop, bind_addr="::1", port=0)
     eb = ep_cls(loop, bind_addr="::1", port=0)
     try:

@@ -267,3 +267,55 @@ def test_a_runtime_turn_follows_only_callbacks_that_left_something():
     view.call_at(0.0, lambda: None)
     loop.run_due()
     assert ready == {3}
+
+
+def test_a_native_loop_serves_endpoints_in_c_and_python_only_its_own(core):
+    """EventLoop(native=True): the endpoints' sockets and QP timers are served by the C wait;
+    Python sees its own descriptor and timer, and the endpoints whose QPs have events, far
+    fewer times than datagrams crossed."""
+    loop = EventLoop(native=True)
+    assert loop.native_poller
+    ea = NativeEndpoint(loop, bind_addr="::1", port=0)
+    eb = NativeEndpoint(loop, bind_addr="::1", port=0)
+    r, w = socket.socketpair()
+    got, fired, calls = [], [], []
+    loop.add_reader(r, lambda: got.append(r.recv(16)))
+    loop.call_later(0.01, lambda: (fired.append(True), w.send(b"x")))
+    on_events = ea._on_events
+    ea._on_events = lambda: calls.append(1) or on_events()
+    loop._native[ea._tag] = ea._on_events
+    try:
+        a, b = pair(core.QP, core.QP)
+        transfer(loop, ea, eb, a, b, {ev: Route("::1", eb.port) for ev in range(4)},
+                 {ev: Route("::1", ea.port) for ev in range(4)}, size=1 << 20)
+        loop.run(until=lambda: bool(got), timeout_s=5)
+        assert fired == [True] and got == [b"x"]
+        datagrams = eb.rx_datagrams + ea.rx_datagrams
+        assert datagrams > 256 and 0 < len(calls) < datagrams // 16
+        loop.remove_reader(r)
+        with pytest.raises(KeyError):
+            loop.remove_reader(r)
+    finally:
+        closing(ea, eb, r, w)
+        loop.close()
+
+
+def test_a_native_loop_keeps_the_receive_hold(core):
+    """hold_s: no wake-up for I/O sooner than hold_s after the previous one (a NIC's
+    rx-usecs), counted in holds / hold_sum_s."""
+    loop = EventLoop(native=True)
+    loop.hold_s = 0.005
+    r, w = socket.socketpair()
+    got = []
+    loop.add_reader(r, lambda: got.append(r.recv(16)))
+    try:
+        w.send(b"1")
+        loop.run_once(0.1)
+        t0 = loop.time()
+        w.send(b"2")
+        loop.run_once(0.1)
+        assert got == [b"1", b"2"]
+        assert loop.time() - t0 >= 0.004 and loop.holds >= 1 and loop.hold_sum_s > 0.003
+    finally:
+        closing(r, w)
+        loop.close()

@@ -199,6 +199,11 @@ size_t mrcn_ep_take_eventful(mrcn_endpoint *ep, uint32_t *qpns, size_t cap)
     return n;
 }
 
+size_t mrcn_ep_eventful_count(const mrcn_endpoint *ep)
+{
+    return ep->neventful;
+}
+
 /* ---- sending ----------------------------------------------------------- */
 
 static int send_room(mrcn_endpoint *ep, size_t n)

@@ -96,6 +96,9 @@ int mrcn_ep_next_deadline(const mrcn_endpoint *ep, double *at);
  * first touched), for the caller to drain; returns how many were written (<= cap). */
 size_t mrcn_ep_take_eventful(mrcn_endpoint *ep, uint32_t *qpns, size_t cap);
 
+/* How many QPs have events waiting that mrcn_ep_take_eventful() has not taken yet. */
+size_t mrcn_ep_eventful_count(const mrcn_endpoint *ep);
+
 const mrcn_ep_counters *mrcn_ep_counters_get(const mrcn_endpoint *ep);
 /* The largest QP timer lateness (s) since the previous call; resets it. */
 double mrcn_ep_take_timer_late_max_s(mrcn_endpoint *ep);
