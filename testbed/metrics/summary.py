@@ -255,6 +255,8 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
     """Summary of a whole run (``scenario``, ``world_size``, ``host_link_rate_bps``,
     ``host_bandwidth_bps`` and ``host_nics`` (an older run's: :func:`testbed.rundir.upgrade.upgrade`),
     ``payload_bytes`` (of an mrc/rc data packet; None for a run older than the key),
+    ``scenario_path``, ``regime`` (the manifest's: :func:`testbed.spec.regime.scenario_regime`;
+    None for a run older than the key),
     ``definitions``,
     ``transports`` by name, ``comparison`` rows) and the per-transport analyses.
     Raises RunDirError / MetricsError."""
@@ -295,6 +297,9 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
                "world_size": manifest.get("world_size"), "host_link_rate_bps": rate,
                "host_bandwidth_bps": host_bw, "host_nics": manifest.get("host_nics"),
                "payload_bytes": manifest.get("payload_bytes"), "engines": engines,
+               "scenario_path": (manifest.get("scenario") or {}).get("path")
+               if isinstance(manifest.get("scenario"), dict) else None,
+               "regime": manifest.get("regime"),
                "defaults": _defaults(manifest),
                "definitions": DEFINITIONS, "transports": {a.name: a.summary for a in analyses},
                "comparison": [comparison_row(a.summary) for a in analyses]}
