@@ -4,11 +4,11 @@
 run directory (one row per bin; ``t_s`` = bin start, seconds from the transport's run start):
 
 - ``flows.csv``: ``transport,rank,peer,dir,t_s,bytes,rate_bps,retransmits,rtt_s,cwnd_bytes``;
-  per flow and 10 ms bin: bytes counted in the bin (rx: goodput; tx: sent), its rate in
-  bits/s, retransmissions in the bin (packets), last RTT (s) and cwnd (bytes) sampled in
-  the bin (empty if none).
-- ``goodput.csv``: ``transport,t_s,goodput_bps,smoothed_bps``; aggregate goodput per 10 ms
-  bin (bits/s) and its 50 ms rolling median (the series recovery time is measured on).
+  per flow and bin (one agent sample interval: summary ``kpi_resolution_s``): bytes counted in
+  the bin (rx: goodput; tx: sent), its rate in bits/s, retransmissions in the bin (packets),
+  last RTT (s) and cwnd (bytes) sampled in the bin (empty if none).
+- ``goodput.csv``: ``transport,t_s,goodput_bps,smoothed_bps``; aggregate goodput per bin
+  (bits/s) and its 5-bin rolling median (the series recovery time is measured on).
 - ``links.csv``: ``transport,link,end,t_s,tx_bytes,throughput_bps,drops,rate_bps``; per link
   end and 100 ms bin, from kernel counters; ``rate_bps`` is the configured rate.
 - ``summary.json``: :func:`testbed.metrics.analyze_run` (per transport, side by side in
