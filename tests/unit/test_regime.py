@@ -64,6 +64,16 @@ def test_k4_by_hand(tmp_path):
     assert r["sample_s"] <= r["base_rtt_s"] and r["sample_rtts"] <= 1
 
 
+def test_propagation_delay_counts_through_the_base_rtt(tmp_path):
+    # delay: 1 ms a link, held by the agents' endpoints: 2 x 6 links x 1 ms more round trip
+    (tmp_path / "k4.yaml").write_text(TOPOLOGY.replace("mtu: 9000}", "mtu: 9000, delay: 1ms}"))
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    r = scenario_regime(load_scenario(tmp_path / "s.yaml", features=FEATURES))
+    rtt = 6 * (4202 + 120) * 8 / 1e7 + 0.002 + 0.012
+    assert r["base_rtt_s"] == pytest.approx(rtt, rel=1e-4)
+    assert r["bdp_pkts"] == pytest.approx(1e7 * rtt / (8 * 4202), rel=1e-4)     # 10.3
+
+
 def test_no_mrc_no_evs_and_no_reconvergence(tmp_path):
     (tmp_path / "k4.yaml").write_text(TOPOLOGY)
     (tmp_path / "s.yaml").write_text(SCENARIO.replace("[mrc, rc]", "[rc, tcp]").replace("reconverge_after: 2s\n", ""))
