@@ -18,7 +18,7 @@ row per claim, "holds?" yes / no / not runnable (why) / invalid (a run failed th
 check: a claim never holds on starved runs) (:mod:`testbed.metrics.claims`).
 
 ``--plan`` checks everything and prints the claims, their transports, points, trials and
-estimated time, and runs nothing (no fabric).
+estimated time, and each claim's regime (paper / here), and runs nothing (no fabric).
 
 Exit status: 0 the suite ran (whatever the verdicts); 1 a run failed (a crash, wrong results);
 2 bad input (the claims file, a scenario, a rule); 130 / 143 interrupted (what ran is kept;
@@ -41,7 +41,7 @@ from rich.table import Table
 from testbed.metrics import results
 from testbed.metrics.claims import judge
 from testbed.metrics.trials import JOB_KPIS, KPIS
-from testbed.report.reproduce import claim_entry, document, markdown, reproduce_table
+from testbed.report.reproduce import claim_entry, claim_regime, document, markdown, regime_table, reproduce_table
 from testbed.spec import SpecError
 from testbed.spec.claimsfile import Claim, load_claims, rule_problems
 from testbed.spec.yamlread import Problem
@@ -235,6 +235,8 @@ def _plan(suite: Suite, out: Path, console: Console) -> int:
                        f"results in {out}",
                        ["claim", "scenario", "transports", "points", "trials", "estimate", "rules", "state"], rows,
                        split="rows", justify=["left"] * 8, shrink_first=(6, 7)))
+    console.print(regime_table({"claims": [{"id": p.claim.id, "regime": claim_regime(
+        p.claim, p.scenarios or ([p.scenario] if p.scenario else []))} for p in suite.prepared]}))
     return 0
 
 
@@ -307,7 +309,7 @@ def _run_suite(args, suite: Suite, out: Path, console: Console, err: Console) ->
     entries, verdicts = [], []
     for p in suite.prepared:
         doc, why, path = docs.get(p.claim.id, (None, "not run (the suite stopped before it)", None))
-        entries.append(claim_entry(p.claim, path, p.scenarios or ([p.scenario] if p.scenario else [])))
+        entries.append(claim_entry(p.claim, path, p.scenarios or ([p.scenario] if p.scenario else []), doc))
         verdicts.append(judge(p.claim, doc, why))
     rep = document(entries, verdicts, quick=suite.quick, trials=suite.trials or (1 if suite.quick else None))
     results_dir = out
@@ -316,5 +318,6 @@ def _run_suite(args, suite: Suite, out: Path, console: Console, err: Console) ->
     write_atomic(results_dir / JSON_NAME, results.dumps(rep), what=JSON_NAME)
     write_atomic(results_dir / MD_NAME, markdown(rep), what=MD_NAME)
     console.print(reproduce_table(rep))
+    console.print(regime_table(rep))
     console.print(f"reproduce results: {results_dir / JSON_NAME}, {results_dir / MD_NAME}")
     return status

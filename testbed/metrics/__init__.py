@@ -35,16 +35,18 @@ unless the name says bytes (``*_bytes_per_s``); sizes in bytes.
 Metric definitions (also in :data:`DEFINITIONS`, copied into ``summary.json``):
 
 - goodput: per rx flow, increments of the agent's cumulative received-byte counter
-  over 10 ms bins (counter linearly interpolated at bin edges), in bits/s;
+  over bins of one agent sample interval (``kpi_resolution_s``: the job specs'
+  ``sample_interval_s``, at most one base RTT; never finer, which would only interpolate
+  between samples; counter linearly interpolated at bin edges), in bits/s;
   aggregate goodput is the sum over all rx flows.
 - iteration gaps: bins lying entirely between one iteration's end (last rank) and the
   next one's start (first rank), when no collective runs (set-up, result check). They
   are left out of the baseline, dips, recovery and stalls.
 - recovery time: for a disruptive fault applied at ``t_f``, the baseline is the
   median raw aggregate goodput over the workload bins before the first fault; the
-  aggregate is smoothed with a centred 50 ms rolling median (5 bins: it drops
+  aggregate is smoothed with a centred rolling median of 5 bins (it drops
   single-bin spikes and keeps a step's position exact). The dip is the first run of
-  >= 3 smoothed bins (30 ms) below 90 % of the baseline starting within 1 s after
+  >= 3 smoothed bins below 90 % of the baseline starting within 1 s after
   ``t_f`` (shorter runs are noise); recovery is the start of the first bin after the
   dip back at >= 90 %, minus ``t_f``. No dip -> 0.0. Never back before the workload
   ends -> None.
@@ -52,7 +54,7 @@ Metric definitions (also in :data:`DEFINITIONS`, copied into ``summary.json``):
   congestion back-off, agents/mrc/ev.py) into ASSUMED_BAD/DENIED/UNKNOWN at or after
   ``t_f``, minus ``t_f``; GOOD -> SKIP is congestion, not detection. None for a
   transport without EVs (tcp).
-- longest stall: longest run of consecutive 10 ms bins with zero aggregate goodput
+- longest stall: longest run of consecutive bins with zero aggregate goodput
   inside the workload window (first iteration start .. last iteration end), iteration
   gaps excluded.
 - iteration time: per (size, iteration) the slowest rank's ``seconds`` (a collective

@@ -5,8 +5,8 @@ errors raised on bad records."""
 from __future__ import annotations
 from testbed.rundir.errors import MetricsError, RunDirError  # noqa: F401 (re-exported)
 
-BIN_S = 0.010               # goodput bin width, s
-SMOOTH_BINS = 5             # rolling-median window for recovery, bins (50 ms)
+BIN_S = 0.010               # goodput bin width of a run without job specs, s (else the sample interval)
+SMOOTH_BINS = 5             # rolling-median window for recovery, bins
 RECOVERY_FRACTION = 0.9     # "recovered" = smoothed aggregate goodput >= 90 % of baseline
 DIP_HORIZON_S = 1.0         # a fault's dip must start within this long after it, s
 MIN_DIP_BINS = 3            # a dip is at least this many consecutive smoothed bins below threshold
@@ -30,7 +30,10 @@ DISRUPTIVE = ("link_down", "flap", "loss", "rate", "blackhole")
 DETECTED_STATES = ("ASSUMED_BAD", "DENIED", "UNKNOWN")
 
 DEFINITIONS = {
-    "goodput_bps": "received payload bytes per 10 ms bin (agent rx counters) * 8 / bin width; bits/s",
+    "goodput_bps": "received payload bytes per bin (agent rx counters) * 8 / bin width; bits/s; the bin is one "
+                   "agent sample interval (kpi_resolution_s)",
+    "kpi_resolution_s": "the agents' sample interval (job specs' sample_interval_s: one base RTT, at most 20 ms, "
+                        "at least 5 ms): the bin width of every series and the resolution of the stalls; s",
     "iteration_s": "per (size, iteration) the slowest rank's collective time (nccl-tests -a 3); p50/p99 by "
                    "nearest rank with n, max and mean over measured (non-warm-up) iterations of the largest "
                    "size; s",
@@ -61,8 +64,9 @@ DEFINITIONS = {
                          "during and after faults, and every retirement of a run without faults: count and "
                          "total time until each came back to GOOD; s (every retirement of the run is listed in "
                          "'retirements')",
-    "flow_kpis": "per rx flow r->s, on its own 10 ms progress bins inside its active time (per iteration: sender's "
-                 "start .. receiver's end): longest_stall_s = longest run of bins with no progress; recovery = "
+    "flow_kpis": "per rx flow r->s, inside its active time (per iteration: sender's start .. receiver's end): "
+                 "longest_stall_s = longest gap between the samples that saw its rx counter rise (within one "
+                 "sample interval of the true stall; a healthy flow's gaps are one interval); recovery = "
                  f"rate over sliding windows of max({RECOVERY_WINDOW_RTTS} base RTTs, {RECOVERY_WINDOW_MIN_S:g} s) "
                  f"against the median pre-fault window rate: a dip is a run of windows below "
                  f"{FLOW_RECOVERY_FRACTION:.0%} as long as one window, starting within {FLOW_DIP_HORIZON_S:g} s of the "
@@ -72,16 +76,16 @@ DEFINITIONS = {
     "worst_stall": "the flow with the longest stall (flow_kpis); s, and in base RTTs",
     "worst_recovery": "the flow that recovered last (a flow that never recovered is worse); s, and in base RTTs; "
                       "dip false = no flow dipped",
-    "healthy_gap_p99_s": "p99 (nearest rank) of every flow's no-progress runs that overlap no fault window: the "
+    "healthy_gap_p99_s": "p99 (nearest rank) of every flow's gaps between rises (flow_kpis) that overlap no fault window: the "
                          "stall a healthy ring shows anyway; s",
     "faulted_iteration": "the measured iteration in progress at the first fault: its time (slowest rank) / median "
                          "time of the measured iterations of that size overlapping no fault window - 1; percent",
     "base_rtt_s": "unloaded RTT of the ring's longest path (job spec cc_params.base_rtt_s: serialisation of one "
                   "packet and its SACK per link + agent time); s",
-    "recovery_s": "aggregate view, kept for comparison: fault apply -> smoothed (50 ms rolling median) aggregate "
-                  "goodput back to >= 90% of the pre-fault median after a >= 30 ms dip; 0 if no dip; null if not "
+    "recovery_s": "aggregate view, kept for comparison: fault apply -> smoothed (5-bin rolling median) aggregate "
+                  "goodput back to >= 90% of the pre-fault median after a >= 3-bin dip; 0 if no dip; null if not "
                   "recovered; iteration gaps excluded",
-    "longest_stall_s": "aggregate view: longest run of 10 ms bins with zero aggregate goodput while a collective "
+    "longest_stall_s": "aggregate view: longest run of bins with zero aggregate goodput while a collective "
                        "runs (iteration gaps excluded); s",
     "retransmits": "sum of the transports' cumulative retransmission counters over tx flows; packets "
                    "(segments for tcp); split at the first fault into retransmits_startup (before it: start-up "

@@ -3,10 +3,15 @@
 A ring all-reduce is a chain: when one ring hop stops, every rank soon waits for it, so the
 aggregate goodput dips only once the ring has drained, and an idle flow at the end of an
 iteration looks like a stall. Here every KPI is computed per rx flow (``rank <- peer``,
-labelled ``"<src rank>-><dst rank>"``) on its own 10 ms progress bins, inside the flow's
-*active* time: per iteration, from its sender's start to its receiver's end (when the
-receiver has everything, the flow is done, not stalled). Then the scenario figure is the
-worst flow, named.
+labelled ``"<src rank>-><dst rank>"``) inside the flow's *active* time: per iteration, from its
+sender's start to its receiver's end (when the receiver has everything, the flow is done, not
+stalled). Then the scenario figure is the worst flow, named.
+
+Resolution: the agents sample their counters every ``sample_interval_s`` (at most one base RTT,
+:func:`testbed.spec.jobs.sample_interval_s`). Stalls are read off the samples themselves
+(:func:`sample_stalls`: the gaps between the samples that saw the rx counter rise), so a stall
+reads within one sample interval of the true one; recovery runs on progress bins of one sample
+interval (never finer than the samples: a finer bin only interpolates between them).
 """
 
 from __future__ import annotations
@@ -58,6 +63,35 @@ def flow_active(edges: np.ndarray, spans: list[dict], src_rank: int, dst_rank: i
         a = it["by_rank"].get(src_rank, (it["start_s"], None))[0]
         b = it["by_rank"].get(dst_rank, (None, it["end_s"]))[1]
         out |= (start >= a - 1e-9) & (end <= b + 1e-9)
+    return out
+
+
+def flow_spans(spans: list[dict], src_rank: int, dst_rank: int) -> list[tuple[float, float]]:
+    """The flow's active time: per iteration (:func:`iteration_spans`), (its sender's start, its
+    receiver's end), relative s (the iteration's first start / last end for a rank it lacks)."""
+    return [(it["by_rank"].get(src_rank, (it["start_s"], None))[0], it["by_rank"].get(dst_rank, (None, it["end_s"]))[1])
+            for it in spans]
+
+
+def sample_stalls(t_s: np.ndarray, counter: np.ndarray, active: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(start_s, duration_s) of every stretch of active time between two rises of a cumulative
+    counter, as its samples saw them: within each active span ``(a, b)``, the gaps between ``a``,
+    every sample inside it whose value is above the previous sample's, and ``b``.
+
+    Resolution: nothing arrived from some time in the sample interval before one rise to some
+    time in the interval before the next, so a gap of ``g`` between two rises is within one
+    sample interval of the true stall (a healthy flow's gaps are one interval each). ``t_s``
+    relative s, shape (nsamples,) like ``counter``; ``active``: (start, end) spans, relative s."""
+    t = np.asarray(t_s, float)
+    order = np.argsort(t, kind="stable")
+    t, c = t[order], np.asarray(counter, float)[order]
+    rises = t[np.diff(c, prepend=0.0) > 0]
+    out = []
+    for a, b in active:
+        if b <= a:
+            continue
+        pts = np.concatenate([[a], rises[(rises > a) & (rises < b)], [b]])
+        out += [(float(s), float(d)) for s, d in zip(pts[:-1], np.diff(pts))]
     return out
 
 
@@ -185,10 +219,10 @@ def false_retirements(rets: list[dict], windows: list[dict], ev_links_: dict[tup
 
 def flow_kpis(flows: dict, hosts: list[str], spans: list[dict], edges: np.ndarray, windows: list[dict],
               crossing: set[tuple[int, int]], base_rtt_s: float | None) -> list[dict]:
-    """Per rx flow: label, ranks, longest stall (s, start), recovery from the first disruptive
-    fault (see :func:`flow_recovery`), whether its traced path crosses a faulted link (its
-    ``(src, dst)`` ranks in ``crossing``), and its zero-progress runs in fault-free time
-    (``healthy_gaps_s``)."""
+    """Per rx flow: label, ranks, longest stall (s, start: :func:`sample_stalls`), recovery from
+    the first disruptive fault (see :func:`flow_recovery`, on the bins ``edges``), whether its
+    traced path crosses a faulted link (its ``(src, dst)`` ranks in ``crossing``), and its gaps
+    between rises in fault-free time (``healthy_gaps_s``)."""
     rank_of = {h: r for r, h in enumerate(hosts)}
     t_first = windows[0]["t_s"] if windows else None
     win_s = recovery_window_s(base_rtt_s)
@@ -199,15 +233,19 @@ def flow_kpis(flows: dict, hosts: list[str], spans: list[dict], edges: np.ndarra
         src = rank_of[peer]
         progress = binned_increments(fs.t_s, fs.bytes, edges)
         active = flow_active(edges, spans, src, rank)
-        runs = zero_runs(progress, active, edges)
-        longest = max(runs, key=lambda r: r[1], default=(None, 0.0))
-        healthy = [d for a, d in runs if not any(w["t_s"] - 1e-9 <= a + d and a <= w["until_s"] for w in windows)]
+        runs = np.array(sample_stalls(fs.t_s, fs.bytes, flow_spans(spans, src, rank))).reshape(-1, 2)
+        longest = tuple(runs[int(np.argmax(runs[:, 1]))]) if len(runs) else (None, 0.0)
+        faulted = np.zeros(len(runs), bool)
+        for w in windows:   # a gap touching a fault window is not a healthy one
+            faulted |= (runs[:, 0] + runs[:, 1] >= w["t_s"] - 1e-9) & (runs[:, 0] <= w["until_s"])
+        healthy = runs[~faulted, 1].tolist()
         label = f"{src}->{rank}"
         rec = (flow_recovery(edges, progress, active, t_first, win_s, windows[0]["until_s"]) if t_first is not None
                else {"dip": False, "recovered": False, "s": None, "baseline_bytes_per_s": None})
         out.append({"flow": label, "src": src, "dst": rank, "peer": peer,
                     "crosses_fault": (src, rank) in crossing,
-                    "longest_stall_s": longest[1], "stall_at_s": longest[0], "recovery": rec,
+                    "longest_stall_s": float(longest[1]),
+                    "stall_at_s": None if longest[0] is None else float(longest[0]), "recovery": rec,
                     "healthy_gaps_s": healthy})
     return out
 

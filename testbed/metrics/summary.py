@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.metrics.collectives import _stats, completion, expected_measured_iterations, size_table
-from testbed.metrics.definitions import DEFINITIONS, LINK_BIN_S
+from testbed.metrics.definitions import BIN_S, DEFINITIONS, LINK_BIN_S
 from testbed.metrics.fidelity import busiest_links, cpu_fidelity, emulation_validity
 from testbed.metrics.kpis import boundary_warnings, ev_links, ev_retirements, false_retirements, fault_windows, faulted_iteration, flow_kpis, iteration_spans, p_nearest_rank, worst_recovery, worst_stall
 from testbed.rundir.load import TransportRecords, job_names, load_transport
@@ -76,7 +76,8 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     window = workload_window(tr, t0, world_size)
     flows = flow_samples(tr.samples, t0)
     t_last = max([window[1]] + [float(fs.t_s[-1]) for fs in flows.values() if len(fs.t_s)])
-    edges = bin_edges(0.0, t_last)
+    resolution = kpi_bin_s(tr.jobs)
+    edges = bin_edges(0.0, t_last, resolution)
     goodput = aggregate_goodput_bps(flows, edges)
     fl, trans = faults(tr.events, t0), ev_transitions(tr.events, t0)
     has_evs = bool(trans) or any(fs.evs for fs in flows.values())
@@ -106,6 +107,7 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     summary = {
         "transport": tr.name, "collective": collective, "t0_wall_s": t0, "workload_window_s": list(window),
         "world_size": world_size, "completion": completion(tr.events, world_size, expected_measured),
+        "kpi_resolution_s": resolution,
         "sizes": sizes, "size_bytes": largest["size_bytes"] if largest else None,
         "iteration_s": largest["iteration_s"] if largest else _stats([]),
         "busbw_bytes_per_s": largest["busbw_bytes_per_s"] if largest else None,
@@ -139,6 +141,15 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
                               "retirements")},
     }
     return TransportAnalysis(tr.name, t0, summary, edges, goodput, flows, link_edges, links)
+
+
+def kpi_bin_s(jobs: list[dict]) -> float:
+    """The KPIs' bin width, s: the agents' sample interval (the job specs' ``sample_interval_s``;
+    the largest, should jobs differ), :data:`BIN_S` for a run without job specs. Bins finer than
+    the samples would only interpolate between them."""
+    given = [float(j["sample_interval_s"]) for j in jobs if isinstance(j.get("sample_interval_s"), (int, float))
+             and j["sample_interval_s"] > 0]
+    return max(given) if given else BIN_S
 
 
 def runner_cpu(events: list[dict]) -> dict | None:
@@ -255,6 +266,8 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
     """Summary of a whole run (``scenario``, ``world_size``, ``host_link_rate_bps``,
     ``host_bandwidth_bps`` and ``host_nics`` (an older run's: :func:`testbed.rundir.upgrade.upgrade`),
     ``payload_bytes`` (of an mrc/rc data packet; None for a run older than the key),
+    ``scenario_path``, ``regime`` (the manifest's: :func:`testbed.spec.regime.scenario_regime`;
+    None for a run older than the key),
     ``definitions``,
     ``transports`` by name, ``comparison`` rows) and the per-transport analyses.
     Raises RunDirError / MetricsError."""
@@ -295,6 +308,9 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
                "world_size": manifest.get("world_size"), "host_link_rate_bps": rate,
                "host_bandwidth_bps": host_bw, "host_nics": manifest.get("host_nics"),
                "payload_bytes": manifest.get("payload_bytes"), "engines": engines,
+               "scenario_path": (manifest.get("scenario") or {}).get("path")
+               if isinstance(manifest.get("scenario"), dict) else None,
+               "regime": manifest.get("regime"),
                "defaults": _defaults(manifest),
                "definitions": DEFINITIONS, "transports": {a.name: a.summary for a in analyses},
                "comparison": [comparison_row(a.summary) for a in analyses]}

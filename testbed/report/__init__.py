@@ -4,11 +4,11 @@
 run directory (one row per bin; ``t_s`` = bin start, seconds from the transport's run start):
 
 - ``flows.csv``: ``transport,rank,peer,dir,t_s,bytes,rate_bps,retransmits,rtt_s,cwnd_bytes``;
-  per flow and 10 ms bin: bytes counted in the bin (rx: goodput; tx: sent), its rate in
-  bits/s, retransmissions in the bin (packets), last RTT (s) and cwnd (bytes) sampled in
-  the bin (empty if none).
-- ``goodput.csv``: ``transport,t_s,goodput_bps,smoothed_bps``; aggregate goodput per 10 ms
-  bin (bits/s) and its 50 ms rolling median (the series recovery time is measured on).
+  per flow and bin (one agent sample interval: summary ``kpi_resolution_s``): bytes counted in
+  the bin (rx: goodput; tx: sent), its rate in bits/s, retransmissions in the bin (packets),
+  last RTT (s) and cwnd (bytes) sampled in the bin (empty if none).
+- ``goodput.csv``: ``transport,t_s,goodput_bps,smoothed_bps``; aggregate goodput per bin
+  (bits/s) and its 5-bin rolling median (the series recovery time is measured on).
 - ``links.csv``: ``transport,link,end,t_s,tx_bytes,throughput_bps,drops,rate_bps``; per link
   end and 100 ms bin, from kernel counters; ``rate_bps`` is the configured rate.
 - ``summary.json``: :func:`testbed.metrics.analyze_run` (per transport, side by side in
@@ -37,13 +37,14 @@ from testbed.report.fmt import fmt_count, fmt_num, fmt_pct, fmt_s, fmt_sig
 from testbed.report.layout import Grid
 from testbed.report.plots import fault_windows, plot_fault_flows, plot_goodput, plot_iteration_cdf
 from testbed.report.balance import balance_table, collisions_table
+from testbed.report.regime import regime_table
 from testbed.report.tables import busbw_by_size_table, comparison_table, jobs_table, links_table, nccl_tests_block, validity_table
 from testbed.rundir.damage import Damage, collecting, current_damage
 
 __all__ = [
     "STATE_COLOURS", "Grid", "busbw_by_size_table", "comparison_table", "jobs_table", "ev_segments", "fault_windows",
     "fmt_count", "fmt_num", "fmt_pct", "fmt_s", "fmt_sig", "links_table", "load_summary", "nccl_tests_block",
-    "plot_ev_timelines", "defaults_line", "plot_fault_flows", "plot_goodput", "plot_iteration_cdf", "print_damage", "render",
+    "plot_ev_timelines", "defaults_line", "regime_table", "plot_fault_flows", "plot_goodput", "plot_iteration_cdf", "print_damage", "render",
     "render_tables",
     "validity_table", "write_outputs", "write_plots",
 ]
@@ -74,6 +75,7 @@ def render_tables(summary: dict, console: Console) -> None:
         # Plain text, never wrapped or cropped: nccl-tests parsers read it line by line.
         console.print(Text(nccl_tests_block(s)), soft_wrap=True)
     console.print(validity_table(summary))
+    console.print(regime_table(summary))
     console.print(links_table(summary))
     if any(s.get("balance") for s in summary["transports"].values()):
         console.print(balance_table(summary))

@@ -3,7 +3,8 @@ events.jsonl: aggregate goodput with a zoom on each fault, the goodput of the fl
 the faulted link, and the distribution of iteration times. EV state timelines are in
 :mod:`testbed.report.evplot`.
 
-Goodput: grey = 10 ms bins, black = 50 ms rolling median. Markers: red dashed = a
+Goodput: grey = bins of one agent sample interval (summary ``kpi_resolution_s``), black = their
+5-bin rolling median. Markers: red dashed = a
 disruptive fault applied; blue dashed = a link restored (link_up, or a fault reverted);
 green dash-dot = emulated routing reconvergence; orange = the fault detected (first EV
 retired); brown = the slowest flow recovered.
@@ -28,7 +29,7 @@ from testbed.rundir.write import atomic_file  # noqa: E402
 APPLY, RESTORE, RECONVERGE = "tab:red", "tab:blue", "tab:green"
 CONTROLLER_LOST = "black"
 DETECT, FLOW_RECOVERED = "tab:orange", "tab:brown"
-RAW, SMOOTH = "#b8b8b8", "black"            # goodput curves: grey 10 ms bins, black rolling median
+RAW, SMOOTH = "#b8b8b8", "black"            # goodput curves: grey sample-interval bins, black rolling median
 ZOOM_BEFORE_S, ZOOM_AFTER_S = 0.5, 2.0     # a fault's window: 0.5 s before .. recovery or 2 s after
 MAX_ZOOMS = 3                               # zoom panels per transport (first fault windows)
 DPI = 110
@@ -174,9 +175,10 @@ def _goodput_axes(ax, series, tr: dict, *, zoom: dict | None) -> list:
     if series is not None:
         t = series["t_s"]
         keep = slice(None) if zoom is None else (t >= zoom["t0"] - 0.05) & (t <= zoom["t1"] + 0.05)
-        ax.plot(t[keep], series["goodput_bps"][keep] / 1e6, linewidth=0.6, color=RAW, label="10 ms bins")
+        width = fmt_s(tr["kpi_resolution_s"]) + " " if tr.get("kpi_resolution_s") else ""
+        ax.plot(t[keep], series["goodput_bps"][keep] / 1e6, linewidth=0.6, color=RAW, label=f"{width}bins")
         ax.plot(t[keep], series["smoothed_bps"][keep] / 1e6, linewidth=1.2, color=SMOOTH,
-                label="50 ms rolling median")
+                label="5-bin rolling median")
     if tr.get("baseline_goodput_bps"):
         ax.axhline(metrics.RECOVERY_FRACTION * tr["baseline_goodput_bps"] / 1e6, color="tab:olive",
                    linestyle=":", linewidth=1.2, label=f"{metrics.RECOVERY_FRACTION:.0%} of pre-fault median")
@@ -233,7 +235,7 @@ def plot_goodput(run_dir: Path, summary: dict) -> Path:
 
 
 def plot_fault_flows(run_dir: Path, summary: dict) -> Path | None:
-    """fault-flows.png: goodput (Mbit/s, 50 ms rolling median of flows.csv's 10 ms bins) of each
+    """fault-flows.png: goodput (Mbit/s, 5-bin rolling median of flows.csv's bins) of each
     flow crossing the faulted link (summary ``fault_flows``), in each fault window; one row per
     transport that has such flows. None when no transport lists any."""
     names = [n for n, s in summary["transports"].items() if s.get("fault_flows") and fault_windows(s)]

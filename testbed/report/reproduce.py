@@ -4,13 +4,18 @@
 
 from the claims (:mod:`testbed.spec.claimsfile`) and their verdicts
 (:func:`testbed.metrics.claims.judge`): :func:`document` is ``reproduce.json``,
-:func:`reproduce_table` the console table and :func:`markdown` ``reproduce.md``.
+:func:`reproduce_table` the console table and :func:`markdown` ``reproduce.md``. Beside it, the
+regime of every claim, paper / here (:func:`regime_table`, cells of :mod:`testbed.report.regime`:
+the same as a run's report): the paper's values from the claims file, the testbed's from the
+claim's scenario (its sweep points' range), detection measured (median over trials).
 """
 
 from __future__ import annotations
 
 from testbed.metrics.claims import INVALID, NO, NOT_RUNNABLE
+from testbed.model.regime import Span, from_json, hull, to_json
 from testbed.report.layout import Grid
+from testbed.report.regime import SHORT, detect_rtts, short_cells
 from testbed.report.trials import JOB_LABELS, LABELS, fmt_stats
 
 FORMAT = "mrc-testbed-reproduce"
@@ -62,16 +67,49 @@ def payload_scaling(scenarios) -> str:
     return f"payload {'/'.join(str(n) for n in dict.fromkeys(sizes))} bytes per data packet"
 
 
-def claim_entry(claim, results: str | None, scenarios=()) -> dict:
+def claim_regime(claim, scenarios=(), doc: dict | None = None) -> dict:
+    """``{"paper", "here", "detect_rtts"}``: the paper's regime for ``claim`` (its claims file's
+    values), the testbed's over ``scenarios`` (each number's range over the sweep points) and
+    the measured detection in base RTTs (medians of ``detect_s`` and ``base_rtt_s`` of each
+    transport at each point of the results ``doc``; None without)."""
+    from testbed.spec.regime import paper_regime, scenario_regime
+    heres = [from_json(scenario_regime(sc)) for sc in scenarios]
+    here = to_json({k: hull([h[k] for h in heres]) for k in heres[0]}) if heres else None
+    medians = {f"{i}:{name}": {k: (t.get(k) or {}).get("median") for k in ("detect_s", "base_rtt_s")}
+               for i, p in enumerate((doc or {}).get("points") or ()) for name, t in (p.get("transports") or {}).items()}
+    detect = detect_rtts(medians)
+    return {"paper": paper_regime(getattr(claim, "regime", None) or {}), "here": here,
+            "detect_rtts": None if detect is None else detect.to_json()}
+
+
+def claim_entry(claim, results: str | None, scenarios=(), doc: dict | None = None) -> dict:
     """A claim (:class:`testbed.spec.claimsfile.Claim`) as ``reproduce.json`` keeps it; the
     scaling text gets :func:`payload_scaling` of ``scenarios`` (the loaded scenario or its sweep
-    points) appended, so a non-default payload is never left unsaid."""
+    points) appended, so a non-default payload is never left unsaid; ``regime``:
+    :func:`claim_regime` (``doc``: the claim's results document, for the measured detection)."""
     extra = payload_scaling(scenarios)
     scaling = f"{claim.scaling.rstrip().rstrip(';')}; {extra}" if extra else claim.scaling
     return {"id": claim.id, "section": claim.section, "figure": claim.figure, "scenario": str(claim.scenario),
             "rules": [r.text for r in claim.rules], "scaling": scaling,
             "estimate_s": {"quick": claim.estimate_quick_s, "full": claim.estimate_full_s},
-            "results": results}
+            "results": results, "regime": claim_regime(claim, scenarios, doc)}
+
+
+def regime_row(claim: dict) -> list[str]:
+    """A claim's regime cells, "paper / here" (``-`` for a reproduce.json older than the key)."""
+    reg = claim.get("regime") or {}
+    detect = reg.get("detect_rtts")
+    try:
+        measured = Span.of(detect)
+    except (TypeError, ValueError):   # a hand-edited reproduce.json: show "-"
+        measured = None
+    return [claim["id"], *short_cells(reg.get("paper"), reg.get("here"), measured)]
+
+
+def regime_table(doc: dict) -> Grid:
+    """Every claim's regime, paper / here (:data:`testbed.report.regime.SHORT` columns)."""
+    return Grid("the regime, paper / here (BDP in data packets; times in base RTTs; detection measured)",
+                ["claim", *SHORT.values()], [regime_row(c) for c in doc["claims"]], split="rows")
 
 
 def document(claims: list[dict], verdicts: list[dict], *, quick: bool, trials: int | None) -> dict:
@@ -97,6 +135,12 @@ def markdown(doc: dict) -> str:
     lines = [f"# The MRC paper's claims, scaled{' (quick suite)' if doc.get('quick') else ''}", "",
              "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(_md(c) for c in row(c, c["verdict"])) + " |" for c in doc["claims"]]
+    heads = ["claim", *SHORT.values()]
+    lines += ["", "## The regime, paper / here", "",
+              "BDP in data packets, times in base RTTs, detection measured (median); the paper's values "
+              "and their sources are in the claims file (`regime:`).", "",
+              "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    lines += ["| " + " | ".join(_md(x) for x in regime_row(c)) + " |" for c in doc["claims"]]
     lines += ["", "## Rules (medians compared; written before the runs)", ""]
     for c in doc["claims"]:
         lines.append(f"- **{c['id']}** ({c['scenario']}; results: {c.get('results') or '-'}):")

@@ -75,6 +75,14 @@ def cell_worst_stall(s: dict) -> str:
     return _with_flow(st.get("s"), st.get("rtts"), st.get("flow"))
 
 
+def cell_resolution(s: dict) -> str:
+    """"20.0 ms = 0.88 RTT": the stalls' resolution (the agents' sample interval, the bins' width)."""
+    res, rtt = s.get("kpi_resolution_s"), s.get("base_rtt_s")
+    if res is None:
+        return "-"
+    return fmt_s(res) + (f" = {fmt_rtts(res / rtt)}" if rtt else "")
+
+
 def cell_worst_recovery(s: dict) -> str:
     """The slowest flow's recovery: "no dip", "not recovered" or "55.0 ms (1.3 RTT) 3->4"."""
     r = s.get("worst_recovery", MISSING)
@@ -144,6 +152,7 @@ COMPARISON_ROWS = [
     ("false retirements", cell_false_retirements),
     ("worst flow recovery", cell_worst_recovery),
     ("worst flow stall", cell_worst_stall),
+    ("stall resolution", cell_resolution),
     ("healthy gap p99", lambda s: fmt_s(s.get("healthy_gap_p99_s"))),
     ("base RTT", lambda s: fmt_s(s.get("base_rtt_s"))),
     ("propagation (one-way)", lambda s: cell_propagation(s)),

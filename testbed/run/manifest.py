@@ -14,6 +14,7 @@ from testbed.fabric.kernel import features
 from testbed.spec import Scenario
 from testbed.rundir.upgrade import FORMAT
 from testbed.spec.jobs import host_bandwidth_bps, host_link_rate_bps, job_payload_bytes
+from testbed.spec.regime import scenario_regime
 
 
 def versions() -> dict:
@@ -39,6 +40,7 @@ def base_manifest(scenario: Scenario) -> dict:
         "host_bandwidth_bps": host_bandwidth_bps(scenario),
         "host_nics": min(len(scenario.topology.nics[h]) for h in hosts), "seed": scenario.seed,
         "payload_bytes": job_payload_bytes(scenario), "engines": scenario.engines(),
+        "regime": scenario_regime(scenario),
         "workload": scenario.to_dict()["workload"],
         "topology_sha256": hashlib.sha256(topo_bytes).hexdigest(),
         "versions": versions(), "kernel_features": dataclasses.asdict(features()), "started_at": time.time(),

@@ -124,6 +124,10 @@ PATH_FLOW = Obj({"src_rank": RANK, "dst_rank": RANK}, {"kind": Opt(STR), "links"
 PATHS_DOC = Obj({}, {"flows": ListOf(ANY, 1 << 20)})
 """``paths.json``: ``{"transport", "flows": [PATH_FLOW]}`` (:mod:`testbed.fabric.paths`)."""
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 MAX_WORLD = 1 << 15         # ranks: one per host NIC at most (testbed.spec.MAX_HOST_NICS)
 MAX_SIZE_BYTES = 1 << 40
 _WORKLOAD = Obj({"min_bytes": Int(1, MAX_SIZE_BYTES), "max_bytes": Int(1, MAX_SIZE_BYTES),
@@ -135,6 +139,8 @@ MANIFEST_FIELDS = {
     "world_size": Opt(Int(1, MAX_WORLD)), "host_link_rate_bps": Opt(Num(1, 1e15)),
     "host_bandwidth_bps": Opt(Num(1, 1e18)), "host_nics": Opt(Int(1, MAX_WORLD)), "workload": Opt(_WORKLOAD),
     "payload_bytes": Opt(Int(1, 65535)),
+    "regime": Opt(MapOf(Check("a number, [low, high] or null", lambda v: v is None or _number(v) or (
+        isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v))))),
     "engines": Opt(MapOf(Check("python, native or kernel", lambda v: v in ("python", "native", "kernel")))),
     "spec": Check("an object", lambda v: isinstance(v, dict)), "seed": Opt(Int()), "status": Opt(MapOf(ANY)), "planned_transports": Opt(ListOf(STR, 64)),
     "started_at": Opt(TIME), "finished_at": Opt(TIME), "format": Opt(Int(1, 1 << 16, "a format number")),

@@ -4,6 +4,9 @@ the rules, written before any run, that decide whether the claim holds in scaled
 A claims file is::
 
     trials: 3                        # the full suite's trials per claim (--quick: 1)
+    regime:                          # the paper's regime: every value with its source
+      rate: {value: 800Gbit, source: "evaluation: testbed bandwidth (800G NICs)"}
+      evs_per_qp: {value: [128, 256], source: "..."}                # a range: [low, high]
     claims:
       - id: failover                 # letters, digits, '-' and '_'; unique
         section: "evaluation: failover"
@@ -15,6 +18,8 @@ A claims file is::
                                                           # data packet other than 4096 is appended)
         estimate: {quick: 3m, full: 9m}                   # wall time of the claim's runs
         trials: 3                    # optional: this claim's trials in the full suite
+        regime:                      # optional: the paper's values for this claim (over the top level's)
+          ranks: {value: 64, source: "load balancing: 64-GPU ring all-reduce"}
 
 A rule compares medians over the trials: ``TERM OP NUMBER``, ``TERM OP [K *] TERM`` with
 ``OP`` one of ``>= <= > <``, where ``TERM`` is ``TRANSPORT KPI [@POINT]``: a transport of the
@@ -25,18 +30,21 @@ busbw_fraction_of_host < 0.6 * mrc busbw_fraction_of_host``, ``mrc busbw_fractio
 >= 0.5 * mrc busbw_fraction_of_host @0.0001%``.
 
 :func:`load_claims` checks the file's shape and each rule's grammar, every problem at its
-file:line (:class:`testbed.spec.yamlread.SpecError`); that the transports, KPIs and points exist
+file:line (:class:`testbed.spec.yamlread.SpecError`), the ``regime:`` blocks' keys, units, ranges
+and sources among them (:func:`testbed.spec.regime.read_paper_regime`; the numbers made of them:
+:mod:`testbed.model.regime`); that the transports, KPIs and points exist
 in the scenarios is checked by the caller once it loaded them (:func:`rule_problems`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.model import units
 from testbed.spec.common import parse_transport
+from testbed.spec.regime import PaperValue, read_paper_regime
 from testbed.spec.yamlread import Problem, Reader, SpecError, join
 
 ID_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
@@ -48,7 +56,7 @@ RULE_RE = re.compile(
     rf"(?:(?P<num>{_NUM})(?:\s*\*\s*{_TERM.format(p='r')})?|{_TERM.format(p='s')})\s*")
 RULE_FORMS = ("TRANSPORT KPI[@POINT] OP NUMBER, or TRANSPORT KPI[@POINT] OP [K *] TRANSPORT KPI[@POINT] "
               "(OP: >=, <=, >, <)")
-_CLAIM_KEYS = (["id", "section", "figure", "scenario", "rules", "scaling", "estimate"], ["trials"])
+_CLAIM_KEYS = (["id", "section", "figure", "scenario", "rules", "scaling", "estimate"], ["trials", "regime"])
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,8 @@ class Claim:
     estimate_full_s: float
     trials: int
     line: int
+    #: the paper's regime for this claim: the file's top-level values, this claim's over them
+    regime: dict[str, PaperValue] = field(default_factory=dict)
 
     def transports(self) -> list[str]:
         return list(dict.fromkeys(t.transport for r in self.rules for t in r.terms()))
@@ -101,6 +111,8 @@ class Claims:
     path: Path
     trials: int
     claims: tuple[Claim, ...]
+    #: the paper's regime common to every claim (the top-level ``regime:``)
+    regime: dict[str, PaperValue] = field(default_factory=dict)
 
 
 def parse_rule(text: str) -> tuple[Term, str, float | None, float, Term | None]:
@@ -135,16 +147,19 @@ def load_claims(path: Path | str) -> Claims:
     root = r.compose(path)
     claims: list[Claim] = []
     trials = 3
-    m = r.mapping(root, "", ["claims"], ["trials"]) if root is not None else None
+    regime: dict[str, PaperValue] = {}
+    m = r.mapping(root, "", ["claims"], ["trials", "regime"]) if root is not None else None
     if m is not None:
         if "trials" in m:
             trials = r.integer(m["trials"], "trials", minimum=1, maximum=100) or trials
+        if "regime" in m:
+            regime = read_paper_regime(r, m["regime"], "regime")
         items = r.seq(m["claims"], "claims") or []
         if m.get("claims") is not None and not items and not r.problems:
             r.error(m["claims"], "claims", "expected at least one claim")
         seen: dict[str, int] = {}
         for i, node in enumerate(items):
-            c = _claim(r, node, join("claims", i), path.parent, trials)
+            c = _claim(r, node, join("claims", i), path.parent, trials, regime)
             if c is None:
                 continue
             if c.id in seen:
@@ -154,10 +169,11 @@ def load_claims(path: Path | str) -> Claims:
             claims.append(c)
     if r.problems:
         raise SpecError(r.problems)
-    return Claims(path, trials, tuple(claims))
+    return Claims(path, trials, tuple(claims), regime)
 
 
-def _claim(r: Reader, node, where: str, base: Path, default_trials: int) -> Claim | None:
+def _claim(r: Reader, node, where: str, base: Path, default_trials: int,
+           regime: dict[str, PaperValue]) -> Claim | None:
     m = r.mapping(node, where, *_CLAIM_KEYS)
     if m is None:
         return None
@@ -196,10 +212,11 @@ def _claim(r: Reader, node, where: str, base: Path, default_trials: int) -> Clai
         full = r.unit(est["full"], join(where, "estimate.full"), units.parse_duration)
     trials = (r.integer(m["trials"], join(where, "trials"), minimum=1, maximum=100)
               if "trials" in m else default_trials)
+    own = read_paper_regime(r, m["regime"], join(where, "regime")) if "regime" in m else {}
     if len(r.problems) > before or None in (cid, scenario, quick, full, trials) or not rules:
         return None
     return Claim(cid, texts["section"], texts["figure"], scenario, tuple(rules), texts["scaling"],
-                 quick, full, trials, node.start_mark.line + 1)
+                 quick, full, trials, node.start_mark.line + 1, {**regime, **own})
 
 
 def rule_problems(claims_file: Path, claim: Claim, transports: list[str], kpis: list[str],

@@ -116,3 +116,51 @@ def test_samplers_that_miss_their_period_invalidate_the_run():
     late = [(T0 + t, 0, 0.02) for t in np.arange(0.0, 25.0, 0.02)]   # timers 20 ms late, RTT 40 ms
     v = emulation_validity([], late, every, None, T0, (0.0, 25.0), 0.04)
     assert v["valid"] is False and "timers late" in v["reasons"][0]
+
+
+# -- the stalls' resolution: one sample interval ------------------------------------------------------
+def _raw_longest_gap(records: list[dict], rank: int, peer: str) -> float:
+    """The longest time between two samples that saw the rx counter rise, read off the records
+    directly (as a reviewer would from samples.jsonl), no testbed code."""
+    pts = sorted((r["t"], f["bytes"]) for r in records if r["rank"] == rank
+                 for f in r["flows"] if f["dir"] == "rx" and f["peer"] == peer)
+    rises = [t for (t, b), (_, b0) in zip(pts[1:], pts) if b > b0]
+    return max(b - a for a, b in zip(rises, rises[1:]))
+
+
+@pytest.mark.parametrize("interval", [0.02, 0.005])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_worst_stall_is_within_one_sample_interval_of_the_records(interval, seed):
+    import random
+
+    from testbed.metrics import flow_samples
+    from testbed.metrics.kpis import flow_kpis, worst_stall
+    rng = random.Random(seed)
+    stall = (1.0 + rng.uniform(0, 0.05), 1.0 + rng.uniform(0.06, 0.2))    # nothing arrives in between
+    arrivals = [t / 1000 for t in range(0, 2500) if not stall[0] <= t / 1000 < stall[1]]   # a packet per ms
+    records, t = [], 0.0
+    while t < 2.5:   # an agent's samples: one interval plus its loop's lateness apart
+        t += interval + rng.uniform(0, interval / 4)
+        got = sum(1 for a in arrivals if a <= t) * 4096
+        records.append({"t": T0 + t, "rank": 1, "flows": [{"peer": "h0", "dir": "rx", "bytes": got}]})
+    spans = iteration_spans(_its([(0.0, {0: 2.5, 1: 2.5})]), T0)
+    flows = flow_samples(records, T0)
+    kpis = flow_kpis(flows, ["h0", "h1"], spans, bin_edges(0.0, 2.5, interval), [], set(), 0.02)
+    got = worst_stall(kpis, 0.02)
+    truth = stall[1] - stall[0] + 0.001            # from the last arrival to the next
+    assert got["flow"] == "0->1"
+    assert abs(got["s"] - _raw_longest_gap(records, 1, "h0")) <= interval
+    assert abs(got["s"] - truth) <= interval * 1.25 + 1e-9   # one interval, and its lateness
+    # it starts at the first sample after the last arrival: within one interval (and lateness) of it
+    assert stall[0] - 0.001 <= got["at_s"] <= stall[0] + interval * 1.25
+
+
+def test_bins_are_never_finer_than_the_samples():
+    from testbed.metrics.summary import kpi_bin_s
+    from testbed.spec.jobs import MIN_SAMPLE_INTERVAL_S, SAMPLE_INTERVAL_S, sample_interval_s
+    assert kpi_bin_s([{"sample_interval_s": 0.02}, {"sample_interval_s": 0.005}]) == 0.02
+    assert kpi_bin_s([]) == 0.01                                   # a run without job specs
+    for rtt in (0.0031, 0.0227, 0.0435, 1.0):
+        s = sample_interval_s(rtt)
+        assert MIN_SAMPLE_INTERVAL_S <= s <= SAMPLE_INTERVAL_S and (s <= rtt or s == MIN_SAMPLE_INTERVAL_S)
+    assert sample_interval_s(0.0123) == pytest.approx(0.0123) and sample_interval_s(0.0435) == SAMPLE_INTERVAL_S
