@@ -36,6 +36,18 @@ class TimerHandle:
         self.cancelled = True
 
 
+def rearmed(loop, handle: TimerHandle | None, when: float | None,
+            callback: Callable[[], None]) -> TimerHandle | None:
+    """The timer for one deadline of a caller that keeps a single timer: ``handle`` itself if
+    it is still armed for ``when``, else ``handle`` cancelled and a new one for ``when``
+    (None when ``when`` is None: no deadline)."""
+    if handle is not None:
+        if when is not None and handle.when == when and not handle.cancelled:
+            return handle
+        handle.cancel()
+    return loop.call_at(when, callback) if when is not None else None
+
+
 class EventLoop:
     """A single-threaded ``selectors`` loop: fd readers plus timers on ``clock`` (seconds).
 

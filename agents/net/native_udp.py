@@ -34,7 +34,7 @@ from typing import Mapping
 
 from ..mrc import native
 from ..protocol import UDP_PORT as ROCEV2_PORT
-from .loop import EventLoop, TimerHandle
+from .loop import EventLoop, TimerHandle, rearmed
 from .udp import ECT0, RECV_BATCH, Route, _udp6_socket, connected
 
 MAX_DATAGRAM_BYTES = 65535
@@ -150,15 +150,7 @@ class NativeEndpoint:
     def _rearm(self) -> None:
         if self._tag is not None:   # the native loop reads every deadline itself
             return
-        deadline = self._ep.next_deadline()
-        timer = self._timer
-        if timer is not None:
-            if deadline is not None and timer.when == deadline and not timer.cancelled:
-                return
-            timer.cancel()
-            self._timer = None
-        if deadline is not None:
-            self._timer = self.loop.call_at(deadline, self._on_timer)
+        self._timer = rearmed(self.loop, self._timer, self._ep.next_deadline(), self._on_timer)
 
     def _on_timer(self) -> bool:
         self._timer = None

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..protocol import UDP_PORT as ROCEV2_PORT
-from .loop import EventLoop, TimerHandle
+from .loop import EventLoop, TimerHandle, rearmed
 
 log = logging.getLogger(__name__)
 
@@ -385,14 +385,7 @@ class Endpoint:
     def _arm_release(self) -> None:
         """One loop timer at the earliest release of any delay line (none when all are empty)."""
         due = min((line.held[0][0] for line in self._lines.values() if line.held), default=None)
-        handle = self._release
-        if handle is not None:
-            if due is not None and handle.when == due and not handle.cancelled:
-                return
-            handle.cancel()
-            self._release = None
-        if due is not None:
-            self._release = self.loop.call_at(due, self._on_release)
+        self._release = rearmed(self.loop, self._release, due, self._on_release)
 
     def _on_release(self) -> None:
         self._release = None
@@ -406,15 +399,12 @@ class Endpoint:
         self._arm_release()
 
     def _arm(self, qp) -> None:
-        deadline = qp.get_timer()
         handle = self._timers.get(qp.qpn)
-        if handle is not None:
-            if deadline is not None and handle.when == deadline and not handle.cancelled:
-                return
-            handle.cancel()
-            del self._timers[qp.qpn]
-        if deadline is not None:
-            self._timers[qp.qpn] = self.loop.call_at(deadline, lambda: self._on_timer(qp))
+        new = rearmed(self.loop, handle, qp.get_timer(), lambda: self._on_timer(qp))
+        if new is None:
+            self._timers.pop(qp.qpn, None)
+        elif new is not handle:
+            self._timers[qp.qpn] = new
 
     def _on_timer(self, qp) -> None:
         self._timers.pop(qp.qpn, None)
