@@ -35,7 +35,9 @@ agent reported a failure, e.g. a QP in ERR: the job would crash), ``timeout``,
 a fault could not be applied; or the scenario's controller said no hello within
 :data:`testbed.run.ctlwatch.HELLO_TIMEOUT_S`), ``interrupted``. A controller lost after its
 hello (exited, disconnected, silent) ends nothing: it is journaled ``controller_lost`` and the
-agents go on with their own remedies (:mod:`testbed.run.ctlwatch`). Ctrl-C or a crash still
+agents go on with their own remedies (:mod:`testbed.run.ctlwatch`); with ``controller: {restart:
+true}`` a new controller starts (journaled ``controller`` phase ``restart``) and resynchronises
+from the agents before it decides (journaled phase ``resynced``). Ctrl-C or a crash still
 tears down and keeps partial results.
 """
 
@@ -50,7 +52,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from agents.protocol import Command, Done, Event, Failed, Hello, Iteration, Message, Operator, Ready, Sample, Start, Stop
+from agents.protocol import (Command, Done, Event, Failed, Hello, Iteration, Message, Operator, Query, Ready, Sample,
+                             Start, Stop, Synced)
 
 from testbed.fabric.backend import FabricBackend
 from testbed.fabric.kernel import features
@@ -61,7 +64,7 @@ from testbed.model.errors import TestbedFailure
 from testbed.model.topology import Topology
 from testbed.run.agents import agent_env, default_agent_processes, start_local_agents
 from testbed.run.control import CONTROLLER, ControlServer, control_socket_path
-from testbed.run.ctlwatch import ControllerWatch, Lost
+from testbed.run.ctlwatch import ControllerWatch, Lost, Restarts
 from testbed.run.priority import RunnerPriority
 from testbed.run.progress import Display, Progress
 from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
@@ -130,6 +133,9 @@ class TransportRun:
         self.controller = None
         #: when that controller is live, lost or never connected (:mod:`testbed.run.ctlwatch`)
         self.ctl_watch: ControllerWatch | None = None
+        #: whether (and how often yet) a lost controller is restarted
+        self.ctl_restarts = Restarts(scenario.controller_restart)
+        self._ctl_socket: str | None = None
         self._drops_journaled = 0
         self.ticker: Ticker | None = None
         self.logs: list = []
@@ -247,17 +253,27 @@ class TransportRun:
                       **({"runtimes": [[jobs[a]["agent"] for a in members] for members in groups]}
                          if n is not None else {})})
 
-    def _start_controller(self, sock: str) -> None:
-        """The controller process, its own log ``controller.log`` and decisions ``controller.jsonl``."""
+    def _start_controller(self, sock: str, *, restart: str | None = None) -> None:
+        """The controller process, its own log ``controller.log`` and decisions ``controller.jsonl``
+        (both appended to by a restart); ``restart``: why its predecessor was lost (the new one
+        resynchronises before it decides)."""
+        self._ctl_socket = sock
         log_file = open(self.dir / "controller.log", "ab", opener=private_opener)
         self.logs.append(log_file)
         self.controller = subprocess.Popen(
             [self.python, "-m", "testbed.controller", "--socket", sock, "--jobs", str(self.dir / "jobs"),
-             "--policy", self.scenario.controller, "--log", str(self.dir / "controller.jsonl")],
+             "--policy", self.scenario.controller, "--log", str(self.dir / "controller.jsonl")]
+            + (["--resync"] if restart is not None else []),
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=agent_env())
-        self.ctl_watch = self.state.controller = ControllerWatch(time.monotonic())
-        self.journal({"kind": "controller", "phase": "spawned", "pid": self.controller.pid,
-                      "policy": self.scenario.controller})
+        self.ctl_watch = self.state.controller = ControllerWatch(time.monotonic(), restarted=restart is not None)
+        if restart is None:
+            self.journal({"kind": "controller", "phase": "spawned", "pid": self.controller.pid,
+                          "policy": self.scenario.controller})
+            return
+        self.journal({"kind": "controller", "phase": "restart", "pid": self.controller.pid,
+                      "attempt": self.ctl_restarts.done, "after": restart})
+        self.say(f"restarted (attempt {self.ctl_restarts.done}, pid {self.controller.pid}): it resynchronises "
+                 "from the agents before it decides", head="controller")
 
     @property
     def agent_processes(self) -> int | None:
@@ -316,8 +332,11 @@ class TransportRun:
             if self.state.on_hello(time.monotonic()):
                 self._start()
             return
-        if isinstance(msg, Command):
+        if isinstance(msg, (Command, Query)):
             self._relay(msg)
+            return
+        if isinstance(msg, Synced):
+            self._on_synced(msg)
             return
         if not 0 <= msg.rank < len(self.world):
             log.warning("control message from agent %d, not one of this run's: %r", msg.rank, msg)
@@ -354,13 +373,23 @@ class TransportRun:
         """A controller runs, has said hello and is not lost: events and actions go to it."""
         return self.ctl_watch is not None and self.ctl_watch.live
 
-    def _relay(self, cmd: Command) -> None:
-        """A controller command: journaled, then sent to its agent."""
+    def _relay(self, cmd: Command | Query) -> None:
+        """A controller command or query: sent to its agent, journaled."""
         sent = 0 <= cmd.rank < len(self.world) and self.server.send(cmd.rank, cmd)
+        if isinstance(cmd, Query):
+            self.journal({"kind": "controller", "op": "query", "rank": cmd.rank, "peer": cmd.peer, "sent": sent})
+            return
         self.journal({"kind": "controller", "op": cmd.op, "rank": cmd.rank, "peer": cmd.peer,
                       "ev_id": cmd.ev_id, "new_ev_id": cmd.new_ev_id, "reason": cmd.reason, "sent": sent})
         self.say(f"rank {cmd.rank} -> {cmd.peer}: {cmd.op} EV {cmd.ev_id}"
                  + (f" by EV {cmd.new_ev_id}" if cmd.new_ev_id is not None else "") + f" ({cmd.reason})",
+                 head="controller")
+
+    def _on_synced(self, msg: Synced) -> None:
+        """A restarted controller's model is resynchronised: journaled and shown."""
+        self.journal({"kind": "controller", "phase": "resynced", **msg.as_dict()})
+        self.say(f"resynced from the agents: {msg.answered} of {msg.connections} connections answered; "
+                 f"{msg.replaced} EVs found replaced, {msg.denied} denied, {msg.assumed_bad} ASSUMED_BAD",
                  head="controller")
 
     def _on_done(self, msg: Done) -> None:
@@ -392,7 +421,8 @@ class TransportRun:
     def _check_controller(self, now: float) -> None:
         """A controller that never said hello ends the run (RunnerError naming its log); one that
         exits, closes its connection or stops reading afterwards is lost: journaled, and the
-        run goes on without it (the agents keep their own remedies)."""
+        run goes on without it (the agents keep their own remedies), or with a new one if the
+        scenario restarts it (:class:`testbed.run.ctlwatch.Restarts`)."""
         if self.ctl_watch is None:
             return
         code = self.controller.poll()
@@ -410,6 +440,11 @@ class TransportRun:
         self.journal({"kind": "controller_lost", "reason": verdict.reason, "exit": code, "pid": self.controller.pid})
         self.say(f"controller lost ({verdict.reason}): the agents go on with their own remedies; "
                  f"see {self.dir / 'controller.log'}", head="controller", head_style="red")
+        why_not = self.ctl_restarts.after_loss()
+        if why_not is None:
+            self._start_controller(self._ctl_socket, restart=verdict.reason)
+        elif self.ctl_restarts.enabled:
+            self.journal({"kind": "controller", "phase": "not_restarted", "reason": why_not})
 
     def _journal_drops(self) -> None:
         """The relay's ev_stats drops (back-pressure from a slow controller), when they grew."""

@@ -12,7 +12,7 @@ import pytest
 from agents.protocol import Event, Hello
 from testbed.faults.steps import EVAction
 from testbed.run.control import CONTROLLER, ControlServer
-from testbed.run.ctlwatch import HELLO_TIMEOUT_S, SILENCE_S, ControllerWatch, Lost, NoHello
+from testbed.run.ctlwatch import HELLO_TIMEOUT_S, MAX_RESTARTS, SILENCE_S, ControllerWatch, Lost, NoHello, Restarts
 from testbed.run.sampling import LINK_SAMPLE_S
 from testbed.run.state import RunState
 from testbed.run.transport import RunnerError, TransportRun
@@ -21,9 +21,8 @@ from testbed.run.transport import RunnerError, TransportRun
 class FakeProc:
     """A controller process: runs until :meth:`exit` (or kill)."""
 
-    pid = 4242
-
-    def __init__(self):
+    def __init__(self, pid: int = 4242):
+        self.pid = pid
         self.code: int | None = None
         self.killed = False
 
@@ -79,6 +78,7 @@ def runner(tmp_path):
     run.display, run._t_wall_start = Display(), None
     run.server = ControlServer(str(tmp_path / "c.sock"), clock=lambda: now[0], limit_bytes=16 << 10)
     run.controller, run.ctl_watch, run._drops_journaled = FakeProc(), ControllerWatch(0.0), 0
+    run.ctl_restarts, run._ctl_socket = Restarts(False), run.server.path
     run.status, run.world, run.procs = None, ["h0", "h1"], {}
     run.state = RunState(run.world, timeout_s=60, controller=run.ctl_watch)
     ctl = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -144,6 +144,62 @@ def test_a_timeline_ev_action_after_the_loss_is_journaled_unsent(runner):
     rec = run.events[-1]
     assert rec["kind"] == "controller" and rec["sent"] is False
     assert run.display.lines[-1].endswith("(controller lost)")
+
+
+def test_restarts_are_counted_and_bounded():
+    off = Restarts(False)
+    assert "restart is off" in off.after_loss() and off.done == 0
+    on = Restarts(True)
+    assert [on.after_loss() for _ in range(MAX_RESTARTS)] == [None] * MAX_RESTARTS
+    assert on.after_loss() == f"the limit of {MAX_RESTARTS} restarts is reached" and on.done == MAX_RESTARTS
+
+
+def test_a_restarted_controller_without_hello_is_lost_again_not_an_error():
+    w = ControllerWatch(10.0, restarted=True)
+    assert w.check(10.0 + HELLO_TIMEOUT_S - 0.1, exit_code=None, connected=False, stalled_s=0) is None
+    assert w.check(10.0 + HELLO_TIMEOUT_S, exit_code=None, connected=False, stalled_s=0) == \
+        Lost(f"restarted, said no hello within {HELLO_TIMEOUT_S:g} s of its start")
+    w = ControllerWatch(10.0, restarted=True)
+    assert w.check(10.5, exit_code=1, connected=False, stalled_s=0) == Lost("restarted, exited with status 1 before "
+                                                                             "it said hello")
+
+
+def test_a_lost_controller_is_restarted_with_resync_and_the_journal_says_so(runner, monkeypatch):
+    """controller: {restart: true}: the killed controller is journaled lost, a new one is spawned
+    with --resync (journaled ``restart``), joins the barrier's watch, and its hello and its
+    resync are journaled; the limit ends the restarts."""
+    import subprocess
+    from agents.protocol import Synced
+    run, ctl, now = runner
+    spawned = []
+
+    def popen(argv, **kw):
+        spawned.append(argv)
+        return FakeProc(5000 + len(spawned))
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    run.ctl_restarts = Restarts(True, limit=1)
+    run.scenario = type("S", (), {"controller": "replace"})()
+    run.python, run.logs = "python", []
+    run.controller.exit(-9)
+    ctl.close()
+    run._check_processes()
+    assert [e.get("phase", e["kind"]) for e in run.events] == ["controller_lost", "restart"]
+    restart = run.events[-1]
+    assert restart == {"kind": "controller", "phase": "restart", "pid": 5001, "attempt": 1,
+                       "after": "exited with status -9"}
+    assert spawned[0][-1] == "--resync" and run.controller.pid == 5001
+    assert run.state.controller is run.ctl_watch and run.ctl_watch.restarted and not run.controller_live
+    run._on_message(Hello("controller"))
+    run._on_message(Synced(2, 2, 1, 0, 1))
+    assert run.controller_live and run.events[-2:] == [
+        {"kind": "controller", "phase": "connected"},
+        {"kind": "controller", "phase": "resynced", "connections": 2, "answered": 2, "replaced": 1, "denied": 0,
+         "assumed_bad": 1}]
+    run.controller.exit(1)
+    run._check_processes()       # lost again: the limit (1) is reached
+    assert run.events[-1] == {"kind": "controller", "phase": "not_restarted",
+                              "reason": "the limit of 1 restarts is reached"}
+    assert len(spawned) == 1
 
 
 def test_no_hello_is_an_error_naming_the_controller_log(tmp_path):
