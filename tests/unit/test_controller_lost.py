@@ -39,6 +39,13 @@ class FakeProc:
         return self.code
 
 
+class Records(list):
+    """events.jsonl in memory."""
+
+    def write(self, record: dict) -> None:
+        self.append(record)
+
+
 class Display:
     def __init__(self):
         self.lines = []
@@ -73,14 +80,13 @@ def runner(tmp_path):
     run = object.__new__(TransportRun)
     run.dir, run.transport = tmp_path, "mrc"
     run.records = None
-    run.events = []
+    run.events = Records()
     run.journal = lambda rec: run.events.append(rec)
     run.display, run._t_wall_start = Display(), None
     run.server = ControlServer(str(tmp_path / "c.sock"), clock=lambda: now[0], limit_bytes=16 << 10)
-    run.controller, run.ctl_watch, run._drops_journaled = FakeProc(), ControllerWatch(0.0), 0
-    run.ctl_restarts, run._ctl_socket = Restarts(False), run.server.path
+    run.controller, run._drops_journaled, run._ctl_socket = FakeProc(), 0, run.server.path
     run.status, run.world, run.procs = None, ["h0", "h1"], {}
-    run.state = RunState(run.world, timeout_s=60, controller=run.ctl_watch)
+    run.state = RunState(run.world, timeout_s=60, controller=ControllerWatch(0.0))
     ctl = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     ctl.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     ctl.connect(run.server.path)
@@ -89,7 +95,7 @@ def runner(tmp_path):
     while not run.server.has_controller and time.monotonic() < deadline:
         for msg in run.server.poll(0.05):
             assert isinstance(msg, Hello)
-            run.ctl_watch.on_hello(now[0])
+            run.state.controller.on_hello(now[0])
     run.server.by_rank[CONTROLLER].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     yield run, ctl, now
     ctl.close()
@@ -110,7 +116,7 @@ def test_a_killed_controller_is_lost_and_the_run_goes_on(runner):
     lost = [e for e in run.events if e["kind"] == "controller_lost"]
     assert lost == [{"kind": "controller_lost", "reason": "exited with status -9", "exit": -9, "pid": 4242}]
     assert not run.controller_live and not run.server.has_controller
-    run._on_event(ev_stats(1))      # nothing is relayed to it any more, nothing fails
+    run._on_message(ev_stats(1))    # nothing is relayed to it any more, nothing fails
     run._check_processes()
     assert len([e for e in run.events if e["kind"] == "controller_lost"]) == 1
 
@@ -120,7 +126,7 @@ def test_a_silent_controller_is_lost_killed_and_its_drops_journaled(runner):
     slowest = 0.0
     for i in range(2000):           # the controller reads nothing
         t = time.perf_counter()
-        run._on_event(ev_stats(i))
+        run._on_message(ev_stats(i))
         slowest = max(slowest, time.perf_counter() - t)
         now[0] += 0.01
         if i % 100 == 0:
@@ -140,7 +146,12 @@ def test_a_timeline_ev_action_after_the_loss_is_journaled_unsent(runner):
 
     class Step:
         change, index, action = EVAction("l1", "deny"), 3, "ev_deny"
-    run._apply(Step())
+
+    class Timeline:
+        def due(self, now):
+            return [Step()]
+    run.state.timeline = Timeline()
+    run._do(run.state.on_time(1.0))
     rec = run.events[-1]
     assert rec["kind"] == "controller" and rec["sent"] is False
     assert run.display.lines[-1].endswith("(controller lost)")
@@ -177,7 +188,7 @@ def test_a_lost_controller_is_restarted_with_resync_and_the_journal_says_so(runn
         spawned.append(argv)
         return FakeProc(5000 + len(spawned))
     monkeypatch.setattr(subprocess, "Popen", popen)
-    run.ctl_restarts = Restarts(True, limit=1)
+    run.state.restarts = Restarts(True, limit=1)
     run.scenario = type("S", (), {"controller": "replace"})()
     run.python, run.logs = "python", []
     run.controller.exit(-9)
@@ -188,7 +199,7 @@ def test_a_lost_controller_is_restarted_with_resync_and_the_journal_says_so(runn
     assert restart == {"kind": "controller", "phase": "restart", "pid": 5001, "attempt": 1,
                        "after": "exited with status -9"}
     assert spawned[0][-1] == "--resync" and run.controller.pid == 5001
-    assert run.state.controller is run.ctl_watch and run.ctl_watch.restarted and not run.controller_live
+    assert run.state.controller.restarted and not run.controller_live
     run._on_message(Hello("controller"))
     run._on_message(Synced(2, 2, 1, 0, 1))
     assert run.controller_live and run.events[-2:] == [
@@ -204,7 +215,8 @@ def test_a_lost_controller_is_restarted_with_resync_and_the_journal_says_so(runn
 
 def test_no_hello_is_an_error_naming_the_controller_log(tmp_path):
     run = object.__new__(TransportRun)
-    run.dir, run.controller, run.ctl_watch = tmp_path, FakeProc(), ControllerWatch(0.0)
+    run.dir, run.controller = tmp_path, FakeProc()
+    run.state = RunState(["h0"], timeout_s=60, controller=ControllerWatch(0.0))
     run.server = ControlServer(str(tmp_path / "c.sock"))
     try:
         run._check_controller(HELLO_TIMEOUT_S - 1)
