@@ -181,7 +181,8 @@ class TransportRun:
         self.refresh()
         self.fabric = self.fabric_factory(self.scenario.topology, features().netem)
         self.fabric.start()
-        self.journal({"kind": "fabric", "phase": "up", "timings": self.fabric.timings,
+        self.journal({"kind": "fabric", "phase": "up", "backend": getattr(self.fabric, "backend_name", None),
+                      "timings": self.fabric.timings,
                       **({"placement": self.fabric.placement.summary(self.scenario.topology)}
                          if self.fabric.placement is not None else {})})
         pairs = {(wl.hosts[a], wl.hosts[b]) for wl in self.scenario.all_jobs for a, b in wl.connections}

@@ -5,7 +5,8 @@ seconds. Counters are cumulative (readers take differences).
 
 ``events.jsonl``: ``{"t", "kind", ...}`` with ``kind``:
 
-* ``fabric`` ``{"phase": "up", "timings"}``; ``agents`` ``{"phase": "spawned", "pids": {rank: pid}}``;
+* ``fabric`` ``{"phase": "up", "backend", "timings"}`` (``backend``: the registered name of the fabric that
+  built it, :func:`testbed.fabric.backend.backend`); ``agents`` ``{"phase": "spawned", "pids": {rank: pid}}``;
 * ``agent`` ``{"rank", "status": "ready" | "done" | "failed" | "crashed", "summary" | "reason" | "exit"}``;
 * ``run`` ``{"phase": "start", "transport", "world"}`` and ``{"phase": "end", "status", "reason",
   "exit_codes": {rank: code | None}, "samples": {"files", "samples", "skipped"}}`` (the merge
