@@ -222,10 +222,11 @@ class RunState:
         return self._barrier()
 
     def _barrier(self) -> bool:
-        """Every rank ready and the controller (if any) has said hello: start, once."""
+        """Every rank ready and the controller (if any) has said hello or is lost (a restart that
+        never came up: the data path does not wait for it): start, once."""
         if self.started or len(self.ready) < len(self.world):
             return False
-        if self.controller is not None and self.controller.hello_s is None:
+        if self.controller is not None and self.controller.hello_s is None and self.controller.lost is None:
             return False
         self.started = True
         return True
@@ -322,7 +323,7 @@ class RunState:
         out: list[Action] = [LoseController(verdict.reason)]
         why_not = self.restarts.after_loss()
         if why_not is None:
-            out.append(SpawnController(verdict.reason))
-        elif self.restarts.enabled:
+            return out + [SpawnController(verdict.reason)]
+        if self.restarts.enabled:
             out.append(Journal({"kind": "controller", "phase": "not_restarted", "reason": why_not}))
-        return out
+        return out + self._begin_if(self._barrier())   # the ranks may have been waiting for its hello

@@ -164,3 +164,17 @@ def test_a_lost_controller_is_restarted_within_the_limit_and_no_hello_aborts():
     assert s.check_controller(22.0 + HELLO_TIMEOUT_S, exit_code=None, connected=False, stalled_s=0) == [
         LoseController(f"restarted, said no hello within {HELLO_TIMEOUT_S:g} s of its start"),
         Journal({"kind": "controller", "phase": "not_restarted", "reason": "the limit of 1 restarts is reached"})]
+
+
+def test_the_ranks_do_not_wait_for_a_restarted_controller_that_never_comes_up():
+    """Lost before the start (after its hello), restarted, and the restart says no hello: the
+    barrier passes without it, the moment it is given up."""
+    s = RunState(WORLD, timeout_s=60, restarts=Restarts(True, limit=1))
+    s.controller_spawned(0.0)
+    s.on_hello(0.5)
+    assert s.check_controller(1.0, exit_code=1, connected=False, stalled_s=0)[-1] == SpawnController("exited with "
+                                                                                                      "status 1")
+    s.controller_spawned(1.0, restarted=True)
+    assert [s.on_ready(r) for r in range(3)] == [False, False, False]   # the new one's hello is due
+    acts = s.check_controller(1.0 + HELLO_TIMEOUT_S, exit_code=None, connected=False, stalled_s=0)
+    assert acts[-1] == Begin() and s.started
