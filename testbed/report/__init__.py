@@ -93,8 +93,8 @@ def controller_timeline(s: dict) -> list[Text]:
     rows += [(x["t_s"], ("controller restarted", "yellow"), f"attempt {x['attempt']}, pid {x['pid']}")
              for x in s.get("controller_restarts") or ()]
     rows += [(x["t_s"], ("controller resynced", "green"),
-              f"{x['answered']} of {x['connections']} connections answered; {x['replaced']} EVs found replaced, "
-              f"{x['denied']} denied, {x['assumed_bad']} ASSUMED_BAD") for x in s.get("controller_resyncs") or ()]
+              f"{x['answered']} of {x['connections']} connections answered; EVs found replaced {x['replaced']}, "
+              f"denied {x['denied']}, ASSUMED_BAD {x['assumed_bad']}") for x in s.get("controller_resyncs") or ()]
     return [Text.assemble(head, f" {name}: at {t:.3f} s, {text}") for t, head, text in sorted(rows, key=lambda r: r[0])]
 
 

@@ -161,7 +161,7 @@ class RunState:
         if isinstance(msg, Synced):
             return [Journal({"kind": "controller", "phase": "resynced", **msg.as_dict()}),
                     Say(f"resynced from the agents: {msg.answered} of {msg.connections} connections answered; "
-                        f"{msg.replaced} EVs found replaced, {msg.denied} denied, {msg.assumed_bad} ASSUMED_BAD",
+                        f"EVs found replaced {msg.replaced}, denied {msg.denied}, ASSUMED_BAD {msg.assumed_bad}",
                         head="controller")]
         if not 0 <= msg.rank < len(self.world):
             log.warning("control message from agent %d, not one of this run's: %r", msg.rank, msg)
