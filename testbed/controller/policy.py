@@ -198,12 +198,12 @@ class Controller:
             return
         self._awaiting.discard(key)
         known = {**conn.backups, **conn.active}
-        array = {int(e.get("ev_id", -1)): str(e.get("state", "GOOD")) for e in ev.evs or ()}
-        strangers = sorted(set(array) - set(known))
+        array = _ev_array(ev.evs or [])
+        strangers = sorted(set(array or ()) - set(known))
         if ev.reason != "ok" or not array or strangers:
             conn.managed = False
-            why = ev.reason if ev.reason != "ok" else \
-                f"EVs {strangers} are not the job spec's" if strangers else "an empty EV array"
+            why = ev.reason if ev.reason != "ok" else f"EVs {strangers} are not the job spec's" if strangers else \
+                "an empty EV array" if array == {} else f"a malformed EV array {str(ev.evs)[:80]}"
             self._journal(now, "unmanaged", conn, None, None, f"resync: {why}", None)
             return
         replaced = sorted(e for e in array if e not in conn.active)
@@ -411,6 +411,18 @@ class Controller:
         self.decisions.append({"t": now, "decision": decision, "rank": conn.rank, "peer": conn.peer,
                                "ev_id": ev_id, "new_ev_id": new_ev_id, "reason": why,
                                "suspects": sorted(suspects) if suspects is not None else None})
+
+
+def _ev_array(items: list) -> dict[int, str] | None:
+    """An ``ev_query`` answer's ``evs`` as ev_id -> state name, in slot order; None unless every
+    item is ``{"ev_id": int, "state": one of GOOD, ASSUMED_BAD, DENIED, ...}`` with distinct ids."""
+    out: dict[int, str] = {}
+    for e in items:
+        ev_id, state = (e.get("ev_id"), e.get("state")) if isinstance(e, dict) else (None, None)
+        if type(ev_id) is not int or state not in ("GOOD", *BAD_STATES) or ev_id in out:
+            return None
+        out[ev_id] = state
+    return out
 
 
 def connections_of(jobs: list) -> list[Connection]:

@@ -72,11 +72,14 @@ def test_a_silent_or_refusing_agent_leaves_its_connection_unmanaged():
     assert c.on_operator(Operator("deny", "a-c0", 4), 4.0) == []
 
 
-def test_an_answer_naming_an_ev_outside_the_job_spec_is_not_guessed_at():
-    c = Controller([conn()], "replace")
+def test_an_answer_naming_an_ev_outside_the_job_spec_or_malformed_is_not_guessed_at():
+    c = Controller([conn(), other()], "replace")
     c.resync(0.0)
-    assert c.on_event(answer(0, "h1", {0: "GOOD", 99: "GOOD"}), 0.1) == [Synced(1, 0, 0, 0, 0)]
-    assert c.decisions[0]["reason"] == "resync: EVs [99] are not the job spec's"
+    assert c.on_event(answer(0, "h1", {0: "GOOD", 99: "GOOD"}), 0.1) == []
+    bad = Event(1, 0.2, "ev_query", peer="h0", evs=[{"ev_id": "0", "state": "GOOD"}, 7], reason="ok")
+    assert c.on_event(bad, 0.2) == [Synced(2, 0, 0, 0, 0)]
+    assert [d["reason"] for d in c.decisions] == ["resync: EVs [99] are not the job spec's",
+                                                  "resync: a malformed EV array [{'ev_id': '0', 'state': 'GOOD'}, 7]"]
 
 
 def test_timeline_actions_during_a_resync_run_when_it_ends():
