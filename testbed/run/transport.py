@@ -355,7 +355,7 @@ class TransportRun:
             elif isinstance(a, LoseController):
                 self._lose_controller(a.reason)
             elif isinstance(a, SpawnController):
-                self._start_controller(self._ctl_socket, restart=a.after)
+                self._restart_controller(a.after)
             elif isinstance(a, Abort):
                 raise RunnerError(f"{a.reason}; see {self.dir / 'controller.log'}")
 
@@ -383,6 +383,14 @@ class TransportRun:
         self._do(self.state.check_controller(now, exit_code=self.controller.poll(),
                                              connected=self.server.has_controller,
                                              stalled_s=self.server.stalled_s(CONTROLLER)))
+
+    def _restart_controller(self, after: str) -> None:
+        """A new controller after a loss; one that cannot be started ends nothing (journaled)."""
+        try:
+            self._start_controller(self._ctl_socket, restart=after)
+        except OSError as exc:
+            self.journal({"kind": "controller", "phase": "not_restarted", "reason": f"cannot start it: {exc}"})
+            self.say(f"not restarted: {exc}", head="controller", head_style="red")
 
     def _lose_controller(self, reason: str) -> None:
         """Disconnect a lost controller, kill it if it still runs (so it cannot act late), journal it."""

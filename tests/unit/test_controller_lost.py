@@ -213,6 +213,23 @@ def test_a_lost_controller_is_restarted_with_resync_and_the_journal_says_so(runn
     assert len(spawned) == 1
 
 
+def test_a_restart_that_cannot_start_ends_nothing(runner, monkeypatch):
+    import subprocess
+
+    def popen(argv, **kw):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    run, ctl, now = runner
+    run.state.restarts = Restarts(True)
+    run.scenario = type("S", (), {"controller": "replace"})()
+    run.python, run.logs = "python", []
+    run.controller.exit(-9)
+    run._check_processes()
+    assert run.events[-1] == {"kind": "controller", "phase": "not_restarted",
+                              "reason": "cannot start it: [Errno 24] Too many open files"}
+    assert run.state.outcome is None and not run.controller_live
+
+
 def test_no_hello_is_an_error_naming_the_controller_log(tmp_path):
     run = object.__new__(TransportRun)
     run.dir, run.controller = tmp_path, FakeProc()
