@@ -45,7 +45,6 @@ from __future__ import annotations
 import json
 import logging
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -60,8 +59,9 @@ from testbed.faults import FaultInjector, Reconverge
 from testbed.faults.timeline import Step, Timeline, sweep_warmups
 from testbed.model.errors import TestbedFailure
 from testbed.model.topology import Topology
-from testbed.run.agents import agent_env, default_agent_processes, start_local_agents
+from testbed.run.agents import default_agent_processes, start_local_agents
 from testbed.run.control import CONTROLLER, ControlServer, control_socket_path
+from testbed.run.ctlproc import LOG, end_controller, spawn_controller
 from testbed.run.ctlwatch import Restarts
 from testbed.run.priority import RunnerPriority
 from testbed.run.progress import Display, Progress
@@ -70,8 +70,8 @@ from testbed.run.state import (Abort, Action, Apply, Begin, Journal, LoseControl
                                SpawnController)
 from testbed.rundir.errors import RunDirWriteError
 from testbed.rundir.names import DIR_MODE, PATHS, SAMPLES_DIR
-from testbed.rundir.write import (TransportWriter, agent_log, merge_samples, private_opener, sample_record,
-                                  samples_file, write_atomic, write_jobs)
+from testbed.rundir.write import (TransportWriter, agent_log, merge_samples, sample_record, samples_file,
+                                  write_atomic, write_jobs)
 from testbed.spec import Scenario, transport_variant
 from testbed.spec.jobs import build_all_jobs
 from testbed.spec.scenfile import PER_HOST
@@ -256,13 +256,8 @@ class TransportRun:
         (both appended to by a restart); ``restart``: why its predecessor was lost (the new one
         resynchronises before it decides)."""
         self._ctl_socket = sock
-        log_file = open(self.dir / "controller.log", "ab", opener=private_opener)
-        self.logs.append(log_file)
-        self.controller = subprocess.Popen(
-            [self.python, "-m", "testbed.controller", "--socket", sock, "--jobs", str(self.dir / "jobs"),
-             "--policy", self.scenario.controller, "--log", str(self.dir / "controller.jsonl")]
-            + (["--resync"] if restart is not None else []),
-            stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=agent_env())
+        self.controller = spawn_controller(self.python, self.dir, sock, self.scenario.controller,
+                                           resync=restart is not None, logs=self.logs)
         self.state.controller_spawned(time.monotonic(), restarted=restart is not None)
         if restart is None:
             self.journal({"kind": "controller", "phase": "spawned", "pid": self.controller.pid,
@@ -357,7 +352,7 @@ class TransportRun:
             elif isinstance(a, SpawnController):
                 self._restart_controller(a.after)
             elif isinstance(a, Abort):
-                raise RunnerError(f"{a.reason}; see {self.dir / 'controller.log'}")
+                raise RunnerError(f"{a.reason}; see {self.dir / LOG}")
 
     def _start(self) -> None:
         self._t_wall_start = time.time()
@@ -395,13 +390,10 @@ class TransportRun:
     def _lose_controller(self, reason: str) -> None:
         """Disconnect a lost controller, kill it if it still runs (so it cannot act late), journal it."""
         self.server.disconnect(CONTROLLER)
-        code = self.controller.poll()
-        if code is None:           # silent or disconnected: ours to end
-            self.controller.kill()
-            code = self.controller.wait()
+        code = end_controller(self.controller)
         self.journal({"kind": "controller_lost", "reason": reason, "exit": code, "pid": self.controller.pid})
         self.say(f"controller lost ({reason}): the agents go on with their own remedies; "
-                 f"see {self.dir / 'controller.log'}", head="controller", head_style="red")
+                 f"see {self.dir / LOG}", head="controller", head_style="red")
 
     def _journal_drops(self) -> None:
         """The relay's ev_stats drops (back-pressure from a slow controller), when they grew."""
