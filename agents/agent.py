@@ -33,8 +33,8 @@ from .collectives import IterationResult, Workload
 from .jobspec import JobSpec
 from .net.control import ControlClient, ControlError
 from .net.loop import EventLoop
-from .protocol import (Command, Done, Event, Failed, Iteration, LoopStats, Message, Ready, Sample, Start, Stop,
-                       dumps, sample_record)
+from .protocol import (Command, Done, Event, Failed, Iteration, LoopStats, Message, Query, Ready, Sample, Start,
+                       Stop, dumps, sample_record)
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,8 @@ class Agent:
                 self.stop_requested = True
             elif isinstance(msg, Command):
                 self._on_command(msg)
+            elif isinstance(msg, Query):
+                self._on_query(msg)
         if self.control.closed:
             self.stop_requested = True
 
@@ -134,6 +136,16 @@ class Agent:
             if self.channel is not None else "no channel yet"
         self.send(Event(self.spec.agent, self.wall(now), "ev_command", peer=cmd.peer, ev_id=cmd.ev_id,
                         cause=cmd.op, reason=result, new_ev_id=cmd.new_ev_id))
+
+    def _on_query(self, query: Query) -> None:
+        """A restarted controller's query of the connection to ``query.peer``: its profile's EVs
+        and their states go back as an ``ev_query`` event (evs empty and the reason if none)."""
+        now = self.loop.time()
+        if self.channel is None:
+            evs, reason = [], "no channel yet"
+        else:
+            evs, reason = self.channel.query(query.peer)
+        self.send(Event(self.spec.agent, self.wall(now), "ev_query", peer=query.peer, evs=evs, reason=reason))
 
     def _on_iteration(self, r: IterationResult) -> None:
         key = (r.size_bytes, r.warmup)

@@ -32,6 +32,10 @@ Wire format: newline-delimited JSON objects over a Unix stream socket, each with
                       "sent", "lost", "rtx", "skips"}]}  per MRC tx connection every job spec
                       ``ev_stats_s`` (a controller's drop telemetry; cumulative per EV in use:
                       transmissions, losses, retransmissions sent on it, SKIPs for congestion)
+    agent -> runner  {"type": "event", "rank", "t", "kind": "ev_query", "peer", "evs": [{"ev_id",
+                      "port", "state"}], "reason"}  the answer to a query: the profile's EV array
+                      (QUERY_EV_ARRAY) with each EV's QUERY_EV_STATE, "reason" "ok" (or why
+                      not, with "evs" empty)
     agent -> runner  {"type": "done", "rank", "summary": {...}}  every write acknowledged
     agent -> runner  {"type": "failed", "rank", "reason"}
     runner -> agent  {"type": "stop"}                 at any time: exit promptly
@@ -45,6 +49,10 @@ same socket; the runner forwards every agent's events to it and relays its comma
                           (ev_deny, ev_allow, ev_replace of the EVs that cross ``link``)
     controller -> runner  {"type": "command", "rank", "peer", "op", "ev_id", "new_ev_id",
                            "reason"}   relayed to agent ``rank`` (op: deny, allow, replace)
+    controller -> runner  {"type": "query", "rank", "peer"}   relayed to agent ``rank``: a
+                           restarted controller's resync (the agent answers ``ev_query``)
+    controller -> runner  {"type": "synced", "connections", "answered", "replaced", "denied",
+                           "assumed_bad"}   once, when a restarted controller's model is resynced
     runner -> controller  {"type": "stop"}
 
 ``rank`` in an agent's message is the job spec's ``agent`` id (by default the agent's
@@ -80,7 +88,7 @@ TRANSPORTS = ("mrc", "rc", "tcp")
 """Transports an agent runs: MRC (multipath), RoCE-style RC (one path, go-back-N), kernel TCP."""
 MAX_LINE_BYTES = 1 << 20
 """Longest control message, newline excluded, bytes."""
-EVENT_KINDS = ("ev_state", "qp_error", "ev_command", "ev_stats")
+EVENT_KINDS = ("ev_state", "qp_error", "ev_command", "ev_stats", "ev_query")
 COMMAND_OPS = ("deny", "allow", "replace")
 """Controller commands: MODIFY_EV_STATE to DENIED, MODIFY_EV_STATE back to GOOD, REPLACE_EV
 (``mrc_ctl.h`` ``enum mrc_ctl_ev_op``) on the profile of the agent's connection to ``peer``."""
@@ -166,8 +174,9 @@ class Event(_Message):
     ``new``, ``cause``; optional ``drop_count``: losses charged to the EV, ``plane``: the NIC
     port it leaves by), "qp_error" (``reason``) or "ev_command" (a controller command on the
     connection to ``peer``: ``cause`` its op, ``ev_id``, ``reason`` "ok" or why it was refused)
-    or "ev_stats" (``evs``: ``[{"ev_id", "sent", "lost"}]`` of the connection to ``peer``).
-    Raises ValueError if a field is missing."""
+    or "ev_stats" (``evs``: ``[{"ev_id", "sent", "lost"}]`` of the connection to ``peer``)
+    or "ev_query" (the answer to a :class:`Query`: ``evs`` ``[{"ev_id", "port", "state"}]``,
+    ``reason`` "ok" or why there is none). Raises ValueError if a field is missing."""
 
     TYPE: ClassVar[str] = "event"
     rank: int
@@ -189,7 +198,7 @@ class Event(_Message):
     def __post_init__(self):
         need = {"ev_state": ("peer", "dir", "qpn", "ev_id", "old", "new", "cause"),
                 "qp_error": ("reason",), "ev_command": ("peer", "ev_id", "cause", "reason"),
-                "ev_stats": ("peer", "evs")}.get(self.kind)
+                "ev_stats": ("peer", "evs"), "ev_query": ("peer", "evs", "reason")}.get(self.kind)
         if need is None:
             raise ValueError(f"event kind must be one of {', '.join(EVENT_KINDS)}, got {self.kind!r}")
         missing = [n for n in need if getattr(self, n) is None]
@@ -249,6 +258,31 @@ class Command(_Message):
 
 
 @dataclass(frozen=True)
+class Query(_Message):
+    """A restarted controller asks agent ``rank`` for the EV profile of its connection to ``peer``:
+    QUERY_EV_ARRAY, then QUERY_EV_STATE of each EV (``mrc_ctl.h`` ``enum mrc_ctl_ev_op``); the
+    answer is an ``ev_query`` :class:`Event`."""
+
+    TYPE: ClassVar[str] = "query"
+    rank: int
+    peer: str
+
+
+@dataclass(frozen=True)
+class Synced(_Message):
+    """A restarted controller's model is resynchronised from the agents' answers: of
+    ``connections``, ``answered`` answered (the rest stay unmanaged); across those, EVs found
+    ``replaced`` (not the job spec's), ``denied`` and ``assumed_bad``."""
+
+    TYPE: ClassVar[str] = "synced"
+    connections: int
+    answered: int
+    replaced: int
+    denied: int
+    assumed_bad: int
+
+
+@dataclass(frozen=True)
 class Operator(_Message):
     """A timeline action for the controller: ``op`` (deny, allow, replace) every EV crossing
     ``link``; ``index``: the timeline event's."""
@@ -263,14 +297,14 @@ class Operator(_Message):
             raise ValueError(f"op must be one of {', '.join(COMMAND_OPS)}, got {self.op!r}")
 
 
-Message = Union[Ready, Start, Iteration, Sample, Event, Done, Failed, Stop, Hello, Command, Operator]
+Message = Union[Ready, Start, Iteration, Sample, Event, Done, Failed, Stop, Hello, Command, Query, Synced, Operator]
 AGENT_MESSAGES = (Ready, Iteration, Sample, Event, Done, Failed)
 """What an agent sends."""
-CONTROLLER_MESSAGES = (Hello, Command)
+CONTROLLER_MESSAGES = (Hello, Command, Query, Synced)
 """What the controller sends."""
 RUNNER_INBOUND = AGENT_MESSAGES + CONTROLLER_MESSAGES
 """What the runner's framer accepts: the agents' and the controller's messages."""
-RUNNER_MESSAGES = (Start, Stop, Command)
+RUNNER_MESSAGES = (Start, Stop, Command, Query)
 """What the runner sends an agent (an agent's framer accepts these)."""
 TO_CONTROLLER = (Event, Operator, Stop)
 """What the runner sends the controller (the controller's framer accepts these)."""

@@ -37,6 +37,8 @@ class Channel(Protocol):
     * :meth:`summary` — the ``channel`` item of the done summary;
     * :meth:`command` — a controller command (:class:`agents.protocol.Command`) on the
       connection to a peer: "ok" or why it was refused;
+    * :meth:`query` — a restarted controller's query of the connection to a peer: its EV
+      profile's EVs with their states, and "ok" (or no EVs and why);
     * :meth:`close` — close every socket; idempotent.
     """
 
@@ -58,6 +60,8 @@ class Channel(Protocol):
     def summary(self) -> dict: ...
 
     def command(self, peer_host: str, op: str, ev_id: int, new_ev_id: int | None, now: float) -> str: ...
+
+    def query(self, peer_host: str) -> tuple[list[dict], str]: ...
 
     def close(self) -> None: ...
 

@@ -222,6 +222,22 @@ class QPChannel:
             self.endpoint.kick(qp)
         return "ok"
 
+    def query(self, peer_host: str) -> tuple[list[dict], str]:
+        """The EV profile of the connection to ``peer_host`` as a restarted controller reads it:
+        QUERY_EV_ARRAY, then QUERY_EV_STATE of each EV (``mrc_ctl.h``), as ``([{"ev_id", "port",
+        "state"}], "ok")`` in slot order (``state`` a ``mrc_ctl_ev_state`` name: GOOD,
+        ASSUMED_BAD or DENIED); ``([], why)`` when there is no such profile or it refuses."""
+        conn = next((c for c in self.tx if c.peer.host == peer_host), None)
+        if conn is None or self.spec.transport != "mrc":
+            return [], f"no MRC connection to {peer_host}"
+        try:
+            prof = self.profiles.get(conn.peer.rank + 1)
+            evs = prof.modify(ev_op=EVOp.QUERY_EV_ARRAY)
+            return [{"ev_id": e.val, "port": e.port, "state": prof.modify(ev_op=EVOp.QUERY_EV_STATE, ev=e).name}
+                    for e in evs], "ok"
+        except ProfileError as exc:
+            return [], str(exc)
+
     def post(self, send: Send) -> None:
         """WRITE_WITH_IMM of ``send.data`` at ``send.remote_offset`` of rank ``send.peer``'s
         region, striped over the connection's QPs (module docstring). KeyError: not a send_to

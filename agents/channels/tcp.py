@@ -335,6 +335,10 @@ class TCPChannel:
         """Refused: kernel TCP has no EVs (its paths are the routers' ECMP hash)."""
         return "kernel TCP has no EVs"
 
+    def query(self, peer_host: str) -> tuple[list[dict], str]:
+        """No EVs, and why: kernel TCP has no EV profile."""
+        return [], "kernel TCP has no EVs"
+
     @property
     def idle(self) -> bool:
         """Everything posted has been acknowledged by the peers' kernels."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from testbed.fabric.backend import register_backend
 from testbed.fabric.local import Fabric, Shard
 from testbed.fabric.ledger import LEDGER_DIR, Ledger
 from testbed.fabric.netlink import netns
@@ -30,6 +31,7 @@ from testbed.model.cluster import Cluster
 from testbed.fabric.ops import LocalOps
 
 
+@register_backend("sharded")
 @dataclass
 class ShardedFabric(LocalOps):
     """``topo`` placed by ``placement`` over ``cluster``'s servers; ``underlay_netns``:

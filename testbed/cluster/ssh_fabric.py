@@ -25,6 +25,7 @@ from typing import Callable
 
 from testbed.cluster.remote_agents import RemoteAgents
 from testbed.cluster.rpc import RemoteShard, connect
+from testbed.fabric.backend import register_backend
 from testbed.model.cluster import Cluster, Placement
 from testbed.model.topology import Topology
 
@@ -34,6 +35,7 @@ def _ship(path: str | Path) -> dict:
     return {"name": Path(path).name, "text": Path(path).read_text()}
 
 
+@register_backend("ssh")
 @dataclass
 class SshShardedFabric:
     """``topo`` (read from ``topology_path``) placed over ``cluster`` (read from

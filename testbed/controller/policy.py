@@ -39,9 +39,23 @@ Policies (scenario ``controller: {policy: ...}``):
   With no backup the decision is journaled as ``no_backup`` once and nothing changes. A
   replaced EV is retired for good: it is never chosen again as a backup.
 
+A restarted controller (``controller: {restart: true}``: :meth:`Controller.resync`) knows only
+the job specs, while the agents' profiles may have changed under its predecessor (EVs replaced,
+denied, held ASSUMED_BAD). So before it decides anything it asks every connection's agent for
+its profile (:class:`agents.protocol.Query`: QUERY_EV_ARRAY, then QUERY_EV_STATE of each EV) and
+rebuilds its model from the answers: the array's EVs are the active ones (a backup found there
+is active, and fresh: no history), the job spec's EVs missing from it were replaced (retired),
+states as queried (ASSUMED_BAD starts a suspicion: the same hysteresis as ever). Events on a
+connection before its answer are left out (the agent's stream is ordered: its answer already
+reflects them), timeline actions wait, and no suspicion starts until every connection has
+answered or :data:`RESYNC_TIMEOUT_S` has passed; a connection that refuses or does not answer
+stays unmanaged (no decision on it: the controller does not know its EVs). The end is
+announced once as :class:`agents.protocol.Synced`.
+
 Every decision is a dict appended to :attr:`Controller.decisions`: ``{"t", "decision", "rank",
 "peer", "ev_id", "new_ev_id", "reason", "suspects"}``; ``decision`` is the command's op when
-it is sent, ``acked`` or ``failed`` when the agent answers (or does not), or ``no_backup``.
+it is sent, ``acked`` or ``failed`` when the agent answers (or does not), ``no_backup``, or
+``resynced`` / ``unmanaged`` per connection at a resync.
 """
 
 from __future__ import annotations
@@ -49,7 +63,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 
-from agents.protocol import Command, Event, Operator
+from agents.protocol import Command, Event, Operator, Query, Synced
 
 POLICIES = ("none", "replace")
 BAD_STATES = ("ASSUMED_BAD", "DENIED")
@@ -64,6 +78,9 @@ CONFIRM_S = 0.5
 RTTs for the QP to undo a spurious ASSUMED_BAD (it does within milliseconds on a DELIVERED)."""
 ACK_TIMEOUT_S = 2.0
 """A command the agent has not answered within this long has failed (s)."""
+RESYNC_TIMEOUT_S = ACK_TIMEOUT_S
+"""A restarted controller decides nothing until every connection has answered its query or this
+long has passed since it asked (s); the connections still silent then stay unmanaged."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +136,8 @@ class Connection:
     refused: set[int] = field(default_factory=set)
     #: EVs swapped in and not yet seen over DROP_WINDOW first transmissions: not evidence yet
     fresh: set[int] = field(default_factory=set)
+    #: False after a resync that this connection's agent refused or never answered: no decision
+    managed: bool = True
 
     def drop_rate(self, ev_id: int) -> tuple[float, int, bool]:
         """(lost / first transmissions, first transmissions, congested) over the EV's last
@@ -158,13 +177,76 @@ class Controller:
         self.policy = policy
         self.conns = {(c.rank, c.peer): c for c in connections}
         self.decisions: list[dict] = []
+        #: False from :meth:`resync` until every answer is in (or its timeout): no decision before
+        self.synced = True
+        self._awaiting: set[tuple[int, str]] = set()   # connections whose answer is still due
+        self._resync_s: float | None = None
+        self._deferred: list[Operator] = []            # timeline actions that came during a resync
+        self._tally = {"replaced": 0, "denied": 0, "assumed_bad": 0}
+
+    # -- a restarted controller's resync ---------------------------------------------------
+    def resync(self, now: float) -> list[Query]:
+        """Start a resync (module docstring): one query per connection, in (rank, peer) order."""
+        self.synced, self._resync_s = False, now
+        self._awaiting = set(self.conns)
+        return [Query(rank, peer) for rank, peer in sorted(self.conns)]
+
+    def _on_query(self, conn: Connection, ev: Event, now: float) -> None:
+        """An agent's answer: rebuild ``conn`` from its profile's EVs and their states."""
+        key = (conn.rank, conn.peer)
+        if key not in self._awaiting:
+            return
+        self._awaiting.discard(key)
+        known = {**conn.backups, **conn.active}
+        array = _ev_array(ev.evs or [])
+        strangers = sorted(set(array or ()) - set(known))
+        if ev.reason != "ok" or not array or strangers:
+            conn.managed = False
+            why = ev.reason if ev.reason != "ok" else f"EVs {strangers} are not the job spec's" if strangers else \
+                "an empty EV array" if array == {} else f"a malformed EV array {str(ev.evs)[:80]}"
+            self._journal(now, "unmanaged", conn, None, None, f"resync: {why}", None)
+            return
+        replaced = sorted(e for e in array if e not in conn.active)
+        conn.retired |= set(conn.active) - set(array)
+        conn.active = {e: known[e] for e in array}
+        conn.backups = {e: p for e, p in conn.backups.items() if e not in array}
+        conn.fresh = set(replaced)
+        conn.states = {e: st for e, st in array.items() if st != "GOOD"}
+        conn.bad_why = {e: "ASSUMED_BAD (found at resync)" for e, st in array.items() if st == "ASSUMED_BAD"}
+        for d in (conn.counts, conn.suspect_since, conn.pending):
+            d.clear()
+        self._tally["replaced"] += len(replaced)
+        self._tally["denied"] += sum(st == "DENIED" for st in array.values())
+        self._tally["assumed_bad"] += sum(st == "ASSUMED_BAD" for st in array.values())
+        self._journal(now, "resynced", conn, None, None, f"{len(array)} EVs; replaced in: {replaced}; states: "
+                      f"{dict(sorted(conn.states.items()))}", None)
+
+    def _end_resync(self, now: float) -> list:
+        """Every answer in, or the timeout passed: the connections still silent stay unmanaged;
+        suspicions start now; the deferred timeline actions run. [Synced, commands...]"""
+        for key in sorted(self._awaiting):
+            self.conns[key].managed = False
+            self._journal(now, "unmanaged", self.conns[key], None, None,
+                          f"resync: no answer within {RESYNC_TIMEOUT_S:g} s", None)
+        self._awaiting.clear()
+        self.synced = True
+        answered = sum(c.managed for c in self.conns.values())
+        out: list = [Synced(len(self.conns), answered, **self._tally)]
+        for conn in self.conns.values():
+            self._watch(conn, now)
+        for op in self._deferred:
+            out += self.on_operator(op, now)
+        self._deferred.clear()
+        return out
 
     # -- inputs --------------------------------------------------------------------------
-    def on_event(self, ev: Event, now: float) -> list[Command]:
-        """An agent's event: EV states, drop telemetry and command results update the view;
-        then the confirmations due (:meth:`on_timer`)."""
+    def on_event(self, ev: Event, now: float) -> list[Command | Synced]:
+        """An agent's event: EV states, drop telemetry, command results and (at a resync) query
+        answers update the view; then what is due (:meth:`on_timer`)."""
         conn = self.conns.get((ev.rank, ev.peer)) if ev.peer is not None else None
-        if conn is not None:
+        if conn is not None and ev.kind == "ev_query":
+            self._on_query(conn, ev, now)
+        elif conn is not None and (conn.rank, conn.peer) not in self._awaiting and conn.managed:
             if ev.kind == "ev_stats":
                 self._on_stats(conn, ev)
             elif ev.kind == "ev_command":
@@ -186,8 +268,8 @@ class Controller:
         conn.fresh -= {e for e in conn.fresh if conn.drop_rate(e)[1] >= DROP_WINDOW}
 
     def _watch(self, conn: Connection, now: float) -> None:
-        """Start or clear each active EV's suspicion (replace policy)."""
-        if self.policy != "replace":
+        """Start or clear each active EV's suspicion (replace policy; not during a resync)."""
+        if self.policy != "replace" or not self.synced or not conn.managed:
             return
         for ev_id in conn.active:
             if conn.bad_reason(ev_id) is None:
@@ -195,9 +277,14 @@ class Controller:
             else:
                 conn.suspect_since.setdefault(ev_id, now)
 
-    def on_timer(self, now: float) -> list[Command]:
-        """Replace the EVs that have looked bad for :data:`CONFIRM_S`; fail unanswered commands."""
-        out = []
+    def on_timer(self, now: float) -> list[Command | Synced]:
+        """Replace the EVs that have looked bad for :data:`CONFIRM_S`; fail unanswered commands;
+        end a resync whose answers are in or whose time is up (:class:`Synced` first)."""
+        out: list = []
+        if not self.synced:
+            if self._awaiting and now - self._resync_s < RESYNC_TIMEOUT_S:
+                return out
+            out = self._end_resync(now)
         for conn in self.conns.values():
             for ev_id, (cmd, sent_s) in sorted(conn.pending.items()):
                 if now - sent_s >= ACK_TIMEOUT_S:
@@ -218,6 +305,8 @@ class Controller:
         times = [since + CONFIRM_S for c in self.conns.values() for e, since in c.suspect_since.items()
                  if e not in c.pending and e not in c.stranded]
         times += [sent_s + ACK_TIMEOUT_S for c in self.conns.values() for _, sent_s in c.pending.values()]
+        if not self.synced:
+            times.append(self._resync_s + (RESYNC_TIMEOUT_S if self._awaiting else 0.0))
         return min(times, default=None)
 
     def _on_ack(self, conn: Connection, ev: Event, now: float) -> None:
@@ -248,10 +337,16 @@ class Controller:
         self._journal(now, "acked", conn, ev.ev_id, ev.new_ev_id, ev.cause, None)
 
     def on_operator(self, op: Operator, now: float) -> list[Command]:
-        """A timeline action: ``op`` every active EV (allow: every denied one) crossing ``op.link``."""
+        """A timeline action: ``op`` every active EV (allow: every denied one) crossing ``op.link``
+        (during a resync: when it ends; unmanaged connections are left alone)."""
+        if not self.synced:
+            self._deferred.append(op)
+            return []
         out = []
         why = f"timeline[{op.index}] ev_{op.op} {op.link}"
         for conn in self.conns.values():
+            if not conn.managed:
+                continue
             for ev_id, path in sorted(conn.active.items()):
                 if op.link not in path.links or ev_id in conn.pending:
                     continue
@@ -311,11 +406,23 @@ class Controller:
         self._journal(now, op, conn, ev_id, new_ev_id, why, suspects)
         return cmd
 
-    def _journal(self, now: float, decision: str, conn: Connection, ev_id: int, new_ev_id: int | None,
+    def _journal(self, now: float, decision: str, conn: Connection, ev_id: int | None, new_ev_id: int | None,
                  why: str, suspects: set[str] | None) -> None:
         self.decisions.append({"t": now, "decision": decision, "rank": conn.rank, "peer": conn.peer,
                                "ev_id": ev_id, "new_ev_id": new_ev_id, "reason": why,
                                "suspects": sorted(suspects) if suspects is not None else None})
+
+
+def _ev_array(items: list) -> dict[int, str] | None:
+    """An ``ev_query`` answer's ``evs`` as ev_id -> state name, in slot order; None unless every
+    item is ``{"ev_id": int, "state": one of GOOD, ASSUMED_BAD, DENIED, ...}`` with distinct ids."""
+    out: dict[int, str] = {}
+    for e in items:
+        ev_id, state = (e.get("ev_id"), e.get("state")) if isinstance(e, dict) else (None, None)
+        if type(ev_id) is not int or state not in ("GOOD", *BAD_STATES) or ev_id in out:
+            return None
+        out[ev_id] = state
+    return out
 
 
 def connections_of(jobs: list) -> list[Connection]:

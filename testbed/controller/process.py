@@ -1,4 +1,4 @@
-"""The controller process: ``python -m testbed.controller --socket S --jobs DIR --policy P --log F``.
+"""The controller process: ``python -m testbed.controller --socket S --jobs DIR --policy P --log F [--resync]``.
 
 Started by the runner for a transport run of a scenario that names a controller. It reads the
 run's job specs (the paths of every connection), connects to the runner's control socket
@@ -6,7 +6,9 @@ run's job specs (the paths of every connection), connects to the runner's contro
 ``hello``, then turns every forwarded agent event and operator action into commands through
 :class:`testbed.controller.policy.Controller`. Each decision is a JSON line in its log (``t``
 wall clock); the runner journals the commands it relays. It exits on ``stop`` or when the
-runner closes the socket.
+runner closes the socket. With ``--resync`` (the runner restarted it after its predecessor was
+lost) it first asks every agent for its connections' EV profiles and decides nothing until its
+model is resynchronised (:meth:`testbed.controller.policy.Controller.resync`).
 """
 
 from __future__ import annotations
@@ -33,12 +35,16 @@ def load_jobs(directory: Path) -> list:
     return [load_job(p) for p in sorted(directory.glob("*.json"))]
 
 
-def serve(sock: socket.socket, controller: Controller, decisions, clock=time.time) -> int:
-    """Read messages until ``stop`` or EOF, sending each decision's command, and wake for the
-    controller's deadlines (:meth:`Controller.next_deadline`: confirmations, unanswered
-    commands); 0 on a clean end, 1 on a protocol error from the runner."""
+def serve(sock: socket.socket, controller: Controller, decisions, clock=time.time, *, resync: bool = False) -> int:
+    """Say hello (and with ``resync``, send one query per connection), then read messages until
+    ``stop`` or EOF, sending each decision's command, and wake for the controller's deadlines
+    (:meth:`Controller.next_deadline`: confirmations, unanswered commands, the resync's end);
+    0 on a clean end, 1 on a protocol error from the runner."""
     framer = LineFramer(TO_CONTROLLER)
     sock.sendall(encode(Hello("controller")))
+    if resync:
+        for query in controller.resync(clock()):
+            sock.sendall(encode(query))
     while True:
         deadline = controller.next_deadline()
         wait = None if deadline is None else max(deadline - clock(), 0.0)
@@ -81,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", required=True, type=Path, help="the run's jobs directory")
     p.add_argument("--policy", choices=POLICIES, default="none")
     p.add_argument("--log", required=True, type=Path, help="decisions, one JSON line each")
+    p.add_argument("--resync", action="store_true",
+                   help="a restart: resynchronise from the agents' EV profiles before deciding")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -97,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             log.error("cannot connect to %s: %s", args.socket, exc)
             return 1
-        return serve(sock, controller, decisions)
+        return serve(sock, controller, decisions, resync=args.resync)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,16 @@ shape: one interface, several implementations). Three fabrics implement it:
 (shards built by workers on other servers). The first two share :class:`testbed.fabric.ops.LocalOps`
 for the operations that run in a namespace of this machine; the SSH fabric sends them to the
 worker of the server that holds the node.
+
+Backends are registered by name, as containerlab registers its runtimes:
+:func:`register_backend` (``local``, ``sharded``, ``ssh``; each registers when its module is
+imported), :func:`backends`, :func:`backend`. ``tests/unit/test_fabric_backends.py`` imports
+every module of the testbed and holds every registered backend to the whole interface.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, TypeVar, runtime_checkable
 
 from testbed.model.cluster import Placement
 from testbed.model.errors import TestbedFailure
@@ -32,12 +37,14 @@ class CounterSource(Protocol):
 class FabricBackend(Protocol):
     """A built (or buildable) fabric for ``topo``.
 
-    Attributes: ``topo``; ``have_netem`` (sch_netem exists where the links are shaped);
+    Attributes: ``backend_name`` (the name it is registered by, :func:`register_backend`);
+    ``topo``; ``have_netem`` (sch_netem exists where the links are shaped);
     ``timings`` (seconds per bring-up phase); ``placement`` (None on one machine);
     ``switch_handles`` (``(link, node) -> EgressHandle`` of the switch programs this process
     holds; empty where they live elsewhere).
     """
 
+    backend_name: str
     topo: Topology
     have_netem: bool
     timings: dict[str, float]
@@ -98,3 +105,33 @@ class FabricBackend(Protocol):
         """Start the agents where the hosts live and relay their messages (a
         :class:`testbed.cluster.remote_agents.RemoteAgents`), or None: the runner starts them on this
         machine."""
+
+
+_BACKENDS: dict[str, type] = {}
+_T = TypeVar("_T", bound=type)
+
+
+def register_backend(name: str) -> Callable[[_T], _T]:
+    """Class decorator: the class is the fabric backend called ``name`` (its ``backend_name``).
+    ValueError if another class has that name already."""
+    def register(cls: _T) -> _T:
+        other = _BACKENDS.get(name)
+        if other is not None and other is not cls:
+            raise ValueError(f"fabric backend {name!r} is {other.__module__}.{other.__qualname__} already")
+        _BACKENDS[name] = cls
+        cls.backend_name = name
+        return cls
+    return register
+
+
+def backends() -> dict[str, type]:
+    """The backends registered so far, by name (those of the modules imported)."""
+    return dict(_BACKENDS)
+
+
+def backend(name: str) -> type:
+    """The backend class called ``name``; KeyError naming the registered ones."""
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise KeyError(f"no fabric backend {name!r} (registered: {', '.join(sorted(_BACKENDS)) or 'none'})") from None

@@ -42,7 +42,7 @@ from typing import Iterable, Iterator
 from mininet.node import Node
 
 from testbed.fabric import routing, shaping
-from testbed.fabric.backend import FabricError
+from testbed.fabric.backend import FabricError, register_backend
 from testbed.fabric.ledger import LEDGER_DIR, Ledger
 from testbed.fabric.netlink import Batch, netns, open_netns, write_sysctls
 from testbed.model.topology import EV, Role, Topology
@@ -68,6 +68,7 @@ class Shard:
         return self.placement.where[node] == self.server
 
 
+@register_backend("local")
 @dataclass
 class Fabric(LocalOps):
     """A running fabric for ``topo``. Use as a context manager, or ``start()``/``stop()``.

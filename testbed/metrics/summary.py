@@ -3,11 +3,13 @@ and fidelity into :class:`TransportAnalysis` and the dict written as ``summary.j
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from agents.protocol import Synced
 from testbed.metrics.collectives import _stats, completion, expected_measured_iterations, size_table
 from testbed.metrics.definitions import BIN_S, DEFINITIONS, LINK_BIN_S
 from testbed.metrics.fidelity import busiest_links, cpu_fidelity, emulation_validity
@@ -17,6 +19,9 @@ from testbed.rundir.read import load_manifest, scenario_name
 from testbed.rundir.tables import FlowKey
 from testbed.metrics.recovery import active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time, time_to_detect
 from testbed.metrics.series import FlowSeries, aggregate_goodput_bps, bin_edges, flow_samples, link_series
+
+RESYNC_KEYS = tuple(f.name for f in dataclasses.fields(Synced))
+"""What a restarted controller's resync reports (journaled ``controller`` phase ``resynced``)."""
 
 
 def run_t0(tr: TransportRecords) -> float:
@@ -119,6 +124,11 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
         "reconverge_s": sorted(e["t"] - t0 for e in tr.events if e.get("kind") == "reconverge"),
         "controller_lost": [{"t_s": e["t"] - t0, "reason": e.get("reason"), "exit": e.get("exit")}
                             for e in tr.events if e.get("kind") == "controller_lost"],
+        "controller_restarts": [{"t_s": e["t"] - t0, "attempt": e.get("attempt"), "pid": e.get("pid"),
+                                 "after": e.get("after")}
+                                for e in tr.events if e.get("kind") == "controller" and e.get("phase") == "restart"],
+        "controller_resyncs": [{"t_s": e["t"] - t0, **{k: e.get(k) for k in RESYNC_KEYS}}
+                               for e in tr.events if e.get("kind") == "controller" and e.get("phase") == "resynced"],
         "detect_s": per_fault[0]["detect_s"] if per_fault else None,
         "recovery_s": per_fault[0]["recovery_s"] if per_fault else None,
         "baseline_goodput_bps": baseline,

@@ -81,11 +81,23 @@ def render_tables(summary: dict, console: Console) -> None:
         console.print(balance_table(summary))
         console.print(collisions_table(summary))
     for name, s in summary["transports"].items():
-        for lost in s.get("controller_lost") or ():   # the run went on without it: say when
-            console.print(Text.assemble(("controller lost", "red"),
-                                        f" {name}: at {lost['t_s']:.3f} s, {lost['reason']}"))
+        for line in controller_timeline(s):   # the run went on without it: say when, and what came back
+            console.print(line)
         for w in s.get("warnings") or ():
             console.print(Text.assemble(("warning", "yellow"), f" {name}: {w}"))
+
+
+def controller_timeline(s: dict) -> list[Text]:
+    """One transport's controller losses, restarts and resyncs (summary ``controller_lost``,
+    ``controller_restarts``, ``controller_resyncs``), one line each in time order."""
+    name = s.get("transport", "")
+    rows = [(x["t_s"], ("controller lost", "red"), f"{x['reason']}") for x in s.get("controller_lost") or ()]
+    rows += [(x["t_s"], ("controller restarted", "yellow"), f"attempt {x['attempt']}, pid {x['pid']}")
+             for x in s.get("controller_restarts") or ()]
+    rows += [(x["t_s"], ("controller resynced", "green"),
+              f"{x['answered']} of {x['connections']} connections answered; EVs found replaced {x['replaced']}, "
+              f"denied {x['denied']}, ASSUMED_BAD {x['assumed_bad']}") for x in s.get("controller_resyncs") or ()]
+    return [Text.assemble(head, f" {name}: at {t:.3f} s, {text}") for t, head, text in sorted(rows, key=lambda r: r[0])]
 
 
 def defaults_line(summary: dict) -> str:

@@ -110,11 +110,16 @@ def _reconverge_lines(ax, times, *, label: bool) -> None:
 
 
 def controller_lost_lines(ax, s: dict, *, label: bool) -> None:
-    """The moments the controller was lost (summary ``controller_lost``): the data path goes on."""
+    """The moments the controller was lost (summary ``controller_lost``): the data path goes on;
+    and when a restarted one had resynchronised (``controller_resyncs``)."""
     for lost in s.get("controller_lost") or ():
         ax.axvline(lost["t_s"], color=CONTROLLER_LOST, linestyle=":", linewidth=1.2)
         if label:
             _label(ax, lost["t_s"], "controller lost", CONTROLLER_LOST, top=False, ha="left")
+    for sync in s.get("controller_resyncs") or ():
+        ax.axvline(sync["t_s"], color=CONTROLLER_LOST, linestyle="--", linewidth=1.2)
+        if label:
+            _label(ax, sync["t_s"], "controller resynced", CONTROLLER_LOST, top=False, ha="left")
 
 
 def recovered_flow(s: dict) -> dict | None:

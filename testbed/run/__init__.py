@@ -3,7 +3,10 @@
 One concern per module:
 
 * :mod:`.scenario`  -- :func:`run_scenario` (every transport of a scenario, in order);
-* :mod:`.transport` -- :class:`TransportRun` (one transport on one fresh fabric);
+* :mod:`.transport` -- :class:`TransportRun` (one transport on one fresh fabric): the driver;
+* :mod:`.state`     -- its decisions, sans-I/O (barrier, timeline playback, relay, outcome);
+* :mod:`.ctlwatch`, :mod:`.ctlproc` -- the controller's health and restarts; its process;
+* :mod:`.sendq`     -- the bounded, never-blocking send queue of each control connection;
 * :mod:`.agents`    -- how agents start on this machine (per agent or host runtimes);
 * :mod:`.priority`  -- the runner's CPU share while the agents run;
 * :mod:`.control`   -- the runner's end of the agents' control socket;

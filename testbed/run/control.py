@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from agents.protocol import RUNNER_INBOUND, Command, Event, Hello, LineFramer, Message, ControlProtocolError, encode
+from agents.protocol import (CONTROLLER_MESSAGES, RUNNER_INBOUND, ControlProtocolError, Event, Hello, LineFramer, Message,
+                             encode)
 from testbed.run.sendq import LIMIT_BYTES, SendQueue
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ class ControlServer:
             msgs = self.framers[conn].feed(data)
         except ControlProtocolError as exc:
             ranks = sorted({r for r, c in self.by_rank.items() if c is conn}
-                           | {m.rank for m in exc.messages if not isinstance(m, (Hello, Command))})
+                           | {m.rank for m in exc.messages if not isinstance(m, CONTROLLER_MESSAGES)})
             log.warning("control: dropping the connection of rank(s) %s: %s", ranks or "?", exc)
             self._accept(conn, exc.messages, out)
             self._drop(conn)
@@ -179,9 +180,9 @@ class ControlServer:
         for msg in msgs:
             if isinstance(msg, Hello):
                 self.by_rank.setdefault(CONTROLLER, conn)
-            elif isinstance(msg, Command):
+            elif isinstance(msg, CONTROLLER_MESSAGES):   # command, query, synced: the controller's only
                 if self.by_rank.get(CONTROLLER) is not conn:
-                    log.warning("control: a command from a connection that is not the controller's: dropped")
+                    log.warning("control: a %s from a connection that is not the controller's: dropped", msg.TYPE)
                     continue
             else:
                 self.by_rank.setdefault(msg.rank, conn)

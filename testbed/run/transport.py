@@ -1,9 +1,8 @@
 """One transport of a scenario on one fresh fabric (:class:`TransportRun`); the whole scenario
 
-One module on purpose (over ~400 lines): one class, the lifecycle of a transport run (bring-up,
-agents, loop, faults, controller, teardown); planning, priority and the scenario loop are their
-own modules.
-is :func:`testbed.run.scenario.run_scenario`.
+is :func:`testbed.run.scenario.run_scenario`. This is the thin driver: the decisions (the
+barrier, the timeline's playback, the controller relay, the outcome) are
+:class:`testbed.run.state.RunState`'s, sans-I/O; here they are carried out.
 
 For each transport:
 
@@ -35,7 +34,9 @@ agent reported a failure, e.g. a QP in ERR: the job would crash), ``timeout``,
 a fault could not be applied; or the scenario's controller said no hello within
 :data:`testbed.run.ctlwatch.HELLO_TIMEOUT_S`), ``interrupted``. A controller lost after its
 hello (exited, disconnected, silent) ends nothing: it is journaled ``controller_lost`` and the
-agents go on with their own remedies (:mod:`testbed.run.ctlwatch`). Ctrl-C or a crash still
+agents go on with their own remedies (:mod:`testbed.run.ctlwatch`); with ``controller: {restart:
+true}`` a new controller starts (journaled ``controller`` phase ``restart``) and resynchronises
+from the agents before it decides (journaled phase ``resynced``). Ctrl-C or a crash still
 tears down and keeps partial results.
 """
 
@@ -44,32 +45,33 @@ from __future__ import annotations
 import json
 import logging
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-from agents.protocol import Command, Done, Event, Failed, Hello, Iteration, Message, Operator, Ready, Sample, Start, Stop
+from agents.protocol import Iteration, Message, Sample, Start, Stop
 
 from testbed.fabric.backend import FabricBackend
 from testbed.fabric.kernel import features
 from testbed.fabric.local import Fabric
-from testbed.faults import EVAction, FaultInjector, LinkState, Reconverge
+from testbed.faults import FaultInjector, Reconverge
 from testbed.faults.timeline import Step, Timeline, sweep_warmups
 from testbed.model.errors import TestbedFailure
 from testbed.model.topology import Topology
-from testbed.run.agents import agent_env, default_agent_processes, start_local_agents
+from testbed.run.agents import default_agent_processes, start_local_agents
 from testbed.run.control import CONTROLLER, ControlServer, control_socket_path
-from testbed.run.ctlwatch import ControllerWatch, Lost
+from testbed.run.ctlproc import LOG, end_controller, spawn_controller
+from testbed.run.ctlwatch import Restarts
 from testbed.run.priority import RunnerPriority
 from testbed.run.progress import Display, Progress
 from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
-from testbed.run.state import RunState
+from testbed.run.state import (Abort, Action, Apply, Begin, Journal, LoseController, RunState, Say, Send,
+                               SpawnController)
 from testbed.rundir.errors import RunDirWriteError
 from testbed.rundir.names import DIR_MODE, PATHS, SAMPLES_DIR
-from testbed.rundir.write import (TransportWriter, agent_log, event_record, iteration_record, merge_samples,
-                                  private_opener, sample_record, samples_file, write_atomic, write_jobs)
+from testbed.rundir.write import (TransportWriter, agent_log, merge_samples, sample_record, samples_file,
+                                  write_atomic, write_jobs)
 from testbed.spec import Scenario, transport_variant
 from testbed.spec.jobs import build_all_jobs
 from testbed.spec.scenfile import PER_HOST
@@ -117,9 +119,6 @@ class TransportRun:
         self.world = [h for wl in scenario.all_jobs for h in wl.hosts]
         self.primary = len(scenario.workload.hosts)   # agents 0..primary-1 run the first job
         self.events, self.samples = self.records.events, self.records.samples
-        wl = scenario.workload
-        self.timeline = Timeline(scenario.timeline, sweep_warmups(len(wl.sizes_bytes), wl.iterations, wl.warmup),
-                                 reconverge_after_s=scenario.reconverge_after_s)
         self.fabric: Fabric | None = None
         self.faults: FaultInjector | None = None
         self.server: ControlServer | None = None
@@ -128,18 +127,24 @@ class TransportRun:
         self.procs: dict[int, object] = {}
         #: the controller process (:mod:`testbed.controller`) on an mrc run of a scenario with one
         self.controller = None
-        #: when that controller is live, lost or never connected (:mod:`testbed.run.ctlwatch`)
-        self.ctl_watch: ControllerWatch | None = None
+        self._ctl_socket: str | None = None
         self._drops_journaled = 0
         self.ticker: Ticker | None = None
         self.logs: list = []
-        #: the barrier and the outcome (sans-I/O); the controller's watch joins it when one starts
-        self.state = RunState(self.world, timeout_s=scenario.timeout_s, log_of=lambda r: str(agent_log(self.dir, r)))
+        #: the decisions (sans-I/O): barrier, timeline, relay, controller, outcome
+        self.state = RunState(self.world, timeout_s=scenario.timeout_s, timeline=self._timeline(scenario.timeline),
+                              primary=self.primary, restarts=Restarts(scenario.controller_restart),
+                              log_of=lambda r: str(agent_log(self.dir, r)))
         self.status: str | None = None
         self.reason = ""
         self._t_wall_start: float | None = None
         self._cpu_start: float | None = None
         self.priority = RunnerPriority()
+
+    def _timeline(self, events) -> Timeline:
+        wl = self.scenario.workload
+        return Timeline(events, sweep_warmups(len(wl.sizes_bytes), wl.iterations, wl.warmup),
+                        reconverge_after_s=self.scenario.reconverge_after_s)
 
     def journal(self, record: dict) -> None:
         self.events.write({"t": time.time(), **record})
@@ -176,7 +181,8 @@ class TransportRun:
         self.refresh()
         self.fabric = self.fabric_factory(self.scenario.topology, features().netem)
         self.fabric.start()
-        self.journal({"kind": "fabric", "phase": "up", "timings": self.fabric.timings,
+        self.journal({"kind": "fabric", "phase": "up", "backend": getattr(self.fabric, "backend_name", None),
+                      "timings": self.fabric.timings,
                       **({"placement": self.fabric.placement.summary(self.scenario.topology)}
                          if self.fabric.placement is not None else {})})
         pairs = {(wl.hosts[a], wl.hosts[b]) for wl in self.scenario.all_jobs for a, b in wl.connections}
@@ -206,9 +212,7 @@ class TransportRun:
             self.say(f"timeline[{rec['index']}] {rec['action']}: {rec['target']} -> {rec['link']} "
                      f"(crossed by {', '.join(rec['flows'])})")
         self.journal({"kind": "paths", "flows": len(traced), "seconds": round(time.perf_counter() - t0, 3)})
-        wl = self.scenario.workload
-        self.timeline = Timeline(events, sweep_warmups(len(wl.sizes_bytes), wl.iterations, wl.warmup),
-                                 reconverge_after_s=self.scenario.reconverge_after_s)
+        self.state.timeline = self._timeline(events)
 
     def _start_agents(self) -> None:
         self.progress.status = "starting agents"
@@ -247,17 +251,22 @@ class TransportRun:
                       **({"runtimes": [[jobs[a]["agent"] for a in members] for members in groups]}
                          if n is not None else {})})
 
-    def _start_controller(self, sock: str) -> None:
-        """The controller process, its own log ``controller.log`` and decisions ``controller.jsonl``."""
-        log_file = open(self.dir / "controller.log", "ab", opener=private_opener)
-        self.logs.append(log_file)
-        self.controller = subprocess.Popen(
-            [self.python, "-m", "testbed.controller", "--socket", sock, "--jobs", str(self.dir / "jobs"),
-             "--policy", self.scenario.controller, "--log", str(self.dir / "controller.jsonl")],
-            stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=agent_env())
-        self.ctl_watch = self.state.controller = ControllerWatch(time.monotonic())
-        self.journal({"kind": "controller", "phase": "spawned", "pid": self.controller.pid,
-                      "policy": self.scenario.controller})
+    def _start_controller(self, sock: str, *, restart: str | None = None) -> None:
+        """The controller process, its own log ``controller.log`` and decisions ``controller.jsonl``
+        (both appended to by a restart); ``restart``: why its predecessor was lost (the new one
+        resynchronises before it decides)."""
+        self._ctl_socket = sock
+        self.controller = spawn_controller(self.python, self.dir, sock, self.scenario.controller,
+                                           resync=restart is not None, logs=self.logs)
+        self.state.controller_spawned(time.monotonic(), restarted=restart is not None)
+        if restart is None:
+            self.journal({"kind": "controller", "phase": "spawned", "pid": self.controller.pid,
+                          "policy": self.scenario.controller})
+            return
+        self.journal({"kind": "controller", "phase": "restart", "pid": self.controller.pid,
+                      "attempt": self.state.restarts.done, "after": restart})
+        self.say(f"restarted (attempt {self.state.restarts.done}, pid {self.controller.pid}): it resynchronises "
+                 "from the agents before it decides", head="controller")
 
     @property
     def agent_processes(self) -> int | None:
@@ -275,11 +284,9 @@ class TransportRun:
         self.progress.status = "connecting"
         while True:
             now = time.monotonic()
-            self.state.on_time(now)
+            self._do(self.state.on_time(now))
             if self._ended():
                 return
-            for step in self.timeline.due(now):
-                self._apply(step)
             if tick.due(now):
                 self._check_processes()
                 if self.started:
@@ -292,8 +299,7 @@ class TransportRun:
                 self.refresh()
                 if self._ended():
                     return
-            deadline = self.state.deadline
-            wake = min(tick.next, deadline, self.timeline.next_time() or deadline)
+            wake = min(tick.next, self.state.wake_at())
             for msg in self.server.poll(wake - time.monotonic()):
                 self._on_message(msg)
             if self._ended():
@@ -311,75 +317,49 @@ class TransportRun:
         return self.state.started
 
     def _on_message(self, msg: Message) -> None:
-        if isinstance(msg, Hello):
-            self.journal({"kind": "controller", "phase": "connected"})
-            if self.state.on_hello(time.monotonic()):
-                self._start()
+        """One control message: its samples filed here, the rest decided by the run state."""
+        if isinstance(msg, Sample) and 0 <= msg.rank < len(self.world):   # an agent without samples_path
+            self.samples.write(sample_record(msg))
             return
-        if isinstance(msg, Command):
-            self._relay(msg)
-            return
-        if not 0 <= msg.rank < len(self.world):
-            log.warning("control message from agent %d, not one of this run's: %r", msg.rank, msg)
-            return
-        self._handlers[type(msg)](self, msg)
-
-    def _on_sample(self, msg: Sample) -> None:   # an agent without samples_path (older specs)
-        self.samples.write(sample_record(msg))
-
-    def _on_iteration(self, msg: Iteration) -> None:
-        self.events.write(iteration_record(msg))
-        if msg.rank < self.primary:   # progress and at_iteration follow the first job
+        self._do(self.state.on_message(msg, time.monotonic()))
+        if isinstance(msg, Iteration) and msg.rank < self.primary:   # the display follows the first job
             self.progress.iteration(msg)
-            self.timeline.iteration_done(msg.seq, time.monotonic())
-
-    def _on_event(self, msg: Event) -> None:
-        if msg.kind == "ev_stats":   # the controller's drop telemetry: forwarded, not journaled
-            if self.controller_live:
-                self.server.to_controller(msg)
-            return
-        self.events.write(event_record(msg))
-        if self.controller_live and msg.kind != "qp_error":
-            self.server.to_controller(msg)
-        if msg.kind == "qp_error":
-            self.say(f"rank {msg.rank}: {msg.reason}", head="QP error", head_style="red")
-
-    def _on_ready(self, msg: Ready) -> None:
-        self.journal({"kind": "agent", "rank": msg.rank, "status": "ready"})
-        if self.state.on_ready(msg.rank):
-            self._start()
 
     @property
     def controller_live(self) -> bool:
         """A controller runs, has said hello and is not lost: events and actions go to it."""
-        return self.ctl_watch is not None and self.ctl_watch.live
+        return self.state.controller_live
 
-    def _relay(self, cmd: Command) -> None:
-        """A controller command: journaled, then sent to its agent."""
-        sent = 0 <= cmd.rank < len(self.world) and self.server.send(cmd.rank, cmd)
-        self.journal({"kind": "controller", "op": cmd.op, "rank": cmd.rank, "peer": cmd.peer,
-                      "ev_id": cmd.ev_id, "new_ev_id": cmd.new_ev_id, "reason": cmd.reason, "sent": sent})
-        self.say(f"rank {cmd.rank} -> {cmd.peer}: {cmd.op} EV {cmd.ev_id}"
-                 + (f" by EV {cmd.new_ev_id}" if cmd.new_ev_id is not None else "") + f" ({cmd.reason})",
-                 head="controller")
-
-    def _on_done(self, msg: Done) -> None:
-        self.journal({"kind": "agent", "rank": msg.rank, "status": "done", "summary": msg.summary})
-        self.state.on_done(msg.rank)
-
-    def _on_failed(self, msg: Failed) -> None:
-        self.journal({"kind": "agent", "rank": msg.rank, "status": "failed", "reason": msg.reason})
-        self.state.on_failed(msg.rank, msg.reason)
-
-    _handlers = {Sample: _on_sample, Iteration: _on_iteration, Event: _on_event, Ready: _on_ready,
-                 Done: _on_done, Failed: _on_failed}
+    def _do(self, actions: list[Action]) -> None:
+        """Carry out the run state's actions, in order (:mod:`testbed.run.state`)."""
+        for a in actions:
+            if isinstance(a, Journal):
+                self.journal(a.record) if a.stamp else self.events.write(a.record)
+            elif isinstance(a, Say):
+                self.say(a.text, head=a.head, **({"head_style": a.style} if a.style else {}))
+            elif isinstance(a, Send):
+                sent = self.server.send(a.to, a.msg)
+                if a.record is not None:
+                    self.journal({**a.record, "sent": sent})
+                if a.say is not None:
+                    self.say(a.say.text + ("" if sent else a.say.unsent), head=a.say.head)
+            elif isinstance(a, Begin):
+                self._start()
+            elif isinstance(a, Apply):
+                self._apply(a.step)
+            elif isinstance(a, LoseController):
+                self._lose_controller(a.reason)
+            elif isinstance(a, SpawnController):
+                self._restart_controller(a.after)
+            elif isinstance(a, Abort):
+                raise RunnerError(f"{a.reason}; see {self.dir / LOG}")
 
     def _start(self) -> None:
         self._t_wall_start = time.time()
         self._cpu_start = _own_cpu_s()
         self.journal({"kind": "run", "phase": "start", "transport": self.transport, "world": self.world})
         self.server.broadcast(Start())
-        self.timeline.start(time.monotonic())
+        self.state.workload_started(time.monotonic())
         self.progress.t_start = time.monotonic()
         self.progress.status = "running"
         self.say("all ranks ready: start")
@@ -390,26 +370,30 @@ class TransportRun:
             self.records.links.write({"t": t, **rec})
 
     def _check_controller(self, now: float) -> None:
-        """A controller that never said hello ends the run (RunnerError naming its log); one that
-        exits, closes its connection or stops reading afterwards is lost: journaled, and the
-        run goes on without it (the agents keep their own remedies)."""
-        if self.ctl_watch is None:
+        """The controller's health into the run state (:meth:`RunState.check_controller`): no hello
+        ends the run (RunnerError naming its log); a loss is journaled and the run goes on
+        without it, or with a new one if the scenario restarts it."""
+        if self.state.controller is None:
             return
-        code = self.controller.poll()
-        verdict = self.ctl_watch.check(now, exit_code=code,
-                                       connected=self.server.has_controller,
-                                       stalled_s=self.server.stalled_s(CONTROLLER))
-        if verdict is None:
-            return
-        if not isinstance(verdict, Lost):
-            raise RunnerError(f"{verdict.reason}; see {self.dir / 'controller.log'}")
+        self._do(self.state.check_controller(now, exit_code=self.controller.poll(),
+                                             connected=self.server.has_controller,
+                                             stalled_s=self.server.stalled_s(CONTROLLER)))
+
+    def _restart_controller(self, after: str) -> None:
+        """A new controller after a loss; one that cannot be started ends nothing (journaled)."""
+        try:
+            self._start_controller(self._ctl_socket, restart=after)
+        except OSError as exc:
+            self.journal({"kind": "controller", "phase": "not_restarted", "reason": f"cannot start it: {exc}"})
+            self.say(f"not restarted: {exc}", head="controller", head_style="red")
+
+    def _lose_controller(self, reason: str) -> None:
+        """Disconnect a lost controller, kill it if it still runs (so it cannot act late), journal it."""
         self.server.disconnect(CONTROLLER)
-        if code is None:           # silent or disconnected: ours to end, so it cannot act late
-            self.controller.kill()
-            code = self.controller.wait()
-        self.journal({"kind": "controller_lost", "reason": verdict.reason, "exit": code, "pid": self.controller.pid})
-        self.say(f"controller lost ({verdict.reason}): the agents go on with their own remedies; "
-                 f"see {self.dir / 'controller.log'}", head="controller", head_style="red")
+        code = end_controller(self.controller)
+        self.journal({"kind": "controller_lost", "reason": reason, "exit": code, "pid": self.controller.pid})
+        self.say(f"controller lost ({reason}): the agents go on with their own remedies; "
+                 f"see {self.dir / LOG}", head="controller", head_style="red")
 
     def _journal_drops(self) -> None:
         """The relay's ev_stats drops (back-pressure from a slow controller), when they grew."""
@@ -446,24 +430,13 @@ class TransportRun:
 
     # -- faults ------------------------------------------------------------------------
     def _apply(self, step: Step) -> None:
-        """Apply a due timeline step through the injector (which journals it) and show it; an
-        EV action goes to the controller (no controller on this transport: journaled as skipped)."""
+        """Apply a due fault step through the injector (which journals it) and show it."""
         change = step.change
-        if isinstance(change, EVAction):
-            sent = self.controller_live and self.server.to_controller(
-                Operator(change.op, change.link, step.index))
-            self.journal({"kind": "controller", "source": "timeline", "action": step.action,
-                          "link": change.link, "index": step.index, "sent": sent})
-            missing = " (controller lost)" if self.ctl_watch is not None else " (no controller on this run)"
-            self.say(f"{change.link}: {change.describe()}" + ("" if sent else missing),
-                     head=step.action)
-            return
         self.faults.apply_step(step)
         if isinstance(change, Reconverge):
             self.say(f"routing reconverged around {', '.join(sorted(self.faults.links_down)) or 'no failed link'}")
             return
-        if isinstance(change, LinkState):
-            self.timeline.link_changed(time.monotonic())
+        self.state.step_applied(step, time.monotonic())
         self.progress.faults += step.phase == "apply"
         self.say(f"{change.link}: {change.describe()} ({step.phase})", head=step.action)
 
@@ -496,12 +469,8 @@ class TransportRun:
                             pass
             if self.server is not None:
                 self._journal_drops()
-            pending = self.timeline.pending()
-            unfired = self.timeline.unfired()
-            if pending or unfired:
-                self.journal({"kind": "timeline", "not_reached": [s.record() for s in pending
-                                                                   if s.kind != "reconverge"],
-                              "never_triggered": unfired})
+            if (record := self.state.timeline_record()) is not None:
+                self.journal(record)
             if self._cpu_start is not None:
                 self.journal({"kind": "runner", "cpu_s": round(_own_cpu_s() - self._cpu_start, 3),
                               "wall_s": round(time.time() - self._t_wall_start, 3),

@@ -5,19 +5,23 @@ seconds. Counters are cumulative (readers take differences).
 
 ``events.jsonl``: ``{"t", "kind", ...}`` with ``kind``:
 
-* ``fabric`` ``{"phase": "up", "timings"}``; ``agents`` ``{"phase": "spawned", "pids": {rank: pid}}``;
+* ``fabric`` ``{"phase": "up", "backend", "timings"}`` (``backend``: the registered name of the fabric that
+  built it, :func:`testbed.fabric.backend.backend`); ``agents`` ``{"phase": "spawned", "pids": {rank: pid}}``;
 * ``agent`` ``{"rank", "status": "ready" | "done" | "failed" | "crashed", "summary" | "reason" | "exit"}``;
 * ``run`` ``{"phase": "start", "transport", "world"}`` and ``{"phase": "end", "status", "reason",
   "exit_codes": {rank: code | None}, "samples": {"files", "samples", "skipped"}}`` (the merge
   of the agents' samples files, :func:`merge_samples`);
 * ``iteration``: an agent's iteration report (:class:`agents.protocol.Iteration` fields,
   ``t`` = ``t_end``);
-* ``ev_state`` / ``qp_error``: an agent's event (:class:`agents.protocol.Event` fields);
+* ``ev_state`` / ``qp_error`` / ``ev_command`` / ``ev_query``: an agent's event
+  (:class:`agents.protocol.Event` fields; ``ev_query``: its answer to a restarted controller);
 * ``fault`` ``{"action", "link", "phase": "apply" | "revert", "step", "value", "index"}`` (+ the nft
   drop counters when a loss or blackhole ends; ``action`` "end" and ``step`` "link" / "all"
   with ``nft_drops`` when everything still applied is reverted at the end),
   ``reconverge`` ``{"links_down"}``: written by :class:`testbed.faults.FaultInjector`;
-* ``controller`` (spawned, connected, timeline actions and relayed commands);
+* ``controller`` (``phase`` spawned, connected, ``restart`` ``{"pid", "attempt", "after"}``,
+  ``resynced`` (:class:`agents.protocol.Synced` fields), ``not_restarted`` ``{"reason"}``; timeline
+  actions, relayed commands and queries);
   ``controller_lost`` ``{"reason", "exit", "pid"}``: the controller exited, closed its connection
   or stopped reading after its hello; the run went on without it (:mod:`testbed.run.ctlwatch`);
   ``relay`` ``{"to": "controller", "dropped_ev_stats"}``: ev_stats dropped so far for back-pressure

@@ -132,6 +132,9 @@ class Scenario:
     #: ``controller: {policy}``: the MRC controller's policy (:mod:`testbed.controller`), started
     #: on every mrc run; None: no controller (and no ``ev_*`` timeline action).
     controller: str | None = None
+    #: ``controller: {restart: true}``: a lost controller is restarted, and the new one
+    #: resynchronises from the agents before it decides (:mod:`testbed.run.ctlwatch`).
+    controller_restart: bool = False
     #: The values absent optional keys took (:data:`testbed.spec.schema.SCENARIO_DEFAULTS`, the
     #: derived timeout), as ``(key path, value)`` in file order: ``(("seed", 1), ("timeout", 58.0))``.
     defaults: tuple[tuple[str, object], ...] = ()
@@ -158,6 +161,7 @@ class Scenario:
             "transports": list(self.transports), "seed": self.seed, "trials": self.trials,
             "agent_processes": self.agent_processes, "agent_realtime": self.agent_realtime,
             "engine": self.engine, "engines": self.engines(), "controller": self.controller,
+            "controller_restart": self.controller_restart,
             "timeout_s": self.timeout_s, "defaults": dict(self.defaults),
             "reconverge_after_s": self.reconverge_after_s,
             "workload": _workload_dict(self.workload),

@@ -137,7 +137,7 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     if "timeout" not in m and jobs and topo is not None:
         timeout_s = defaults["timeout"] = derived_timeout_s(jobs, topo)
     timeline = _timeline(r, m.get("timeline"), topo, seed, timeout_s, workload, feats)
-    controller = _controller(r, m.get("controller"), timeline)
+    controller, controller_restart = _controller(r, m.get("controller"), timeline)
     if "agent_processes" in m and agent_processes is None:
         return None
     if r.problems or None in (name, topo, transports, seed, timeout_s, workload, timeline, trials):
@@ -146,7 +146,7 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
                     reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs),
                     agent_processes=agent_processes, agent_realtime=agent_realtime, controller=controller,
-                    engine=engine, defaults=tuple(defaults.items()))
+                    controller_restart=controller_restart, engine=engine, defaults=tuple(defaults.items()))
 
 
 def _engine(r, m) -> str:
@@ -180,11 +180,14 @@ def derived_timeout_s(jobs: list[WorkloadSpec], topo: Topology) -> float:
     return float(math.ceil(TIMEOUT_BASE_S + TIMEOUT_MARGIN * wire_s))
 
 
-def _controller(r: Reader, node: Node | None, timeline) -> str | None:
-    """``controller: {policy: none|replace}``; the ``ev_*`` timeline actions need one."""
-    policy = None
+def _controller(r: Reader, node: Node | None, timeline) -> tuple[str | None, bool]:
+    """``controller: {policy: none|replace, restart: true|false}`` as (policy, restart); the
+    ``ev_*`` timeline actions need one."""
+    policy, restart = None, False
     if node is not None:
         cm = r.mapping(node, "controller", *SCENARIO["controller"])
+        if cm is not None and "restart" in cm:
+            restart = bool(r.boolean(cm["restart"], "controller.restart"))
         if cm is not None and "policy" in cm:
             policy = r.text(cm["policy"], "controller.policy")
             if policy is not None and policy not in CONTROLLER_POLICIES:
@@ -197,7 +200,7 @@ def _controller(r: Reader, node: Node | None, timeline) -> str | None:
             r.problems.append(Problem(r.file, r.line_for(path), path,
                                       f"{e.action} is a controller action: add 'controller: {{policy: none}}' "
                                       f"(or replace) to the scenario"))
-    return policy
+    return policy, restart
 
 
 def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None,

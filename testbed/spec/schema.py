@@ -25,7 +25,7 @@ SCENARIO: dict[str, Keys] = {
     "": (("topology", "transports"),
          ("name", "description", "seed", "timeout", "reconverge_after", "timeline", "trials", "workload", "jobs",
           "agent_processes", "agent_realtime", "engine", "controller", "sweep")),
-    "controller": (("policy",), ()),
+    "controller": (("policy",), ("restart",)),
     "workload": (tuple(_WORKLOAD_REQUIRED), WORKLOAD_OPTIONAL),
     "jobs[]": (tuple(_WORKLOAD_REQUIRED), ("name", *WORKLOAD_OPTIONAL)),
     "timeline[]": ((), ("at", "at_iteration", "after", *ACTIONS)),

@@ -517,6 +517,27 @@ def test_garbage_from_the_runner_fails_the_agent_with_a_control_error(tmp_path, 
     assert "unknown control message type 'teleport'" in err, err
 
 
+def test_a_query_is_answered_with_the_profiles_evs_and_a_command_with_its_result(tmp_path, runner_for):
+    """What a restarted controller reads through the runner: the agent answers ``query`` with an
+    ``ev_query`` event (its connection's EV profile, QUERY_EV_ARRAY + QUERY_EV_STATE), and the
+    profile it answers with reflects the commands it applied before (the stream is ordered)."""
+    jobs = make_jobs(tmp_path, "mrc", world_size=2, n_evs=3)
+    run = runner_for(jobs)
+    run.pump(_all(run, "ready"), timeout_s=10)
+    cmd = {"type": "command", "rank": 10, "peer": "h1", "op": "deny", "ev_id": 1, "reason": "test"}
+    run.conns[0].sendall(json.dumps(cmd).encode() + b"\n" + b'{"type": "query", "rank": 10, "peer": "h1"}\n'
+                         + b'{"type": "query", "rank": 10, "peer": "h9"}\n')
+    answers = lambda: [m for m in run.messages[0] if m["type"] == "event" and m["kind"] in ("ev_command", "ev_query")]
+    run.pump(lambda: len(answers()) == 3, timeout_s=10)
+    done, query, unknown = answers()
+    assert (done["kind"], done["reason"]) == ("ev_command", "ok")
+    assert query["evs"] == [{"ev_id": 0, "port": 1, "state": "GOOD"}, {"ev_id": 1, "port": 1, "state": "DENIED"},
+                            {"ev_id": 2, "port": 1, "state": "GOOD"}] and query["reason"] == "ok"
+    assert (unknown["evs"], unknown["reason"]) == ([], "no MRC connection to h9")
+    run.broadcast({"type": "stop"})
+    run.wait_exit(10)
+
+
 def test_several_jobs_need_one_netns_each(tmp_path):
     jobs = make_jobs(tmp_path, "mrc", sizes=(64 << 10,), iterations=1, warmup=0)
     paths = []

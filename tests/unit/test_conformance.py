@@ -1,6 +1,7 @@
 """Rows of docs/conformance.md that no other unit test pinned down: the requester's max_wimm,
 EV event drop counts, NSCC's fair increase, NACK reaction and target factor, ALWAYS_SKIP's
-bound, and the refusal of AUTO EV profiles."""
+bound, the refusal of AUTO EV profiles, NSCC's whole multiplicative decrease on ECN and the
+header's profile state and EV op values."""
 from __future__ import annotations
 
 import errno
@@ -115,3 +116,33 @@ def test_nscc_multiplicative_decrease_follows_gamma_above_the_floor():
     c.on_packets_acked(now=0.01, acked_bytes=1000, rtt_s=0.0025, ecn=True)   # d 1.5 ms, target 1 ms
     assert c.cwnd_bytes == pytest.approx(600_000 * (1 - 0.8 * 0.5 / 1.5))
     assert c.md_count == 1
+
+
+def test_nscc_multiplicative_decrease_on_ecn_the_whole_rule():
+    """ECN with d >= target: cwnd *= max(1 - gamma * (d - target) / d, 0.5), at most once per base
+    RTT (a second ECN echo within it changes nothing; one a base RTT later decreases again);
+    ECN below target: no change (a NOOP); no ECN on an ECN-capable QP, however late: no decrease."""
+    c = cc.create("uet-1.0-nscc", mss_bytes=1000, rate_bps=8e9, base_rtt_s=0.001, ecn_capable=True)
+    c.cwnd_bytes = 600_000
+    c.on_packets_acked(now=0.010, acked_bytes=1000, rtt_s=0.011, ecn=True)     # d 10 ms: 1 - 0.8*0.9 < 0.5
+    assert c.cwnd_bytes == pytest.approx(300_000) and c.md_count == 1            # the 0.5 floor
+    c.on_packets_acked(now=0.0109, acked_bytes=1000, rtt_s=0.011, ecn=True)    # within one base RTT
+    assert c.cwnd_bytes == pytest.approx(300_000) and c.md_count == 1
+    c.on_packets_acked(now=0.0111, acked_bytes=1000, rtt_s=0.0025, ecn=True)   # a base RTT later, d 1.5 ms
+    assert c.cwnd_bytes == pytest.approx(300_000 * (1 - 0.8 * 0.5 / 1.5)) and c.md_count == 2
+    before = c.cwnd_bytes
+    c.on_packets_acked(now=0.020, acked_bytes=1000, rtt_s=0.0015, ecn=True)    # d 0.5 ms < target
+    assert c.cwnd_bytes == before and c.noop_count == 1 and c.md_count == 2
+    c.on_packets_acked(now=0.030, acked_bytes=1000, rtt_s=0.011)               # late, unmarked
+    assert c.cwnd_bytes > before and c.md_count == 2                              # a fair increase
+
+
+def test_profile_state_and_ev_op_values_are_the_headers():
+    """``enum mrc_ctl_profile_state`` (INIT, OFFLINE, ONLINE) and ``enum mrc_ctl_ev_op``
+    (REPLACE_EV, MODIFY_EV_STATE, QUERY_EV_STATE, QUERY_EV_ARRAY) have no explicit values in
+    mrc_ctl.h: C numbers them from 0 in declaration order; ``enum mrc_ctl_ev_mode`` gives them."""
+    from agents.mrc.profiles import EVOp, ProfileState
+    assert [(s.name, s.value) for s in ProfileState] == [("INIT", 0), ("OFFLINE", 1), ("ONLINE", 2)]
+    assert [(o.name, o.value) for o in EVOp] == [("REPLACE_EV", 0), ("MODIFY_EV_STATE", 1), ("QUERY_EV_STATE", 2),
+                                                 ("QUERY_EV_ARRAY", 3)]
+    assert [(m.name, m.value) for m in EVMode] == [("AUTO", 0), ("EXPLICIT", 1), ("GENERATED", 2)]

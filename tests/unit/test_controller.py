@@ -170,6 +170,21 @@ def test_scenario_controller_and_ev_actions(tmp_path):
         load_scenario(path, features=FEATURES)
 
 
+def test_scenario_controller_restart_is_validated_with_its_line(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.format(topo=TOPO, controller="controller: {policy: replace, restart: true}\n"))
+    s = load_scenario(path, features=FEATURES)
+    assert s.controller_restart and s.to_dict()["controller_restart"] is True
+    path.write_text(SCENARIO.format(topo=TOPO, controller="controller: {policy: replace}\n"))
+    assert not load_scenario(path, features=FEATURES).controller_restart
+    path.write_text(SCENARIO.format(topo=TOPO, controller="controller:\n  policy: replace\n  restart: often\n"))
+    with pytest.raises(SpecError, match=r"s.yaml:8: controller.restart: expected true or false, got 'often'"):
+        load_scenario(path, features=FEATURES)
+    path.write_text(SCENARIO.format(topo=TOPO, controller="controller: {policy: none, restrat: true}\n"))
+    with pytest.raises(SpecError, match=r"s.yaml:6: controller.restrat: unknown key"):
+        load_scenario(path, features=FEATURES)
+
+
 def stats(counts: dict[int, tuple], t: float = 1.0) -> Event:
     """ev_stats of h0 -> h1: per EV (sent, lost[, rtx, skips])."""
     keys = ("sent", "lost", "rtx", "skips")

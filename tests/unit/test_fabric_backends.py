@@ -1,20 +1,28 @@
 """Every fabric implements the whole :class:`testbed.fabric.backend.FabricBackend` the runner
-uses (containerlab's rule for its runtimes), and the runner reaches a fabric only through it."""
+uses (containerlab's rule for its runtimes), and the runner reaches a fabric only through it.
+Backends are registered by name: every module of the testbed is imported first, so a backend
+registered anywhere is held to the interface here."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
+import pkgutil
 
 import pytest
 
+import testbed
 from testbed.cluster.sharded import ShardedFabric
 from testbed.cluster.ssh_fabric import SshShardedFabric
-from testbed.fabric.backend import FabricBackend
+from testbed.fabric.backend import FabricBackend, backend, backends, register_backend
 from testbed.fabric.local import Fabric
 from testbed.run.agents import agent_command
 
-BACKENDS = (Fabric, ShardedFabric, SshShardedFabric)
+for _mod in pkgutil.walk_packages(testbed.__path__, "testbed."):   # every registration runs
+    if not _mod.name.endswith("__main__"):
+        importlib.import_module(_mod.name)
+BACKENDS = tuple(backends().values())
 MEMBERS = sorted({n for n in vars(FabricBackend) if not n.startswith("_")} | set(FabricBackend.__annotations__))
 
 
@@ -38,6 +46,16 @@ def test_every_backend_implements_every_member_with_its_parameters(cls):
             if p.kind is p.KEYWORD_ONLY:
                 assert p.name in names or any(q.kind is q.VAR_KEYWORD for q in have), \
                     f"{cls.__name__}.{name} lacks keyword {p.name}"
+
+
+def test_backends_are_registered_by_name_once():
+    assert backends() == {"local": Fabric, "sharded": ShardedFabric, "ssh": SshShardedFabric}
+    assert backend("ssh") is SshShardedFabric and Fabric.backend_name == "local"
+    with pytest.raises(KeyError, match=r"no fabric backend 'docker' \(registered: local, sharded, ssh\)"):
+        backend("docker")
+    with pytest.raises(ValueError, match="'local' is testbed.fabric.local.Fabric already"):
+        register_backend("local")(type("Other", (), {}))
+    assert register_backend("local")(Fabric) is Fabric      # re-registering the same class is harmless
 
 
 def test_the_runner_names_a_hosts_namespace_through_the_interface():

@@ -409,3 +409,20 @@ def test_cpu_fidelity_reports_the_busiest_machine_of_a_run_over_servers():
     assert (got["server"], got["machines"], got["saturated"], got["samples"]) == ("s1", 3, True, 10)
     assert cpu_fidelity(runner + s2, 0.0, (0.0, 9.0))["server"] == "s2"
     assert cpu_fidelity(s1, 0.0, (20.0, 30.0)) is None
+
+
+def test_the_summary_times_the_controllers_loss_restart_and_resync(tmp_path):
+    run = make_run(tmp_path, transports=("mrc",))
+    with open(run / "mrc" / "events.jsonl", "a") as f:
+        for rec in ({"t": T0 + 1.2, "kind": "controller_lost", "reason": "exited with status -9", "exit": -9, "pid": 7},
+                    {"t": T0 + 1.25, "kind": "controller", "phase": "restart", "pid": 8, "attempt": 1,
+                     "after": "exited with status -9"},
+                    {"t": T0 + 1.5, "kind": "controller", "phase": "resynced", "connections": 2, "answered": 2,
+                     "replaced": 1, "denied": 0, "assumed_bad": 1}):
+            f.write(json.dumps(rec) + "\n")
+    mrc = metrics.analyze_run(run)[0]["transports"]["mrc"]
+    assert [x["t_s"] for x in mrc["controller_lost"]] == pytest.approx([1.2])
+    assert mrc["controller_restarts"] == [{"t_s": pytest.approx(1.25), "attempt": 1, "pid": 8,
+                                           "after": "exited with status -9"}]
+    assert mrc["controller_resyncs"] == [{"t_s": pytest.approx(1.5), "connections": 2, "answered": 2, "replaced": 1,
+                                          "denied": 0, "assumed_bad": 1}]

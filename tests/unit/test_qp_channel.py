@@ -185,3 +185,22 @@ def test_controller_commands_act_on_the_connections_profile(net):
     nt.run(lambda: nt.arrivals[1] and ch.idle)
     assert nt.regions[1][:4096].tobytes() == data
     assert {e["ev_id"] for f in ch.flows() if f["dir"] == "tx" for e in f["evs"]} == {0, 7}
+
+
+def test_a_query_reads_the_profile_as_a_restarted_controller_needs_it(net):
+    """QUERY_EV_ARRAY then QUERY_EV_STATE per EV: a replaced EV's slot holds its backup, a denied
+    EV says DENIED, one its QP retired says ASSUMED_BAD; no MRC connection: no EVs, and why."""
+    from dataclasses import replace
+    from agents.mrc.ev import EVCause
+    specs = _specs(2, "mrc", n_evs=3)
+    backup = (EVSpec(7, "::1"),)
+    specs = [replace(s, send_to=tuple(replace(p, backup_evs=backup) for p in s.send_to),
+                     recv_from=tuple(replace(p, backup_evs=backup) for p in s.recv_from)) for s in specs]
+    nt = net(specs, 4096)
+    ch, now = nt.channels[0], nt.loop.time()
+    assert ch.query("h1") == ([{"ev_id": e, "port": 1, "state": "GOOD"} for e in range(3)], "ok")
+    assert ch.command("h1", "replace", 0, 7, now) == "ok" and ch.command("h1", "deny", 1, None, now) == "ok"
+    ch.tx[0].qps[0].evs.apply(2, EVCause.LOSS, now)   # the QP's loss detection retires EV 2
+    assert ch.query("h1") == ([{"ev_id": 7, "port": 1, "state": "GOOD"}, {"ev_id": 1, "port": 1, "state": "DENIED"},
+                               {"ev_id": 2, "port": 1, "state": "ASSUMED_BAD"}], "ok")
+    assert ch.query("h9") == ([], "no MRC connection to h9")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from agents.protocol import TO_CONTROLLER, Command, Event, LineFramer, Operator
+from agents.protocol import TO_CONTROLLER, Command, Event, Hello, LineFramer, Operator, Query, Ready, Synced, encode
 from testbed.run.control import CONTROLLER, ControlServer
 from testbed.run.sendq import SendQueue
 
@@ -118,3 +118,26 @@ def test_commands_to_an_agent_are_queued_not_blocked(tmp_path):
     assert not server.send(3, cmd)
     agent.close()
     server.close()
+
+
+def test_queries_and_synced_are_the_controllers_only_and_claim_no_rank(tmp_path):
+    """A query names an agent's rank: from the controller's connection it is relayed, never taken
+    as that agent's connection; from any other connection it is dropped (as a command is)."""
+    server = ControlServer(str(tmp_path / "c.sock"), allowed_pids=lambda: [os.getpid()])
+    agent, ctl = (socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2))
+    got = []
+    try:
+        agent.connect(server.path)
+        ctl.connect(server.path)
+        agent.sendall(encode(Query(5, "h1")) + encode(Synced(1, 1, 0, 0, 0)) + b'{"type":"ready","rank":3}\n')
+        ctl.sendall(encode(Hello("controller")) + encode(Query(3, "h1")) + encode(Synced(2, 2, 1, 0, 0)))
+        deadline = time.monotonic() + 5
+        while len(got) < 4 and time.monotonic() < deadline:
+            got += server.poll(0.05)
+        assert sorted(map(repr, got)) == sorted(map(repr, [Ready(3), Hello("controller"), Query(3, "h1"),
+                                                           Synced(2, 2, 1, 0, 0)]))
+        assert set(server.by_rank) == {3, CONTROLLER} and server.by_rank[3] is not server.by_rank[CONTROLLER]
+    finally:
+        agent.close()
+        ctl.close()
+        server.close()

@@ -320,3 +320,18 @@ def test_jobs_table_one_row_per_transport_and_job_within_80_columns():
     assert max(len(line) for line in text.splitlines()) <= 80
     assert text.count("permutation") == 2 and "92.6%" in text and "0 -" in text   # "-": did not complete
     assert jobs_table({"transports": {"mrc": {}}}) is None
+
+
+def test_the_controller_timeline_shows_loss_restart_and_resync_in_time_order():
+    from testbed.report import controller_timeline
+    s = {"transport": "mrc",
+         "controller_lost": [{"t_s": 6.0, "reason": "exited with status -9", "exit": -9}],
+         "controller_restarts": [{"t_s": 6.05, "attempt": 1, "pid": 77, "after": "exited with status -9"}],
+         "controller_resyncs": [{"t_s": 6.9, "connections": 8, "answered": 8, "replaced": 2, "denied": 0,
+                                 "assumed_bad": 1}]}
+    assert [line.plain for line in controller_timeline(s)] == [
+        "controller lost mrc: at 6.000 s, exited with status -9",
+        "controller restarted mrc: at 6.050 s, attempt 1, pid 77",
+        "controller resynced mrc: at 6.900 s, 8 of 8 connections answered; EVs found replaced 2, denied 0, "
+        "ASSUMED_BAD 1"]
+    assert controller_timeline({"transport": "rc"}) == []
