@@ -3,6 +3,7 @@
 # ${FUZZ_SECONDS:-60} seconds on a scratch copy of its seed corpus:
 #   fuzz_codec.c  the wire decoder (decode, re-encode, same bytes)   corpus/codec/
 #   fuzz_qp.c     a sequence of datagrams and timer ticks fed to one QP   corpus/qp/
+#   fuzz_delay.c  pushes, time and releases against a model of the delay line   corpus/delay/
 # Exits non-zero on any crash, leak, sanitizer report or broken invariant; the input that
 # caused it is kept in build/fuzz/artifacts/. Needs clang with libclang-rt-14-dev and libisal-dev.
 # Usage (from the repository root or anywhere): bash agents/mrc/core/fuzz.sh [TARGET...]
@@ -14,7 +15,7 @@ build_dir="${FUZZ_BUILD_DIR:-$root/build/fuzz}"
 seconds="${FUZZ_SECONDS:-60}"
 cc="${CC_FUZZ:-clang}"
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(codec qp)
+[ ${#targets[@]} -gt 0 ] || targets=(codec qp delay)
 
 mkdir -p "$build_dir/artifacts"
 scratch="$(mktemp -d "$build_dir/corpus.XXXXXX")"
@@ -24,9 +25,11 @@ flags=(-std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover
 for target in "${targets[@]}"; do
     case "$target" in
     codec) sources=("$core_dir/mrcn_codec.c" "$core_dir/mrcn.c"); max_len=() ;;
-    # the whole engine but the endpoint (no sockets); records of up to a jumbo datagram
-    qp) mapfile -t sources < <(ls "$core_dir"/mrcn*.c | grep -v mrcn_endpoint.c); max_len=(-max_len=16384) ;;
-    *) echo "fuzz.sh: unknown target $target (codec, qp)" >&2; exit 2 ;;
+    # the whole engine but the endpoint and its poller (sockets); records of up to a jumbo datagram
+    qp) mapfile -t sources < <(ls "$core_dir"/mrcn*.c | grep -v -e mrcn_endpoint.c -e mrcn_poller.c)
+        max_len=(-max_len=16384) ;;
+    delay) sources=("$core_dir/mrcn_delay.c"); max_len=() ;;
+    *) echo "fuzz.sh: unknown target $target (codec, qp, delay)" >&2; exit 2 ;;
     esac
     "$cc" "${flags[@]}" "$core_dir/fuzz_$target.c" "${sources[@]}" -lisal -lm -o "$build_dir/fuzz_$target"
     mkdir -p "$scratch/$target"

@@ -36,15 +36,15 @@ static int ring_room(mrcn_delay_line *l)
 /* Room for `len` more bytes at the end of the stream: compact first, grow if still short. */
 static int byte_room(mrcn_delay_line *l, size_t len)
 {
-    if (l->end - l->base + len <= l->bcap)
-        return MRCN_OK;
+    if (l->buf != NULL && l->end - l->base + len <= l->bcap)
+        return MRCN_OK;   /* (an arena always exists: a pointer into NULL is undefined) */
     size_t live = (size_t)(l->end - l->start);
     if (l->start > l->base) {
         if (live > 0)
             memmove(l->buf, l->buf + (l->start - l->base), live);
         l->base = l->start;
     }
-    if (live + len <= l->bcap)
+    if (l->buf != NULL && live + len <= l->bcap)
         return MRCN_OK;
     size_t cap = l->bcap ? l->bcap : 1 << 16;
     while (cap < live + len)
