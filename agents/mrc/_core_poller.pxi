@@ -19,6 +19,7 @@ cdef extern from "mrcn_poller.h":
     int mrcn_poller_remove_fd(mrcn_poller *p, int fd)
     int mrcn_poller_wait(mrcn_poller *p, double until, double hold_s, int *fds, size_t fcap, size_t *nfds,
                          uint32_t *tags, size_t tcap, size_t *ntags)
+    int mrcn_poller_serve_due(mrcn_poller *p)
     const mrcn_poller_counters *mrcn_poller_counters_get(const mrcn_poller *p)
 
 
@@ -71,6 +72,10 @@ cdef class Poller:
         rc = mrcn_poller_wait(self.p, until, hold_s, fds, POLL_MAX, &nfds, tags, POLL_MAX, &ntags)
         _ep_check(rc, "poller wait")
         return [fds[i] for i in range(nfds)], [tags[i] for i in range(ntags)]
+
+    def serve_due(self):
+        """Run the endpoints' timers and delay-line releases that are due now (no wait, no read)."""
+        _ep_check(mrcn_poller_serve_due(self.p), "poller timers")
 
     def counters(self):
         cdef const mrcn_poller_counters *c = mrcn_poller_counters_get(self.p)

@@ -255,6 +255,8 @@ class EventLoop:
         """Run the timers that are due now (what :meth:`run_once` does after the I/O); a
         host runtime also calls it between its agents' turns, so that one agent's long turn
         does not make every other agent's timers late."""
+        if self._poller is not None:   # the native endpoints' timers, too (a turn can be long)
+            self._poller.serve_due()
         timers = self._timers
         clock = self.time
         now = clock()

@@ -319,3 +319,27 @@ def test_a_native_loop_keeps_the_receive_hold(core):
     finally:
         closing(r, w)
         loop.close()
+
+
+def test_run_due_serves_the_native_endpoints_timers_between_turns(core):
+    """A host runtime calls run_due between agents' turns: on a native loop it also runs the
+    endpoints' due QP timers, which otherwise wait for the next wait of the loop."""
+    import time as _time
+    loop = EventLoop(native=True)
+    ea = NativeEndpoint(loop, bind_addr="::1", port=0)
+    try:
+        a = core.QP(10, rng=random.Random(1), config=config())
+        b = core.QP(20, rng=random.Random(2), memory=bytearray(1 << 16), config=config())
+        connect_pair(a, b, [0, 1, 2, 3], attr=QPAttr(timeout=12), now=loop.time())
+        ea.attach(a, {ev: Route("::1", 9) for ev in range(4)})   # nobody answers: the RTO fires
+        a.post_write(wr_id=1, local=bytes(1000), remote_offset=0)
+        ea.kick(a)
+        deadline = ea._ep.next_deadline()
+        assert deadline is not None
+        _time.sleep(max(0.0, deadline - loop.time()) + 0.002)
+        fired = ea.timers_fired
+        loop.run_due()
+        assert ea.timers_fired > fired
+    finally:
+        closing(ea)
+        loop.close()

@@ -178,7 +178,8 @@ int mrcn_poller_remove_endpoint(mrcn_poller *p, mrcn_endpoint *ep)
     return rc;
 }
 
-/* Run every endpoint's due timers; report the ones with events. */
+/* Run every endpoint's due timers; with `tags`, report the ones with events; with `next`,
+ * lower it to the earliest deadline left. */
 static int serve_timers(mrcn_poller *p, double now, uint32_t *tags, size_t tcap, size_t *ntags, double *next)
 {
     for (size_t i = 0; i < p->neps; i++) {
@@ -191,9 +192,9 @@ static int serve_timers(mrcn_poller *p, double now, uint32_t *tags, size_t tcap,
             if (rc < 0)
                 return rc;
         }
-        if (mrcn_ep_eventful_count(ep) > 0 && *ntags < tcap)
+        if (tags != NULL && mrcn_ep_eventful_count(ep) > 0 && *ntags < tcap)
             tags[(*ntags)++] = p->eps[i].tag;
-        if (mrcn_ep_next_deadline(ep, &at) && at < *next)
+        if (next != NULL && mrcn_ep_next_deadline(ep, &at) && at < *next)
             *next = at;
     }
     return MRCN_OK;
@@ -271,6 +272,11 @@ int mrcn_poller_wait(mrcn_poller *p, double until, double hold_s, int *fds, size
                 break;          /* (level-triggered: the rest are reported again) */
         }
     }
+}
+
+int mrcn_poller_serve_due(mrcn_poller *p)
+{
+    return serve_timers(p, mono(), NULL, 0, NULL, NULL);
 }
 
 const mrcn_poller_counters *mrcn_poller_counters_get(const mrcn_poller *p)

@@ -56,6 +56,11 @@ int mrcn_poller_remove_fd(mrcn_poller *p, int fd);
 int mrcn_poller_wait(mrcn_poller *p, double until, double hold_s, int *fds, size_t fcap, size_t *nfds,
                      uint32_t *tags, size_t tcap, size_t *ntags);
 
+/* Run the endpoints' timers and delay-line releases due now (CLOCK_MONOTONIC), without
+ * waiting or reading a socket: for the caller to call between long turns of its own, so
+ * that they do not make the endpoints' timers late. MRCN_OK or an endpoint's error. */
+int mrcn_poller_serve_due(mrcn_poller *p);
+
 const mrcn_poller_counters *mrcn_poller_counters_get(const mrcn_poller *p);
 
 #endif
