@@ -54,6 +54,9 @@ DEFINITIONS = {
     "busbw_fraction_of_host": "busbw / host_bandwidth_bps: the sum of a host's host-link rates over planes (one "
                               "NIC per plane), slowest ring host; rc and tcp use one NIC, so on n planes they "
                               "reach at most 1/n",
+    "busbw_fraction_of_nics": "busbw / nic_bandwidth_bps: the sum of the host-link rates of the NICs the "
+                              "transport's (first) job uses, on the planes of its EVs (rc and tcp: the first NIC; "
+                              "mrc: every plane its EVs use), slowest ring host (testbed/metrics/nics.py)",
     "wrong": "elements differing from the expected sum, summed over ranks and all iterations (warm-up too)",
     "qp_errors": "qp_error events (retries exhausted: the job would crash); count",
     "detect_s": "first disruptive fault apply -> first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN transition of an EV "
@@ -80,6 +83,9 @@ DEFINITIONS = {
                          "stall a healthy ring shows anyway; s",
     "faulted_iteration": "the measured iteration in progress at the first fault: its time (slowest rank) / median "
                          "time of the measured iterations of that size overlapping no fault window - 1; percent",
+    "faulted_iterations": "every measured iteration overlapping a fault window (each flap's down phase counts): its "
+                          "time / median time of the measured iterations of its size overlapping none - 1; worst and "
+                          "mean over them; percent",
     "base_rtt_s": "unloaded RTT of the ring's longest path (job spec cc_params.base_rtt_s: serialisation of one "
                   "packet and its SACK per link + agent time); s",
     "recovery_s": "aggregate view, kept for comparison: fault apply -> smoothed (5-bin rolling median) aggregate "

@@ -295,6 +295,37 @@ def faulted_iteration(spans: list[dict], windows: list[dict]) -> dict | None:
             "size": hit["size"], "iter": hit["iter"], "healthy_n": len(healthy)}
 
 
+def faulted_iterations(spans: list[dict], windows: list[dict]) -> dict | None:
+    """Every measured iteration overlapping a fault window (each flap's down phase, each
+    fault until its revert or ``link_up``), each against the median of the healthy measured
+    iterations of its size (those overlapping no window): ``{worst_slowdown_pct,
+    mean_slowdown_pct, n, healthy_n, iters: [{iter, size, seconds, slowdown_pct}]}``; None
+    without a fault window, a faulted measured iteration, or a healthy one of its size. Unlike
+    :func:`faulted_iteration` (the first fault's iteration only), every flap counts."""
+    if not windows:
+        return None
+    measured = [it for it in spans if not it["warmup"]]
+
+    def hit(it: dict) -> bool:
+        return any(it["start_s"] <= w["until_s"] and w["t_s"] <= it["end_s"] for w in windows)
+
+    healthy: dict[int, list[float]] = {}
+    for it in measured:
+        if not hit(it):
+            healthy.setdefault(it["size"], []).append(it["seconds"])
+    rows = []
+    for it in measured:
+        if hit(it) and healthy.get(it["size"]):
+            med = float(np.median(healthy[it["size"]]))
+            rows.append({"iter": it["iter"], "size": it["size"], "seconds": it["seconds"],
+                         "slowdown_pct": (it["seconds"] / med - 1) * 100})
+    if not rows:
+        return None
+    slow = [r["slowdown_pct"] for r in rows]
+    return {"worst_slowdown_pct": max(slow), "mean_slowdown_pct": float(np.mean(slow)), "n": len(rows),
+            "healthy_n": sum(len(v) for v in healthy.values()), "iters": rows}
+
+
 def boundary_warnings(spans: list[dict], windows: list[dict], margin_s: float = 1.0) -> list[str]:
     """A warning per fault that lands within ``margin_s`` of the end of the iteration it hits:
     the ring drains there anyway, so the fault's dip mixes with the boundary's."""

@@ -13,7 +13,8 @@ from agents.protocol import Synced
 from testbed.metrics.collectives import _stats, completion, expected_measured_iterations, size_table
 from testbed.metrics.definitions import BIN_S, DEFINITIONS, LINK_BIN_S
 from testbed.metrics.fidelity import busiest_links, cpu_fidelity, emulation_validity
-from testbed.metrics.kpis import boundary_warnings, ev_links, ev_retirements, false_retirements, fault_windows, faulted_iteration, flow_kpis, iteration_spans, p_nearest_rank, worst_recovery, worst_stall
+from testbed.metrics.nics import nic_bandwidth_bps
+from testbed.metrics.kpis import boundary_warnings, ev_links, ev_retirements, false_retirements, fault_windows, faulted_iteration, faulted_iterations, flow_kpis, iteration_spans, p_nearest_rank, worst_recovery, worst_stall
 from testbed.rundir.load import TransportRecords, job_names, load_transport
 from testbed.rundir.read import load_manifest, scenario_name
 from testbed.rundir.tables import FlowKey
@@ -147,7 +148,7 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
         "valid": not invalid, "invalid_reasons": invalid, "validity": validity,
         "warnings": ([] if cpu else ["no CPU samples in the workload window: fidelity unknown"]) + fk["warnings"],
         **{k: fk[k] for k in ("base_rtt_s", "path_delay_s", "flow_kpis", "worst_stall", "worst_recovery", "healthy_gap_p99_s",
-                              "faulted_iteration", "false_retirements", "fault_flows", "evs_crossing_fault",
+                              "faulted_iteration", "faulted_iterations", "false_retirements", "fault_flows", "evs_crossing_fault",
                               "retirements")},
     }
     return TransportAnalysis(tr.name, t0, summary, edges, goodput, flows, link_edges, links)
@@ -225,6 +226,7 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
         "worst_stall": worst_stall(kp, base_rtt), "worst_recovery": worst_recovery(kp, base_rtt) if windows else None,
         "healthy_gap_p99_s": p_nearest_rank(gaps, 99),
         "faulted_iteration": faulted_iteration(spans, windows),
+        "faulted_iterations": faulted_iterations(spans, windows),
         "false_retirements": {"count": len(false), "total_s": float(sum(r["duration_s"] for r in false)),
                               "evs": sorted({(r["rank"], r["dir"], r["peer"], r["ev_id"]) for r in false})},
         "retirements": rets,
@@ -292,6 +294,7 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
 
     from testbed.metrics.balance import balance_summary, load_run_topology
     topo, topo_problem = load_run_topology(run_dir, manifest)
+    job_specs: dict[str, list[dict]] = {}   # transport -> its (first) job's specs
     for name in manifest["transports"]:
         tr = load_transport(run_dir, name)
         names = job_names(tr.jobs)
@@ -300,11 +303,13 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
             a = analyze_transport(tr, ws, expected_measured_iterations(manifest))
             a.summary["balance"] = balance_summary(tr, topo, a.t0_s, topology_problem=topo_problem)
             analyses.append(a)
+            job_specs[name] = tr.jobs
             continue
         per_job = []   # several jobs: each analysed on its own agents; the first is the headline
         for i, job in enumerate(names):
             trj = load_transport(run_dir, name, job)
             per_job.append(analyze_transport(trj, len(trj.jobs) or 1, expected_measured_iterations(manifest, i)))
+            job_specs.setdefault(name, trj.jobs)
         per_job[0].summary["jobs"] = [job_row(job, a.summary, fraction(a.summary)) for job, a in zip(names, per_job)]
         # every job's flows against each other, on the whole fabric's counters
         per_job[0].summary["balance"] = balance_summary(tr, topo, per_job[0].t0_s, topology_problem=topo_problem)
@@ -312,6 +317,11 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
     engines = manifest.get("engines") or {}
     for a in analyses:
         a.summary["busbw_fraction_of_host"] = fraction(a.summary)
+        # over the NICs this transport's (first) job uses: one for rc and tcp, every plane for mrc
+        nic_bw = nic_bandwidth_bps(job_specs.get(a.name) or [], topo, rate)
+        bb = a.summary["busbw_mbit_per_s"]
+        a.summary["nic_bandwidth_bps"] = nic_bw
+        a.summary["busbw_fraction_of_nics"] = bb * 1e6 / nic_bw if bb is not None and nic_bw else None
         if a.name in engines:
             a.summary["engine"] = engines[a.name]
     summary = {"scenario": scenario_name(manifest), "run_dir": str(run_dir),

@@ -12,7 +12,8 @@ import statistics
 
 #: KPIs, each a dotted path into a transport summary (labels and units: :mod:`testbed.report.trials`).
 KPIS: tuple[str, ...] = (
-    "busbw_mbit_per_s", "busbw_fraction_of_host", "faulted_iteration.slowdown_pct", "detect_s",
+    "busbw_mbit_per_s", "busbw_fraction_of_host", "busbw_fraction_of_nics", "faulted_iteration.slowdown_pct",
+    "faulted_iterations.worst_slowdown_pct", "detect_s",
     "false_retirements.count", "worst_stall.s", "worst_recovery.s", "healthy_gap_p99_s",
     "retransmits_after_fault", "iteration_s.p50", "wrong", "qp_errors", "balance.fabric.max_over_mean",
     "balance.collisions.max_load", "base_rtt_s",
@@ -60,10 +61,16 @@ def first_faulted_link(s: dict) -> str | None:
 
 
 def _transport(trials: list[dict | None]) -> dict:
-    out = {kpi: stats([kpi_value(s, kpi) if s else None for s in trials]) for kpi in (*KPIS, *job_kpis(trials))}
+    out = {}
+    for kpi in (*KPIS, *job_kpis(trials)):
+        values = [kpi_value(s, kpi) if s else None for s in trials]
+        # trials that ran the transport and gave no value: a rule on the KPI fails on them
+        out[kpi] = {**stats(values), "missing": sum(1 for s, v in zip(trials, values) if s and v is None)}
     rec = [s.get("worst_recovery") for s in trials if s and "worst_recovery" in s]
     out["worst_recovery.s"]["no_dip"] = sum(1 for r in rec if r is not None and not r.get("dip"))
     out["worst_recovery.s"]["not_recovered"] = sum(1 for r in rec if r and r.get("dip") and not r.get("recovered"))
+    # no dip is a recovery of 0, not a missing value
+    out["worst_recovery.s"]["missing"] -= out["worst_recovery.s"]["no_dip"]
     links: dict[str, int] = {}
     for s in trials:
         if s and (link := first_faulted_link(s)):
@@ -89,9 +96,10 @@ def aggregate(summaries: list[dict]) -> dict:
 
     Returns ``{"scenario", "trials": n, "seeds": [...] (each summary's "seed", where present),
     "faulted_link": {link: trials},
-    "transports": {name: {kpi: {"median", "min", "max", "n"}, ..., "faulted_link": {link: trials},
+    "transports": {name: {kpi: {"median", "min", "max", "n", "missing"}, ..., "faulted_link": {link: trials},
     "validity": {"valid", "invalid", "reasons"}}}}``
-    for the KPIs of :data:`KPIS` (``worst_recovery.s`` over the trials whose slowest flow
+    for the KPIs of :data:`KPIS` (``missing``: trials that ran the transport and gave no value;
+    ``worst_recovery.s`` over the trials whose slowest flow
     recovered, plus ``no_dip`` and ``not_recovered`` trial counts); ``faulted_link`` counts the
     link of each trial's first disruptive fault (top-level ``faulted_link``: that of the
     trial's first transport with one). Transports in order of first appearance.

@@ -20,7 +20,9 @@ def _scaled(scale: float):
 LABELS: dict[str, tuple[str, object]] = {
     "busbw_mbit_per_s": ("busbw (Mbit/s)", fmt_sig),
     "busbw_fraction_of_host": ("busbw / host (%)", _scaled(100)),
+    "busbw_fraction_of_nics": ("busbw / NICs used (%)", _scaled(100)),
     "faulted_iteration.slowdown_pct": ("faulted iteration slowdown (%)", fmt_sig),
+    "faulted_iterations.worst_slowdown_pct": ("worst faulted iteration slowdown (%)", fmt_sig),
     "detect_s": ("time to detect (ms)", _scaled(1e3)),
     "false_retirements.count": ("false retirements", _count),
     "worst_stall.s": ("worst flow stall (ms)", _scaled(1e3)),

@@ -32,9 +32,10 @@ def run(seed, **transports) -> dict:
 
 def test_medians_of_odd_and_even_counts_and_ranges():
     odd = trials.aggregate([run(1, mrc=transport(busbw_mbit_per_s=v)) for v in (3.0, 1.0, 2.0)])
-    assert odd["transports"]["mrc"]["busbw_mbit_per_s"] == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert odd["transports"]["mrc"]["busbw_mbit_per_s"] == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3, "missing": 0}
     even = trials.aggregate([run(s, mrc=transport(detect_s=v)) for s, v in enumerate((0.4, 0.1, 0.2, 0.3))])
-    assert even["transports"]["mrc"]["detect_s"] == {"median": pytest.approx(0.25), "min": 0.1, "max": 0.4, "n": 4}
+    assert even["transports"]["mrc"]["detect_s"] == {"median": pytest.approx(0.25), "min": 0.1, "max": 0.4, "n": 4,
+                                                     "missing": 0}
     assert even["trials"] == 4 and even["seeds"] == [0, 1, 2, 3] and even["scenario"] == "core-link-failure"
 
 
@@ -45,16 +46,16 @@ def test_nested_kpis_none_and_missing_keys():
         run(3, mrc={"busbw_mbit_per_s": 5.0}),     # an older summary: most keys missing
     ])
     m = agg["transports"]["mrc"]
-    assert m["false_retirements.count"] == {"median": 3.0, "min": 3.0, "max": 3.0, "n": 1}
+    assert m["false_retirements.count"] == {"median": 3.0, "min": 3.0, "max": 3.0, "n": 1, "missing": 2}
     assert m["faulted_iteration.slowdown_pct"]["n"] == 1
-    assert m["iteration_s.p50"] == {"median": 3.0, "min": 2.0, "max": 4.0, "n": 2}
+    assert m["iteration_s.p50"] == {"median": 3.0, "min": 2.0, "max": 4.0, "n": 2, "missing": 1}
     assert m["busbw_mbit_per_s"]["n"] == 3 and m["qp_errors"]["n"] == 2
 
 
 def test_all_none_kpi_and_transport_missing_from_some_trials():
     agg = trials.aggregate([run(1, mrc=transport(detect_s=None), tcp=transport(detect_s=None)),
                             run(2, mrc=transport(detect_s=None))])
-    assert agg["transports"]["mrc"]["detect_s"] == {"median": None, "min": None, "max": None, "n": 0}
+    assert agg["transports"]["mrc"]["detect_s"] == {"median": None, "min": None, "max": None, "n": 0, "missing": 2}
     assert list(agg["transports"]) == ["mrc", "tcp"]
     assert agg["transports"]["tcp"]["busbw_mbit_per_s"]["n"] == 1
 
@@ -69,6 +70,7 @@ def test_worst_recovery_counts_only_recovered_trials():
     r = agg["transports"]["rc"]["worst_recovery.s"]
     assert (r["median"], r["min"], r["max"], r["n"]) == (pytest.approx(0.2), 0.1, 0.3, 2)
     assert r["no_dip"] == 1 and r["not_recovered"] == 1
+    assert r["missing"] == 2    # not recovered, no worst_recovery at all; no dip is a value (0), not missing
 
 
 def test_faulted_link_is_the_first_disruptive_fault_of_each_trial():
@@ -110,7 +112,8 @@ def test_jobs_and_balance_kpis_of_a_run_of_several_jobs():
             "jobs": jobs, "balance": {"fabric": {"max_over_mean": mom}, "collisions": {"max_load": 2.0}}}}}
     agg = trials.aggregate([summary(1, 0.2, 0.3, 3.0), summary(2, 0.4, None, 2.0), summary(3, 0.3, 0.5, 2.5)])
     rc = agg["transports"]["rc"]
-    assert rc["jobs.ring.busbw_fraction_of_host"] == {"median": 0.3, "min": 0.2, "max": 0.4, "n": 3}
+    assert rc["jobs.ring.busbw_fraction_of_host"] == {"median": 0.3, "min": 0.2, "max": 0.4, "n": 3,
+                                                        "missing": 0}
     assert rc["jobs.perm.busbw_fraction_of_host"]["n"] == 2
     assert rc["balance.fabric.max_over_mean"]["median"] == 2.5
     out = io.StringIO()
