@@ -13,12 +13,17 @@ Under ``--out`` (default ``runs/reproduce`` or ``runs/reproduce-quick``) each cl
 directory: ``<id>/runs-<stamp>/`` (its trials or sweep directory) and ``<id>/results.json`` (the
 results document, :mod:`testbed.metrics.results`), written when the claim's runs finished. A
 claim whose ``results.json`` exists is not run again: an interrupted suite resumes where it
-stopped (delete the file to rerun a claim). Then ``reproduce.json`` and ``reproduce.md``: one
-row per claim, "holds?" yes / no / not runnable (why) / invalid (a run failed the fidelity
-check: a claim never holds on starved runs) (:mod:`testbed.metrics.claims`).
+stopped (delete the file to rerun a claim). A claim's ``control:`` (its scenario with the
+mechanism under test removed: overrides and transports) runs after it, with the same trials,
+under ``<id>/control-runs-<stamp>/`` into ``<id>/control-results.json`` (resumed the same way).
+Then ``reproduce.json`` and ``reproduce.md``: one row per claim, "holds?" yes (the rules hold
+and the control fails them) / unproven (the rules hold, but the control passes, could not run
+or was invalid, or there is none) / no / not runnable (why) / invalid (a run failed the
+fidelity check: a claim never holds on starved runs), and the control's outcome
+(:mod:`testbed.metrics.claims`).
 
-``--plan`` checks everything and prints the claims, their transports, points, trials and
-estimated time, and each claim's regime (paper / here), and runs nothing (no fabric).
+``--plan`` checks everything (the controls' key paths and values too, at their lines of the
+claims file) and prints the claims, their transports, points, trials, controls and estimated time, and each claim's regime (paper / here), and runs nothing (no fabric).
 
 Exit status: 0 the suite ran (whatever the verdicts); 1 a run failed (a crash, wrong results);
 2 bad input (the claims file, a scenario, a rule); 130 / 143 interrupted (what ran is kept;
@@ -43,11 +48,12 @@ from testbed.metrics.claims import judge
 from testbed.metrics.trials import JOB_KPIS, KPIS
 from testbed.report.reproduce import claim_entry, claim_regime, document, markdown, regime_table, reproduce_table
 from testbed.spec import SpecError
-from testbed.spec.claimsfile import Claim, load_claims, rule_problems
+from testbed.spec.claimsfile import Claim, control_problems, load_claims, rule_problems
 from testbed.spec.yamlread import Problem
 
 CLAIMS_FILE = Path("scenarios/paper/claims.yaml")
 RESULTS_NAME = "results.json"
+CONTROL_RESULTS_NAME = "control-results.json"
 JSON_NAME, MD_NAME = "reproduce.json", "reproduce.md"
 
 
@@ -71,40 +77,54 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 @dataclass
 class Prepared:
-    """A claim with its scenario loaded (or why it cannot run here)."""
+    """A claim with its scenario loaded (or why it cannot run here), and its control's."""
 
     claim: Claim
     scenario: object = None
     sweep: object = None
     scenarios: list = field(default_factory=list)
     not_runnable: str | None = None
+    control_scenario: object = None
+    control_scenarios: list = field(default_factory=list)
 
     @property
     def points(self) -> int:
         return len(self.scenarios) if self.sweep else 1
 
+    def control_transports(self) -> list[str]:
+        """The transports the control runs: its own list, else the scenario's."""
+        c = self.claim.control
+        return list(c.transports) if c is not None and c.transports else list(self.scenario.transports)
 
-def _claim_args(claim: Claim, plots: bool = False) -> argparse.Namespace:
-    """What :func:`testbed.commands.run.run_many` reads of a ``testbed run`` command line."""
+
+def _claim_args(claim: Claim, plots: bool = False, fixed=()) -> argparse.Namespace:
+    """What :func:`testbed.commands.run.run_many` reads of a ``testbed run`` command line
+    (``fixed``: overrides applied to every run: the control's ``set:``)."""
     return argparse.Namespace(scenario=str(claim.scenario), overrides=[], seed=None, fabric_factory=None,
-                              agent_processes=None, plots=plots, runs_dir=None)
+                              agent_processes=None, plots=plots, runs_dir=None, fixed_overrides=tuple(fixed))
+
+
+def _load_points(claim: Claim, sweep, fixed=()) -> tuple[object, list]:
+    """(the scenario, every sweep point's) with ``fixed`` overrides. Raises SpecError."""
+    from testbed.commands.run import _load
+    args = _claim_args(claim, fixed=fixed)
+    scenario = _load(args, check_sweep=not fixed)
+    return scenario, [_load(args, point=pt, check_sweep=False) for pt in sweep.points()] if sweep else []
 
 
 def prepare(claims_file: Path, claims: list[Claim]) -> tuple[list[Prepared], list[Problem]]:
-    """Load every claim's scenario and sweep points and check its rules against them. A scenario
-    that does not load is "not runnable" (its first problem); a rule naming what the scenario
-    lacks is a problem (exit 2)."""
-    from testbed.commands.run import _load
+    """Load every claim's scenario and sweep points and check its rules against them, and its
+    control's (:func:`testbed.spec.claimsfile.control_problems`). A scenario that does not load
+    is "not runnable" (its first problem; its control is not checked); a rule or a control
+    naming what the scenario lacks or refuses is a problem (exit 2)."""
     from testbed.spec.overrides import sweep_of
 
     out, problems = [], []
     for c in claims:
         p = Prepared(c)
-        args = _claim_args(c)
         try:
-            p.scenario = _load(args)
-            p.sweep = sweep_of(args.scenario)
-            p.scenarios = [_load(args, point=pt, check_sweep=False) for pt in p.sweep.points()] if p.sweep else []
+            p.sweep = sweep_of(c.scenario)
+            p.scenario, p.scenarios = _load_points(c, p.sweep)
         except SpecError as exc:
             p.not_runnable = f"{c.scenario.name} does not load here: {exc.problems[0]}"
             out.append(p)
@@ -113,6 +133,12 @@ def prepare(claims_file: Path, claims: list[Claim]) -> tuple[list[Prepared], lis
         jobs = [j.name for j in p.scenario.all_jobs]
         problems += rule_problems(claims_file, c, list(p.scenario.transports), list(KPIS), jobs, list(JOB_KPIS),
                                   texts)
+        if c.control is not None:
+            bad = control_problems(claims_file, c, list(p.scenario.transports),
+                                   lambda fixed, c=c, p=p: _load_points(c, p.sweep, fixed))
+            problems += bad
+            if not bad:
+                p.control_scenario, p.control_scenarios = _load_points(c, p.sweep, c.control.overrides)
         out.append(p)
     return out, problems
 
@@ -167,7 +193,7 @@ class Suite:
             st = self.status[p.claim.id]
             if st == "waiting":
                 left += self.estimate(p.claim)
-            elif st == "running":
+            elif st.startswith("running"):
                 left += max(0.0, self.estimate(p.claim) * factor - (time.monotonic() - self.t_claim)) / factor
         return left * factor
 
@@ -185,7 +211,7 @@ class Suite:
         for p in self.prepared:
             c = p.claim
             took = self.took.get(c.id)
-            if self.status[c.id] == "running":
+            if self.status[c.id].startswith("running"):
                 took = time.monotonic() - self.t_claim
             t.add_row(c.id, self.status[c.id], self.where[c.id],
                       ", ".join(p.scenario.transports) if p.scenario else "-",
@@ -228,96 +254,135 @@ def _plan(suite: Suite, out: Path, console: Console) -> int:
         c = p.claim
         state = ("resumed: results exist" if (out / c.id / RESULTS_NAME).is_file()
                  else f"not runnable: {p.not_runnable}" if p.not_runnable else "to run")
+        ctl = "none: cannot count as holding"
+        if c.control is not None:
+            ctl = (f"{c.control.removes}; " + ", ".join(f"{k}: {v}" for k, v in c.control.set_texts().items())
+                   + (f"; runs {', '.join(p.control_transports())}" if p.scenario else "")
+                   + ("; resumed" if (out / c.id / CONTROL_RESULTS_NAME).is_file() else ""))
         rows.append([c.id, c.scenario.name, ", ".join(p.scenario.transports) if p.scenario else "-",
                      str(p.points), str(suite.trials_of(c)), _fmt_s(suite.estimate(c)),
-                     "; ".join(r.text for r in c.rules), state])
-    console.print(Grid(f"plan{' (quick)' if suite.quick else ''}: {len(rows)} claims, estimated {_fmt_s(total)}; "
-                       f"results in {out}",
-                       ["claim", "scenario", "transports", "points", "trials", "estimate", "rules", "state"], rows,
-                       split="rows", justify=["left"] * 8, shrink_first=(6, 7)))
+                     "; ".join(r.text for r in c.rules), ctl, state])
+    console.print(Grid(f"plan{' (quick)' if suite.quick else ''}: {len(rows)} claims, estimated {_fmt_s(total)} "
+                       f"(controls included); results in {out}",
+                       ["claim", "scenario", "transports", "points", "trials", "estimate", "rules", "control",
+                        "state"], rows, split="rows", justify=["left"] * 9, shrink_first=(6, 7, 8)))
     console.print(regime_table({"claims": [{"id": p.claim.id, "regime": claim_regime(
         p.claim, p.scenarios or ([p.scenario] if p.scenario else []))} for p in suite.prepared]}))
     return 0
 
 
 def _run_suite(args, suite: Suite, out: Path, console: Console, err: Console) -> int:
-    from testbed.commands.run import _parent, run_many
-    from testbed.rundir.errors import RunDirWriteError
-
     status = 0
-    docs: dict[str, tuple[dict | None, str | None, str | None]] = {}   # id -> (doc, not_run reason, results path)
+    # id -> (doc, not_run reason, results path), for the claim and for its control
+    docs: dict[str, tuple[dict | None, str | None, str | None]] = {}
+    controls: dict[str, tuple[dict | None, str | None, str | None]] = {}
     live = Live(suite, console=console, refresh_per_second=1) if console.is_terminal else None
     if live is not None:
         live.start()
     try:
         for n, p in enumerate(suite.prepared, 1):
             c = p.claim
-            res_path = out / c.id / RESULTS_NAME
-            if res_path.is_file():
-                try:
-                    docs[c.id] = (results.load(res_path), None, str(res_path))
-                    suite.status[c.id] = "done (resumed)"
-                    continue
-                except results.ResultsError as exc:
-                    err.print(f"[yellow]warning[/] {escape(str(exc))}: running {c.id} again")
-            if p.not_runnable:
-                docs[c.id] = (None, p.not_runnable, None)
-                suite.status[c.id] = "not runnable"
-                continue
-            suite.current, suite.status[c.id], suite.t_claim = c.id, "running", time.monotonic()
-            trials = suite.trials_of(c)
-
-            def before(pi, points, ti, trials_, c=c, n=n):
-                suite.where[c.id] = f"point {pi + 1}/{points}, trial {ti + 1}/{trials_}"
-                console.print(f"[bold]claim {n} of {len(suite.prepared)}[/] {c.id}: point {pi + 1}/{points}, "
-                              f"trial {ti + 1}/{trials_}, transports {', '.join(p.scenario.transports)}; "
-                              f"ETA {_fmt_s(suite.eta_s())}")
-                if live is not None:
-                    live.refresh()
-
-            cargs = _claim_args(c, plots=args.plots)
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            try:
-                parent = _parent(out / c.id / f"runs-{stamp}")
-                doc, st = run_many(cargs, p.scenario, p.sweep, p.scenarios, list(p.scenario.transports), trials,
-                                   parent, console, err, before_trial=before)
-            except RunDirWriteError as exc:
-                from testbed.commands.run import write_failed
-                st, doc = write_failed(exc, err), None
-            suite.took[c.id] = time.monotonic() - suite.t_claim
-            if st >= 128:             # interrupted: keep what ran, stop the suite
-                suite.status[c.id] = "interrupted"
-                docs[c.id] = (None, "interrupted (run the command again to resume)", None)
-                status = st
-                break
-            status = status or st
-            if doc is None:
-                suite.status[c.id] = "failed"
-                docs[c.id] = (None, f"no run gave a summary (exit status {st})", None)
-                continue
-            for pt in doc["points"]:
-                pt["dir"] = f"{parent.name}/{pt['dir']}" if pt.get("dir") else parent.name
-            results.write(res_path, doc)
-            docs[c.id] = (doc, None, str(res_path))
-            suite.status[c.id] = "done"
+            suite.current, suite.t_claim = c.id, time.monotonic()
+            units = [(docs, "claim", out / c.id / RESULTS_NAME, "runs", p.scenario, p.scenarios,
+                      list(p.scenario.transports) if p.scenario else [], ())]
+            if c.control is not None:
+                units.append((controls, "control", out / c.id / CONTROL_RESULTS_NAME, "control-runs",
+                              p.control_scenario, p.control_scenarios,
+                              p.control_transports() if p.scenario else [], c.control.overrides))
+            ran = False
+            for store, what, res_path, runs, scenario, scenarios, transports, fixed in units:
+                st, ran_unit = _run_unit(args, suite, p, n, what, res_path, out / c.id, runs, scenario, scenarios,
+                                         transports, fixed, store, console, err, live)
+                ran = ran or ran_unit
+                if st >= 128:             # interrupted: keep what ran, stop the suite
+                    suite.status[c.id] = "interrupted"
+                    return _finish(suite, docs, controls, out, console, st, live)
+                status = status or st
+            if ran:                       # the ETA scales by claims that ran in this session
+                suite.took[c.id] = time.monotonic() - suite.t_claim
             if live is not None:
                 live.refresh()
-    finally:
+    except BaseException:
+        if live is not None:
+            live.stop()
+        raise
+    return _finish(suite, docs, controls, out, console, status, live)
+
+
+def _run_unit(args, suite: Suite, p: Prepared, n: int, what: str, res_path: Path, claim_dir: Path, runs: str,
+              scenario, scenarios, transports: list[str], fixed, store: dict, console: Console, err: Console,
+              live) -> tuple[int, bool]:
+    """Run a claim's scenario, or its control, unless its results file exists (resumed), and
+    keep (doc, why not, results path) in ``store``; (the exit status of its runs, whether any
+    ran)."""
+    from testbed.commands.run import _parent, run_many
+    from testbed.rundir.errors import RunDirWriteError
+
+    c = p.claim
+    if res_path.is_file():
+        try:
+            store[c.id] = (results.load(res_path), None, str(res_path))
+            suite.status[c.id] = f"{what} done (resumed)"
+            return 0, False
+        except results.ResultsError as exc:
+            err.print(f"[yellow]warning[/] {escape(str(exc))}: running the {what} of {c.id} again")
+    if p.not_runnable:
+        store[c.id] = (None, p.not_runnable, None)
+        suite.status[c.id] = "not runnable"
+        return 0, False
+    suite.status[c.id] = f"running {what}"
+    trials = suite.trials_of(c)
+
+    def before(pi, points, ti, trials_):
+        suite.where[c.id] = f"{what}: point {pi + 1}/{points}, trial {ti + 1}/{trials_}"
+        console.print(f"[bold]claim {n} of {len(suite.prepared)}[/] {c.id} ({what}): point {pi + 1}/{points}, "
+                      f"trial {ti + 1}/{trials_}, transports {', '.join(transports)}; ETA {_fmt_s(suite.eta_s())}")
         if live is not None:
             live.refresh()
-            live.stop()
+
+    cargs = _claim_args(c, plots=args.plots, fixed=fixed)
+    try:
+        parent = _parent(claim_dir / f"{runs}-{time.strftime('%Y%m%d-%H%M%S')}")
+        doc, st = run_many(cargs, scenario, p.sweep, scenarios, transports, trials, parent, console, err,
+                           before_trial=before)
+    except RunDirWriteError as exc:
+        from testbed.commands.run import write_failed
+        st, doc = write_failed(exc, err), None
+    if st >= 128:
+        store[c.id] = (None, "interrupted (run the command again to resume)", None)
+        return st, True
+    if doc is None:
+        suite.status[c.id] = f"{what} failed"
+        store[c.id] = (None, f"no run gave a summary (exit status {st})", None)
+        return st, True
+    for pt in doc["points"]:
+        pt["dir"] = f"{parent.name}/{pt['dir']}" if pt.get("dir") else parent.name
+    if fixed:
+        doc["control"] = {"set": {o.path: o.text for o in fixed}, "transports": transports}
+    results.write(res_path, doc)
+    store[c.id] = (doc, None, str(res_path))
+    suite.status[c.id] = f"{what} done"
+    return st, True
+
+
+def _finish(suite: Suite, docs: dict, controls: dict, out: Path, console: Console, status: int, live) -> int:
+    """Judge every claim with its control, write reproduce.json and reproduce.md, print them."""
+    if live is not None:
+        live.refresh()
+        live.stop()
     entries, verdicts = [], []
     for p in suite.prepared:
         doc, why, path = docs.get(p.claim.id, (None, "not run (the suite stopped before it)", None))
-        entries.append(claim_entry(p.claim, path, p.scenarios or ([p.scenario] if p.scenario else []), doc))
-        verdicts.append(judge(p.claim, doc, why))
+        cdoc, cwhy, cpath = controls.get(p.claim.id, (None, "not run (the suite stopped before it)", None))
+        entries.append(claim_entry(p.claim, path, p.scenarios or ([p.scenario] if p.scenario else []), doc,
+                                   control_results=cpath))
+        verdicts.append(judge(p.claim, doc, why, cdoc, cwhy))
     rep = document(entries, verdicts, quick=suite.quick, trials=suite.trials or (1 if suite.quick else None))
-    results_dir = out
     from testbed.rundir.write import make_dir, write_atomic
-    make_dir(results_dir, "the reproduce directory")
-    write_atomic(results_dir / JSON_NAME, results.dumps(rep), what=JSON_NAME)
-    write_atomic(results_dir / MD_NAME, markdown(rep), what=MD_NAME)
+    make_dir(out, "the reproduce directory")
+    write_atomic(out / JSON_NAME, results.dumps(rep), what=JSON_NAME)
+    write_atomic(out / MD_NAME, markdown(rep), what=MD_NAME)
     console.print(reproduce_table(rep))
     console.print(regime_table(rep))
-    console.print(f"reproduce results: {results_dir / JSON_NAME}, {results_dir / MD_NAME}")
+    console.print(f"reproduce results: {out / JSON_NAME}, {out / MD_NAME}")
     return status

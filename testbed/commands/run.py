@@ -94,15 +94,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(args, seed: int | None = None, point=(), check_sweep: bool = True):
-    """The scenario with ``--set`` overrides, a sweep point and a seed applied."""
+    """The scenario with a sweep point, ``args.fixed_overrides`` (Override objects: a reproduce
+    control's ``set:``, when present), ``--set`` overrides and a seed applied."""
     from testbed.spec.overrides import KeyError_, parse_set
     try:
         sets = [parse_set(item) for item in args.overrides]
     except KeyError_ as exc:
         raise SpecError([Problem(args.scenario, 0, "--set", str(exc))]) from None
+    fixed = tuple(getattr(args, "fixed_overrides", None) or ())
     try:
         return load_scenario(args.scenario, features=features(), seed=seed if seed is not None else args.seed,
-                             overrides=(*point, *sets), check_sweep=check_sweep)
+                             overrides=(*point, *fixed, *sets), check_sweep=check_sweep)
     except SpecError as exc:   # a --set value has no line: say it came from --set
         keys = {o.path for o in sets}
         raise SpecError([replace(p, key_path=f"--set {p.key_path}")

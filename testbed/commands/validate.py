@@ -105,7 +105,8 @@ def check(path: str, feats, cluster=None, placer: str = "pods") -> dict:
 def check_claims(path: str) -> dict:
     """A claims file's result, as :func:`check`'s: its shape and rules, each claim's scenario
     (a scenario that does not load is a problem here, "not runnable" for ``reproduce``) and
-    what each rule names (transports, KPIs, sweep points)."""
+    what each rule names (transports, KPIs, sweep points), and each control's key paths, values
+    and transports against the scenario (:func:`testbed.spec.claimsfile.control_problems`)."""
     from pathlib import Path
 
     from testbed.commands.reproduce import prepare

@@ -1,6 +1,6 @@
 """The reproduction table (``testbed reproduce``): one row per claim of the paper.
 
-| claim (paper section) | paper's figure | this testbed, median [min-max] (n) | holds? | scaling |
+| claim (paper section) | paper's figure | this testbed, median [min-max] (n) | holds? | control | scaling |
 
 from the claims (:mod:`testbed.spec.claimsfile`) and their verdicts
 (:func:`testbed.metrics.claims.judge`): :func:`document` is ``reproduce.json``,
@@ -12,7 +12,7 @@ claim's scenario (its sweep points' range), detection measured (median over tria
 
 from __future__ import annotations
 
-from testbed.metrics.claims import INVALID, NO, NOT_RUNNABLE
+from testbed.metrics.claims import INVALID, NO, NOT_RUNNABLE, PASSES, UNPROVEN
 from testbed.model.regime import Span, from_json, hull, to_json
 from testbed.report.layout import Grid
 from testbed.report.regime import SHORT, detect_rtts, short_cells
@@ -20,7 +20,8 @@ from testbed.report.trials import JOB_LABELS, LABELS, fmt_stats
 
 FORMAT = "mrc-testbed-reproduce"
 VERSION = 1
-HEADERS = ["claim (paper section)", "paper's figure", "this testbed, median [min-max] (n)", "holds?", "scaling"]
+HEADERS = ["claim (paper section)", "paper's figure", "this testbed, median [min-max] (n)", "holds?", "control",
+           "scaling"]
 
 
 def _label(kpi: str) -> tuple[str, object]:
@@ -41,15 +42,28 @@ def term_cell(term: dict) -> str:
 
 def holds_cell(verdict: dict) -> str:
     v = verdict["verdict"]
-    if v in (NO, NOT_RUNNABLE, INVALID) and verdict.get("reason"):
+    if v in (NO, UNPROVEN, NOT_RUNNABLE, INVALID) and verdict.get("reason"):
         return f"{v} ({verdict['reason']})"
     return v
+
+
+def control_cell(verdict: dict) -> str:
+    """``removes ...: control: fails as it should; mrc busbw / host (%): 30.1 (1)`` (the
+    control's own terms: those of the transports it ran), or ``none``."""
+    ctl = verdict.get("control")
+    if not ctl:
+        return "none"
+    ran = set(ctl.get("transports") or ()) or None
+    terms = [t for t in ctl.get("terms") or () if ran is None or t["transport"] in ran]
+    reason = f" ({ctl['reason']})" if ctl.get("reason") and ctl["outcome"] != PASSES else ""
+    cells = "; ".join(term_cell(t) for t in terms)
+    return f"{ctl['removes']}: control {ctl['outcome']}{reason}" + (f"; {cells}" if cells else "")
 
 
 def row(claim: dict, verdict: dict) -> list[str]:
     return [f"{claim['id']} ({claim['section']})", claim["figure"],
             "; ".join(term_cell(t) for t in verdict.get("terms") or ()) or "-",
-            holds_cell(verdict), claim["scaling"]]
+            holds_cell(verdict), control_cell(verdict), claim["scaling"]]
 
 
 def payload_scaling(scenarios) -> str:
@@ -82,17 +96,24 @@ def claim_regime(claim, scenarios=(), doc: dict | None = None) -> dict:
             "detect_rtts": None if detect is None else detect.to_json()}
 
 
-def claim_entry(claim, results: str | None, scenarios=(), doc: dict | None = None) -> dict:
+def claim_entry(claim, results: str | None, scenarios=(), doc: dict | None = None,
+                control_results: str | None = None) -> dict:
     """A claim (:class:`testbed.spec.claimsfile.Claim`) as ``reproduce.json`` keeps it; the
     scaling text gets :func:`payload_scaling` of ``scenarios`` (the loaded scenario or its sweep
     points) appended, so a non-default payload is never left unsaid; ``regime``:
-    :func:`claim_regime` (``doc``: the claim's results document, for the measured detection)."""
+    :func:`claim_regime` (``doc``: the claim's results document, for the measured detection);
+    ``control``: what it removes, its overrides and transports, its results file (None
+    without a control)."""
     extra = payload_scaling(scenarios)
+    ctl = getattr(claim, "control", None)
     scaling = f"{claim.scaling.rstrip().rstrip(';')}; {extra}" if extra else claim.scaling
     return {"id": claim.id, "section": claim.section, "figure": claim.figure, "scenario": str(claim.scenario),
             "rules": [r.text for r in claim.rules], "scaling": scaling,
             "estimate_s": {"quick": claim.estimate_quick_s, "full": claim.estimate_full_s},
-            "results": results, "regime": claim_regime(claim, scenarios, doc)}
+            "results": results, "regime": claim_regime(claim, scenarios, doc),
+            "control": None if ctl is None else {
+                "removes": ctl.removes, "set": ctl.set_texts(),
+                "transports": list(ctl.transports) if ctl.transports else None, "results": control_results}}
 
 
 def regime_row(claim: dict) -> list[str]:
@@ -121,9 +142,14 @@ def document(claims: list[dict], verdicts: list[dict], *, quick: bool, trials: i
 
 def reproduce_table(doc: dict) -> Grid:
     rows = [row(c, c["verdict"]) for c in doc["claims"]]
+    return Grid(title(doc), HEADERS, rows, split="rows", justify=["left"] * len(HEADERS), shrink_first=(1, 5, 4))
+
+
+def title(doc: dict) -> str:
+    """``the MRC paper's claims, scaled: 3 of 7 hold (their controls fail)``."""
     held = sum(1 for c in doc["claims"] if c["verdict"]["verdict"] == "yes")
-    title = f"the MRC paper's claims, scaled{' (quick)' if doc.get('quick') else ''}: {held} of {len(rows)} hold"
-    return Grid(title, HEADERS, rows, split="rows", justify=["left"] * len(HEADERS), shrink_first=(1, 4))
+    return (f"the MRC paper's claims, scaled{' (quick)' if doc.get('quick') else ''}: {held} of "
+            f"{len(doc['claims'])} hold (their controls fail)")
 
 
 def _md(cell: str) -> str:
@@ -133,6 +159,8 @@ def _md(cell: str) -> str:
 def markdown(doc: dict) -> str:
     """``reproduce.md``: the table, then each claim's rules with their values."""
     lines = [f"# The MRC paper's claims, scaled{' (quick suite)' if doc.get('quick') else ''}", "",
+             f"{title(doc)[0].upper()}{title(doc)[1:]}. A claim holds when its rules hold and its control "
+             "(the scenario with the mechanism under test removed) fails them.", "",
              "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(_md(c) for c in row(c, c["verdict"])) + " |" for c in doc["claims"]]
     heads = ["claim", *SHORT.values()]
@@ -150,7 +178,28 @@ def markdown(doc: dict) -> str:
             if r is None or r["holds"] is None:
                 state = "not judged" + (f": {r['reason']}" if r and r.get("reason") else "")
             else:
-                state = (f"{'holds' if r['holds'] else 'fails'}: {r['left']['median']:.4g} vs "
-                         f"{r['bound']:.4g}" + (" (invalid runs)" if r.get("invalid") else ""))
+                state = (f"{'holds' if r['holds'] else 'fails'}: {_vs(r)}"
+                         + (" (invalid runs)" if r.get("invalid") else ""))
             lines.append(f"  - `{text}`: {state}")
+        ctl = c["verdict"].get("control")
+        if ctl:
+            ran = ", ".join(ctl.get("transports") or ()) or "every transport"
+            sets = ", ".join(f"`{k}: {v}`" for k, v in (ctl.get("set") or {}).items())
+            lines.append(f"  - control ({ctl['removes']}; {sets}; runs {ran}; results: "
+                         f"{(c.get('control') or {}).get('results') or '-'}): **{ctl['outcome']}**"
+                         + (f" ({ctl['reason']})" if ctl.get("reason") else ""))
+            for r in ctl.get("rules") or ():
+                state = ("not judged" + (f": {r['reason']}" if r.get("reason") else "") if r["holds"] is None
+                         else f"{'holds' if r['holds'] else 'fails'}: " + _vs(r))
+                lines.append(f"    - `{r['rule']}`: {state}")
+        else:
+            lines.append("  - control: none (the claim cannot count as holding)")
     return "\n".join(lines) + "\n"
+
+
+def _vs(r: dict) -> str:
+    """``0.93 vs 0.9``, or the reason a rule failed without a value (a trial gave none)."""
+    left = (r.get("left") or {}).get("median")
+    if left is None or r.get("bound") is None:
+        return r.get("reason") or "-"
+    return f"{left:.4g} vs {r['bound']:.4g}"

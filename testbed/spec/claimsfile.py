@@ -42,8 +42,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from yaml.nodes import MappingNode, SequenceNode
+
 from testbed.model import units
 from testbed.spec.common import parse_transport
+from testbed.spec.overrides import KeyError_, Override, parse_key, text_of
 from testbed.spec.regime import PaperValue, read_paper_regime
 from testbed.spec.yamlread import Problem, Reader, SpecError, join
 
@@ -56,7 +59,9 @@ RULE_RE = re.compile(
     rf"(?:(?P<num>{_NUM})(?:\s*\*\s*{_TERM.format(p='r')})?|{_TERM.format(p='s')})\s*")
 RULE_FORMS = ("TRANSPORT KPI[@POINT] OP NUMBER, or TRANSPORT KPI[@POINT] OP [K *] TRANSPORT KPI[@POINT] "
               "(OP: >=, <=, >, <)")
-_CLAIM_KEYS = (["id", "section", "figure", "scenario", "rules", "scaling", "estimate"], ["trials", "regime"])
+_CLAIM_KEYS = (["id", "section", "figure", "scenario", "rules", "scaling", "estimate"],
+               ["trials", "regime", "control"])
+_CONTROL_KEYS = (["removes", "set"], ["transports"])
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,22 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Control:
+    """A claim's control: its scenario with the mechanism under test removed (``removes``, text),
+    by key-path overrides (:class:`testbed.spec.overrides.Override`, each at its line of the
+    claims file), run on ``transports`` (None: the scenario's own list)."""
+
+    removes: str
+    overrides: tuple[Override, ...]
+    transports: tuple[str, ...] | None
+    line: int
+
+    def set_texts(self) -> dict[str, str]:
+        """``{key path: value as written}``."""
+        return {o.path: o.text for o in self.overrides}
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     section: str
@@ -101,6 +122,8 @@ class Claim:
     line: int
     #: the paper's regime for this claim: the file's top-level values, this claim's over them
     regime: dict[str, PaperValue] = field(default_factory=dict)
+    #: the variant that must fail (None: the claim names none, and so never counts as holding)
+    control: Control | None = None
 
     def transports(self) -> list[str]:
         return list(dict.fromkeys(t.transport for r in self.rules for t in r.terms()))
@@ -213,10 +236,50 @@ def _claim(r: Reader, node, where: str, base: Path, default_trials: int,
     trials = (r.integer(m["trials"], join(where, "trials"), minimum=1, maximum=100)
               if "trials" in m else default_trials)
     own = read_paper_regime(r, m["regime"], join(where, "regime")) if "regime" in m else {}
+    control = _control(r, m["control"], join(where, "control")) if "control" in m else None
     if len(r.problems) > before or None in (cid, scenario, quick, full, trials) or not rules:
         return None
     return Claim(cid, texts["section"], texts["figure"], scenario, tuple(rules), texts["scaling"],
-                 quick, full, trials, node.start_mark.line + 1, {**regime, **own})
+                 quick, full, trials, node.start_mark.line + 1, {**regime, **own}, control)
+
+
+def _control(r: Reader, node, where: str) -> Control | None:
+    """``control: {removes: TEXT, set: {KEY.PATH: VALUE, ...}, transports: [T, ...]}``: the key
+    paths' syntax and the transports' names are checked here; that the paths name places in
+    the scenario and that it loads with the values, by :func:`control_problems`."""
+    m = r.mapping(node, where, *_CONTROL_KEYS)
+    if m is None:
+        return None
+    before = len(r.problems)
+    removes = r.text(m["removes"], join(where, "removes"))
+    if removes is not None and not removes.strip():
+        r.error(m["removes"], join(where, "removes"), "must not be empty: say what the control removes")
+    overrides = []
+    for key, key_node, value in r.entries(m["set"], join(where, "set")) or ():
+        try:
+            overrides.append(Override(parse_key(key), value, text_of(value), key_node.start_mark.line + 1,
+                                      origin=f"control.set.{key}"))
+        except KeyError_ as exc:
+            r.error(key_node, join(join(where, "set"), key), str(exc))
+    if isinstance(m["set"], MappingNode) and not m["set"].value:
+        r.error(m["set"], join(where, "set"), "expected at least one key path: a control changes the scenario")
+    transports = None
+    if "transports" in m:
+        items = r.seq(m["transports"], join(where, "transports")) or []
+        names = [r.text(t, join(join(where, "transports"), i)) for i, t in enumerate(items)]
+        for i, (t, name) in enumerate(zip(items, names)):
+            if name is None:
+                continue
+            try:
+                parse_transport(name)
+            except ValueError as exc:
+                r.error(t, join(join(where, "transports"), i), str(exc))
+        if isinstance(m["transports"], SequenceNode) and not items:
+            r.error(m["transports"], join(where, "transports"), "expected at least one transport (or no key: all)")
+        transports = tuple(n for n in names if n is not None)
+    if len(r.problems) > before:
+        return None
+    return Control(removes, tuple(overrides), transports, node.start_mark.line + 1)
 
 
 def rule_problems(claims_file: Path, claim: Claim, transports: list[str], kpis: list[str],
@@ -247,3 +310,42 @@ def rule_problems(claims_file: Path, claim: Claim, transports: list[str], kpis: 
             elif point_texts is not None and t.point not in point_texts:
                 bad(f"@{t.point}: no such sweep point (one of {', '.join(point_texts)})")
     return out
+
+
+def control_problems(claims_file: Path, claim: Claim, transports: list[str], load) -> list[Problem]:
+    """What a claim's control names that its scenario refuses, each at its line of the claims
+    file: a transport not in the scenario's list (``transports``), a key path that names no
+    place in the scenario, a value the scenario's loader refuses. ``load(overrides)`` loads the
+    claim's scenario (every sweep point) with those overrides and raises
+    :class:`testbed.spec.yamlread.SpecError`; each override is tried alone first, so a problem
+    is pinned to the line of the value that caused it (one only the values together cause: the
+    control's line). The scenario's own messages follow, with their file:line."""
+    c = claim.control
+    if c is None:
+        return []
+    where = f"claims.{claim.id}.control"
+    out = [Problem(str(claims_file), c.line, f"{where}.transports",
+                   f"transport {t} is not in {claim.scenario.name}'s list ({', '.join(transports)})")
+           for t in c.transports or () if t not in transports]
+
+    def tried(overrides, line: int, key: str) -> bool:
+        try:
+            load(overrides)
+        except SpecError as exc:
+            out.extend(Problem(str(claims_file), line, key, f"{claim.scenario.name} refuses it: {_inner(p, claim)}")
+                       for p in exc.problems)
+            return False
+        return True
+
+    alone = [tried((o,), o.line, f"{where}.set.{o.path}") for o in c.overrides]
+    if all(alone):
+        tried(c.overrides, c.line, f"{where}.set")
+    return out
+
+
+def _inner(p: Problem, claim: Claim) -> str:
+    """A scenario's problem under a control: its own file:line unless that is the scenario
+    file, where the line would be the claims file's (the override's value carries it)."""
+    if p.file == str(claim.scenario) or not p.line:
+        return f"{p.key_path}: {p.message}" if p.key_path else p.message
+    return str(p)

@@ -130,6 +130,9 @@ class Override:
     node: Node
     text: str
     line: int = 0          # the line of the key (in the sweep block), 0 for --set
+    #: where problems about it are named: default ``sweep.<path>`` with a line, ``--set <path>``
+    #: without; a reproduce control's: ``control.set.<path>`` (its line is the claims file's)
+    origin: str = ""
 
     @property
     def path(self) -> str:
@@ -175,7 +178,7 @@ def point_dir(point: tuple[Override, ...]) -> str:
     return "_".join(parts) or "point"
 
 
-def _text_of(node: Node) -> str:
+def text_of(node: Node) -> str:
     """A value as written (a list or mapping on one line)."""
     if isinstance(node, ScalarNode):
         return str(node.value)
@@ -203,7 +206,7 @@ def read_sweep(r: Reader, node: Node) -> Sweep | None:
             r.error(value_node_, where, f"expected a non-empty list of values, got {r.describe(value_node_)}")
             continue
         keys.append(key)
-        values.append(tuple(Override(parsed, v, _text_of(v), line_of(key_node)) for v in value_node_.value))
+        values.append(tuple(Override(parsed, v, text_of(v), line_of(key_node)) for v in value_node_.value))
     if not keys:
         if not r.problems:
             r.error(node, SWEEP_KEY, "needs at least one key path with a list of values")
@@ -246,6 +249,8 @@ def _mark(o: Override) -> Mark:
 
 
 def _where(o: Override) -> str:
+    if o.origin:
+        return o.origin
     return join(SWEEP_KEY, o.path) if o.line else f"--set {o.path}"
 
 

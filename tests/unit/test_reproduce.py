@@ -31,6 +31,9 @@ claims:
       - mrc busbw_fraction_of_host >= 0.90
     scaling: "10 Mbit/s"
     estimate: {{quick: 1m, full: 3m}}
+    control:
+      removes: "spraying"
+      set: {{workload.evs: 1}}
 """
 
 
@@ -111,7 +114,7 @@ claims:
 def test_duplicate_ids_and_not_a_mapping(tmp_path):
     one = GOOD.format(scenario=PAPER / "p2p-bandwidth.yaml")
     two = one + one.split("claims:\n", 1)[1]
-    with pytest.raises(SpecError, match=r"claims.yaml:11: claims\[1\].id: duplicate id 'bw' \(first at line 3\)"):
+    with pytest.raises(SpecError, match=r"claims.yaml:14: claims\[1\].id: duplicate id 'bw' \(first at line 3\)"):
         load_claims(_claims(tmp_path, two))
     with pytest.raises(SpecError, match=r"claims.yaml:1: expected a mapping"):
         load_claims(_claims(tmp_path, "- 1\n"))
@@ -153,9 +156,9 @@ def test_rule_problems_name_what_the_scenario_lacks(tmp_path):
 def test_constant_form(tmp_path):
     claim = _claim(tmp_path, ["mrc busbw_fraction_of_host >= 0.90"])
     doc = _doc([{"mrc": {"busbw_fraction_of_host": v, "valid": True}} for v in (0.95, 0.93, 0.80)])
-    v = verdicts.judge(claim, doc)
+    v = verdicts.judge_rules(claim, doc)
     assert v["verdict"] == "yes" and v["rules"][0]["left"]["median"] == 0.93
-    v = verdicts.judge(claim, _doc([{"mrc": {"busbw_fraction_of_host": 0.85, "valid": True}}]))
+    v = verdicts.judge_rules(claim, _doc([{"mrc": {"busbw_fraction_of_host": 0.85, "valid": True}}]))
     assert v["verdict"] == "no" and "0.85 vs 0.9" in v["reason"]
 
 
@@ -164,11 +167,11 @@ def test_transport_vs_k_times_transport(tmp_path):
                               "mrc busbw_fraction_of_host > rc busbw_fraction_of_host"])
     doc = _doc([{"mrc": {"busbw_fraction_of_host": 0.9, "valid": True},
                  "rc": {"busbw_fraction_of_host": 0.5, "valid": True}}])
-    v = verdicts.judge(claim, doc)
+    v = verdicts.judge_rules(claim, doc)
     assert v["verdict"] == "yes" and v["rules"][0]["bound"] == pytest.approx(0.54)
     doc = _doc([{"mrc": {"busbw_fraction_of_host": 0.9, "valid": True},
                  "rc": {"busbw_fraction_of_host": 0.55, "valid": True}}])
-    v = verdicts.judge(claim, doc)
+    v = verdicts.judge_rules(claim, doc)
     assert v["verdict"] == "no" and [r["holds"] for r in v["rules"]] == [False, True]
 
 
@@ -182,7 +185,7 @@ def test_sweep_points(tmp_path):
                   "1%": [{"mrc": {"busbw_fraction_of_host": 0.6, "valid": True},
                           "rc": {"busbw_fraction_of_host": 0.1, "valid": True}}]})
     assert verdicts.point_texts(doc) == ["0.0001%", "0.1%", "1%"]
-    v = verdicts.judge(claim, doc)
+    v = verdicts.judge_rules(claim, doc)
     assert v["verdict"] == "yes", v
     assert [t["term"] for t in v["terms"]] == ["mrc busbw_fraction_of_host @0.1%",
                                                "mrc busbw_fraction_of_host @0.0001%",
@@ -197,42 +200,60 @@ def test_invalid_runs_never_hold(tmp_path):
                          "invalid_reasons": ["agents starved: p95 scheduling delay 9 ms"]}}])
     assert doc["points"][0]["transports"]["mrc"]["validity"] == {
         "valid": 1, "invalid": 1, "reasons": ["agents starved: p95 scheduling delay 9 ms"]}
-    v = verdicts.judge(claim, doc)
+    v = verdicts.judge_rules(claim, doc)
     assert v["verdict"] == "invalid" and "agents starved" in v["reason"]
     assert v["rules"][0]["holds"] is True   # the numbers alone would hold: the verdict does not
 
 
 def test_not_runnable(tmp_path):
     claim = _claim(tmp_path, ["mrc detect_s <= 5 * mrc base_rtt_s"])
-    v = verdicts.judge(claim, None, "paper-incast does not load here: no BPF")
+    v = verdicts.judge_rules(claim, None, "paper-incast does not load here: no BPF")
     assert v["verdict"] == "not runnable" and "no BPF" in v["reason"] and v["rules"] == []
-    v = verdicts.judge(claim, _doc([{"mrc": {"detect_s": None, "base_rtt_s": 0.02, "valid": True}}]))
-    assert v["verdict"] == "not runnable" and "mrc detect_s: no value in any trial" in v["reason"]
-    v = verdicts.judge(claim, _doc([{"rc": {"detect_s": 1.0, "valid": True}}]))
+    v = verdicts.judge_rules(claim, _doc([{"rc": {"detect_s": 1.0, "valid": True}}]))
     assert v["verdict"] == "not runnable" and "mrc: not in the results" in v["reason"]
+
+
+def test_a_missing_value_fails_the_rule(tmp_path):
+    """A trial whose detect_s is null (no EV retired) fails a rule on detect_s: it does not drop
+    out of the median (two trials detecting in 1 RTT used to hold the rule with the third's null)."""
+    claim = _claim(tmp_path, ["mrc detect_s <= 5 * mrc base_rtt_s"])
+    doc = _doc([{"mrc": {"detect_s": d, "base_rtt_s": 0.02, "valid": True}} for d in (0.02, None, 0.02)])
+    assert doc["points"][0]["transports"]["mrc"]["detect_s"]["missing"] == 1
+    v = verdicts.judge_rules(claim, doc)
+    assert v["verdict"] == "no" and v["rules"][0]["holds"] is False
+    assert "mrc detect_s: no value in 1 of 3 trials" in v["reason"]
+    v = verdicts.judge_rules(claim, _doc([{"mrc": {"detect_s": None, "base_rtt_s": 0.02, "valid": True}}]))
+    assert v["verdict"] == "no" and "no value in 1 of 1 trials" in v["reason"]
+    doc = _doc([{"mrc": {"detect_s": 0.02, "base_rtt_s": 0.02, "valid": True}}] * 3)
+    assert verdicts.judge_rules(claim, doc)["verdict"] == "yes"
 
 
 # -- the table ---------------------------------------------------------------------------------------
 
 def _report(tmp_path):
     c1 = _claim(tmp_path, ["mrc busbw_fraction_of_host >= 0.90"])
-    v1 = verdicts.judge(c1, _doc([{"mrc": {"busbw_fraction_of_host": x, "valid": True}} for x in (0.93, 0.95, 0.9)]))
-    v2 = verdicts.judge(c1, None, "a | b")
-    return document([claim_entry(c1, "out/bw/results.json"), claim_entry(c1, None)], [v1, v2], quick=True,
-                    trials=1)
+    v1 = verdicts.judge(c1, _doc([{"mrc": {"busbw_fraction_of_host": x, "valid": True}} for x in (0.93, 0.95, 0.9)]),
+                        None, _doc([{"mrc": {"busbw_fraction_of_host": 0.4, "valid": True}}]))
+    v2 = verdicts.judge(c1, None, "a | b", None, "a | b")
+    return document([claim_entry(c1, "out/bw/results.json", control_results="out/bw/control-results.json"),
+                     claim_entry(c1, None)], [v1, v2], quick=True, trials=1)
 
 
 def test_table_rendering(tmp_path):
     doc = _report(tmp_path)
     md = markdown(doc)
-    assert "| claim (paper section) | paper's figure | this testbed, median [min-max] (n) | holds? | scaling |" in md
-    assert "| bw (evaluation: bandwidth) | ~96% of peak | mrc busbw / host (%): 93.0 [90.0-95.0] (3) | yes | 10 Mbit/s |" in md
+    assert ("| claim (paper section) | paper's figure | this testbed, median [min-max] (n) | holds? | control | "
+            "scaling |") in md
+    assert ("| bw (evaluation: bandwidth) | ~96% of peak | mrc busbw / host (%): 93.0 [90.0-95.0] (3) | yes | "
+            "spraying: control fails as it should (mrc busbw_fraction_of_host >= 0.90: 0.4 vs 0.9); "
+            "mrc busbw / host (%): 40.0 [40.0-40.0] (1) | 10 Mbit/s |") in md
+    assert "**fails as it should**" in md and "    - `mrc busbw_fraction_of_host >= 0.90`: fails: 0.4 vs 0.9" in md
     assert "not runnable (a \\| b)" in md
     assert "`mrc busbw_fraction_of_host >= 0.90`: holds: 0.93 vs 0.9" in md
     console = Console(record=True, width=200)
     console.print(reproduce_table(doc))
     out = console.export_text()
-    assert "1 of 2 hold" in out and "93.0 [90.0-95.0] (3)" in out
+    assert "1 of 2 hold (their controls fail)" in out and "93.0 [90.0-95.0] (3)" in out
     json.dumps(doc)   # reproduce.json is plain JSON
 
 
@@ -249,6 +270,8 @@ def test_resume_skips_claims_with_results(tmp_path, monkeypatch):
     doc = _doc([{"mrc": {"busbw_fraction_of_host": 0.94, "valid": True}}], "paper-p2p-bandwidth")
     (out / "bw").mkdir(parents=True)
     results.write(out / "bw" / "results.json", doc)
+    results.write(out / "bw" / "control-results.json",
+                  _doc([{"mrc": {"busbw_fraction_of_host": 0.3, "valid": True}}], "paper-p2p-bandwidth"))
 
     def no_runs(*a, **k):
         raise AssertionError("a claim with results was run again")
@@ -258,6 +281,8 @@ def test_resume_skips_claims_with_results(tmp_path, monkeypatch):
     assert rep["format"] == "mrc-testbed-reproduce" and rep["quick"] is True
     assert rep["claims"][0]["verdict"]["verdict"] == "yes"
     assert rep["claims"][0]["results"] == str(out / "bw" / "results.json")
+    assert rep["claims"][0]["control"]["results"] == str(out / "bw" / "control-results.json")
+    assert rep["claims"][0]["verdict"]["control"]["outcome"] == "fails as it should"
     assert "| yes |" in (out / "reproduce.md").read_text()
 
 
@@ -267,16 +292,21 @@ def test_runs_a_claim_without_results_and_keeps_them(tmp_path, monkeypatch):
     calls = []
 
     def fake(args, scenario, sweep, scenarios, transports, trials, parent, console, err, before_trial=None):
-        calls.append((scenario.name, transports, trials, parent.parent.name))
+        calls.append((scenario.name, transports, trials, parent.name.split("-2")[0], scenario.workload.evs,
+                      [o.path for o in args.fixed_overrides]))
         before_trial(0, 1, 0, trials)
         return _doc([{"mrc": {"busbw_fraction_of_host": 0.5, "valid": True}}], scenario.name), 0
     monkeypatch.setattr("testbed.commands.run.run_many", fake)
     assert cmd.run(_args(claims_file, out)) == 0
-    assert calls == [("paper-p2p-bandwidth", ["mrc"], 1, "bw")]
-    assert (out / "bw" / "results.json").is_file()
+    # the claim, then its control: the scenario with the control's override, same trials
+    assert calls == [("paper-p2p-bandwidth", ["mrc"], 1, "runs", 8, []),
+                     ("paper-p2p-bandwidth", ["mrc"], 1, "control-runs", 1, ["workload.evs"])]
+    assert (out / "bw" / "results.json").is_file() and (out / "bw" / "control-results.json").is_file()
+    assert results.load(out / "bw" / "control-results.json")["control"] == {"set": {"workload.evs": "1"},
+                                                                             "transports": ["mrc"]}
     assert json.loads((out / "reproduce.json").read_text())["claims"][0]["verdict"]["verdict"] == "no"
     assert cmd.run(_args(claims_file, out, quick=False, trials=None)) == 0   # resumed: not run again
-    assert len(calls) == 1
+    assert len(calls) == 2
 
 
 def test_interrupted_claim_is_not_kept(tmp_path, monkeypatch):
