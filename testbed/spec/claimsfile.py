@@ -346,6 +346,7 @@ def control_problems(claims_file: Path, claim: Claim, transports: list[str], loa
 def _inner(p: Problem, claim: Claim) -> str:
     """A scenario's problem under a control: its own file:line unless that is the scenario
     file, where the line would be the claims file's (the override's value carries it)."""
-    if p.file == str(claim.scenario) or not p.line:
-        return f"{p.key_path}: {p.message}" if p.key_path else p.message
+    if p.file == str(claim.scenario) or not p.line:   # a key path of the control itself is said already
+        own = not p.key_path or p.key_path.startswith("control.set.")
+        return p.message if own else f"{p.key_path}: {p.message}"
     return str(p)
