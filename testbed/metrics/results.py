@@ -13,7 +13,7 @@ A results document is::
          "dir": "p01_evs-8",                  # this point's directory, relative to the file ("" here)
          "trials": 3, "seeds": [1, 2, 3],
          "faulted_link": {"<link>": trials},
-         "transports": {"<transport>": {"<kpi>": {"median", "min", "max", "n"}, ...,
+         "transports": {"<transport>": {"<kpi>": {"median", "min", "max", "n", "missing"}, ...,
                                         "faulted_link": {...},
                                         "validity": {"valid", "invalid", "reasons"}}}}]}
 
