@@ -39,7 +39,7 @@ claims:
 """
 
 
-def _file(tmp_path: Path, set_lines: str = "        workload.evs: 1", transports: str = "[mrc]",
+def _file(tmp_path: Path, set_lines: str = "        workload.evs_per_qp: 1", transports: str = "[mrc]",
           scenario: Path = PAPER / "failover.yaml") -> Path:
     p = tmp_path / "claims.yaml"
     p.write_text(CLAIM.format(scenario=scenario, set=set_lines, transports=transports))
@@ -63,8 +63,8 @@ def _stall(mrc: float, rc: float | None = None) -> dict:
 def test_control_is_parsed(tmp_path):
     c = load_claims(_file(tmp_path)).claims[0]
     assert c.control.removes == "failover" and c.control.transports == ("mrc",)
-    assert c.control.set_texts() == {"workload.evs": "1"} and c.control.line == 11
-    assert c.control.overrides[0].key == ("workload", "evs") and c.control.overrides[0].line == 13
+    assert c.control.set_texts() == {"workload.evs_per_qp": "1"} and c.control.line == 11
+    assert c.control.overrides[0].key == ("workload", "evs_per_qp") and c.control.overrides[0].line == 13
 
 
 def test_bad_key_path_syntax_is_a_file_line_error(tmp_path):
@@ -82,15 +82,18 @@ def _plan_problems(path: Path) -> list[str]:
 
 
 def test_key_path_naming_no_place_and_refused_value_are_file_line_errors(tmp_path):
-    path = _file(tmp_path, "        workload.evs: 1\n        workload.nothing.here: 3\n        timeline[0].after: soon")
+    path = _file(tmp_path, "        workload.evs_per_qp: 1\n        workload.nothing.here: 3\n        timeline[0].after: soon")
     probs = _plan_problems(path)
     assert any(p.startswith(f"{path}:14: claims.fo.control.set.workload.nothing.here: failover.yaml refuses it: ")
                and "unknown key path" in p for p in probs), probs
     assert any(p.startswith(f"{path}:15: claims.fo.control.set.timeline[0].after: ") and "'soon'" in p
                for p in probs), probs
-    assert not any(":13:" in p for p in probs)          # workload.evs: 1 is fine
-    refused = _plan_problems(_file(tmp_path, "        workload.evs: 0"))
-    assert len(refused) == 1 and refused[0].startswith(f"{path}:13: claims.fo.control.set.workload.evs: ")
+    assert not any(":13:" in p for p in probs)          # workload.evs_per_qp: 1 is fine
+    refused = _plan_problems(_file(tmp_path, "        workload.evs_per_qp: 0"))
+    assert len(refused) == 1 and refused[0].startswith(f"{path}:13: claims.fo.control.set.workload.evs_per_qp: ")
+    both = _plan_problems(_file(tmp_path, "        workload.evs: 1"))     # the scenario gives evs_per_qp
+    assert len(both) == 1 and both[0].startswith(f"{path}:13: claims.fo.control.set.workload.evs: ")
+    assert "not both" in both[0]
     wrong = _plan_problems(_file(tmp_path, transports="[mrc, rc-x16]"))
     assert wrong == [f"{path}:11: claims.fo.control.transports: transport rc-x16 is not in failover.yaml's list "
                      "(mrc, rc, tcp)"]
