@@ -16,8 +16,10 @@ A claim is "invalid" when any run feeding one of its rules failed the fidelity c
 figures measure the machine, not the transport): it never holds on such runs. It is "not
 runnable" when there are no results (with the reason) or a rule's KPI has no value; "no"
 when a rule fails; "yes" when every rule holds. A trial that ran the transport but gave no
-value for a rule's KPI (``missing`` in its stats: e.g. ``detect_s`` null, no EV retired) makes
-the rule fail: a missing value never drops out of a median.
+value for a rule's KPI (``missing`` in its stats: e.g. ``detect_s`` null, no EV retired), or
+that did not complete (``completion.incomplete``: a QP in ERR, a failed rank; its KPIs cover
+only what finished, so a stall that never ended is not in them), makes the rule fail: a missing
+value never drops out of a median.
 
 A claim's control (``control:``, its scenario with the mechanism under test removed) is judged
 by the same rules on the control's KPIs, its transports replacing the claim's same-named ones
@@ -69,6 +71,12 @@ def term_stats(doc: dict, term: Term) -> tuple[dict | None, dict | None]:
     return t.get(term.kpi), t.get("validity")
 
 
+def _completion(doc: dict, term: Term) -> dict:
+    """The term's transport's ``completion`` counts at its point ({} when absent)."""
+    p = find_point(doc, term.point)
+    return (((p or {}).get("transports") or {}).get(term.transport) or {}).get("completion") or {}
+
+
 def _compare(a: float, op: str, b: float) -> bool:
     return {">=": a >= b, "<=": a <= b, ">": a > b, "<": a < b}[op]
 
@@ -85,6 +93,11 @@ def judge_rule(rule: Rule, doc: dict) -> dict:
             continue
         st, validity = term_stats(doc, term)
         out[side] = st
+        done = _completion(doc, term)
+        if done.get("incomplete"):     # its KPIs cover only what finished: not a value for the rule
+            n = done["incomplete"] + (done.get("complete") or 0)
+            absent.append(f"{term.transport}{' @' + term.point if term.point else ''}: did not complete "
+                          f"{done['incomplete']} of {n} trials ({'; '.join(done.get('reasons') or ())})")
         if validity and validity.get("invalid"):
             out["invalid"] += [f"{term.transport}{' @' + term.point if term.point else ''}: {r}"
                                for r in validity.get("reasons") or ["invalid"]]
@@ -99,7 +112,7 @@ def judge_rule(rule: Rule, doc: dict) -> dict:
         out["reason"] = "; ".join(missing)
         return out
     if absent:            # a trial without a value fails the rule: it does not drop out of a median
-        out["holds"], out["reason"] = False, "; ".join(absent)
+        out["holds"], out["reason"] = False, "; ".join(dict.fromkeys(absent))
         return out
     left = out["left"]["median"]
     bound = rule.constant if rule.right is None else rule.factor * out["right"]["median"]

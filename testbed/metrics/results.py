@@ -108,7 +108,7 @@ def check(doc: dict) -> list[str]:
                 out.append(f"points[{i}].transports.{name}: expected an object")
                 continue
             for kpi, st in t.items():
-                if kpi not in ("faulted_link", "validity") and not (isinstance(st, dict) and "median" in st and "n" in st):
+                if kpi not in ("faulted_link", "validity", "completion") and not (isinstance(st, dict) and "median" in st and "n" in st):
                     out.append(f"points[{i}].transports.{name}.{kpi}: expected median, min, max, n")
     return out
 

@@ -77,7 +77,20 @@ def _transport(trials: list[dict | None]) -> dict:
             links[link] = links.get(link, 0) + 1
     out["faulted_link"] = dict(sorted(links.items()))
     out["validity"] = validity(trials)
+    out["completion"] = completion(trials)
     return out
+
+
+def completion(trials: list[dict | None]) -> dict:
+    """``{"complete", "incomplete", "reasons"}``: how many of the trials that ran this transport
+    finished every rank's measured iterations (the summary's ``completion.complete``) and how
+    many did not (a QP in ERR, a rank failed, the timeout), with the reasons (distinct, in
+    order). A KPI of an incomplete run covers only what finished: a stall that never ended is
+    not in ``worst_stall``. A summary without ``completion`` counts as neither."""
+    ran = [s.get("completion") for s in trials if s and isinstance(s.get("completion"), dict)]
+    bad = [c for c in ran if c.get("complete") is False]
+    return {"complete": sum(1 for c in ran if c.get("complete") is True), "incomplete": len(bad),
+            "reasons": list(dict.fromkeys(str(c.get("reason")) for c in bad))}
 
 
 def validity(trials: list[dict | None]) -> dict:
@@ -97,7 +110,7 @@ def aggregate(summaries: list[dict]) -> dict:
     Returns ``{"scenario", "trials": n, "seeds": [...] (each summary's "seed", where present),
     "faulted_link": {link: trials},
     "transports": {name: {kpi: {"median", "min", "max", "n", "missing"}, ..., "faulted_link": {link: trials},
-    "validity": {"valid", "invalid", "reasons"}}}}``
+    "validity": {"valid", "invalid", "reasons"}, "completion": {"complete", "incomplete", "reasons"}}}}``
     for the KPIs of :data:`KPIS` (``missing``: trials that ran the transport and gave no value;
     ``worst_recovery.s`` over the trials whose slowest flow
     recovered, plus ``no_dip`` and ``not_recovered`` trial counts); ``faulted_link`` counts the

@@ -55,7 +55,12 @@ def control_cell(verdict: dict) -> str:
         return "none"
     ran = set(ctl.get("transports") or ()) or None
     terms = [t for t in ctl.get("terms") or () if ran is None or t["transport"] in ran]
-    reason = f" ({ctl['reason']})" if ctl.get("reason") and ctl["outcome"] != PASSES else ""
+    rules = ctl.get("rules") or []
+    failing = [r for r in rules if r.get("holds") is False]
+    if failing:      # the first rule it fails, and how many (each is listed in reproduce.md)
+        reason = f" ({len(failing)} of {len(rules)} rules fail; {failing[0]['rule']}: {_vs(failing[0])})"
+    else:
+        reason = f" ({ctl['reason']})" if ctl.get("reason") and ctl["outcome"] != PASSES else ""
     cells = "; ".join(term_cell(t) for t in terms)
     return f"{ctl['removes']}: control {ctl['outcome']}{reason}" + (f"; {cells}" if cells else "")
 
@@ -187,7 +192,7 @@ def markdown(doc: dict) -> str:
             sets = ", ".join(f"`{k}: {v}`" for k, v in (ctl.get("set") or {}).items())
             lines.append(f"  - control ({ctl['removes']}; {sets}; runs {ran}; results: "
                          f"{(c.get('control') or {}).get('results') or '-'}): **{ctl['outcome']}**"
-                         + (f" ({ctl['reason']})" if ctl.get("reason") else ""))
+                         + (f" ({ctl['reason']})" if ctl.get("reason") and not ctl.get("rules") else ""))
             for r in ctl.get("rules") or ():
                 state = ("not judged" + (f": {r['reason']}" if r.get("reason") else "") if r["holds"] is None
                          else f"{'holds' if r['holds'] else 'fails'}: " + _vs(r))

@@ -245,7 +245,8 @@ def test_table_rendering(tmp_path):
     assert ("| claim (paper section) | paper's figure | this testbed, median [min-max] (n) | holds? | control | "
             "scaling |") in md
     assert ("| bw (evaluation: bandwidth) | ~96% of peak | mrc busbw / host (%): 93.0 [90.0-95.0] (3) | yes | "
-            "spraying: control fails as it should (mrc busbw_fraction_of_host >= 0.90: 0.4 vs 0.9); "
+            "spraying: control fails as it should (1 of 1 rules fail; mrc busbw_fraction_of_host >= 0.90: "
+            "0.4 vs 0.9); "
             "mrc busbw / host (%): 40.0 [40.0-40.0] (1) | 10 Mbit/s |") in md
     assert "**fails as it should**" in md and "    - `mrc busbw_fraction_of_host >= 0.90`: fails: 0.4 vs 0.9" in md
     assert "not runnable (a \\| b)" in md

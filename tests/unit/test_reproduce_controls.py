@@ -256,3 +256,20 @@ def test_every_flap_counts():
     doc = _doc([{"mrc": {"faulted_iteration": old, "faulted_iterations": new, "valid": True}}])
     v = verdicts.judge_rules(claim, doc)
     assert v["verdict"] == "no" and "30 vs 5" in v["reason"]
+
+
+def test_an_incomplete_run_fails_the_rules_it_feeds(tmp_path):
+    """Measured (failover's control, one EV per QP): the QP whose only path died went to ERR
+    39 s later and the ring never finished; the stall KPI, computed on finished iterations,
+    read 110 ms. Such a run is not a value for a rule."""
+    claim = load_claims(_file(tmp_path)).claims[0]
+    dead = {"mrc": {"worst_stall": {"s": 0.11}, "valid": True,
+                    "completion": {"complete": False, "reason": "rank 11 failed: QPChannelError: retry exhausted"}}}
+    doc = _doc([dead])
+    assert doc["points"][0]["transports"]["mrc"]["completion"] == {
+        "complete": 0, "incomplete": 1, "reasons": ["rank 11 failed: QPChannelError: retry exhausted"]}
+    ok = _doc([{**_stall(0.1, 2.5), "rc": {"worst_stall": {"s": 2.5}, "valid": True, "completion": {"complete": True}}}])
+    v = verdicts.judge(claim, ok, None, doc)
+    assert v["verdict"] == "yes" and v["control"]["outcome"] == "fails as it should"
+    assert "mrc: did not complete 1 of 1 trials (rank 11 failed" in v["control"]["rules"][0]["reason"]
+    assert verdicts.judge_rules(claim, doc)["verdict"] == "not runnable"    # rc is not in it
