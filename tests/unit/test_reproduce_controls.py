@@ -170,7 +170,7 @@ def test_every_shipped_claim_names_a_control():
     assert all(c.control is not None and c.control.removes for c in claims)
     by_id = {c.id: c.control for c in claims}
     assert by_id["ev-gray-failure"].set_texts() == {"controller.policy": "none"}
-    assert by_id["load-balance"].set_texts() == {"workload.evs": "1"}
+    assert by_id["load-balance"].set_texts() == {"workload.evs": "1", "workload.iterations": "2"}
 
 
 # -- load-balance: busbw over the NICs a transport uses ----------------------------------------------
