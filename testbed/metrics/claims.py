@@ -17,9 +17,9 @@ figures measure the machine, not the transport): it never holds on such runs. It
 runnable" when there are no results (with the reason) or a rule's KPI has no value; "no"
 when a rule fails; "yes" when every rule holds. A trial that ran the transport but gave no
 value for a rule's KPI (``missing`` in its stats: e.g. ``detect_s`` null, no EV retired), or
-that did not complete (``completion.incomplete``: a QP in ERR, a failed rank; its KPIs cover
-only what finished, so a stall that never ended is not in them), makes the rule fail: a missing
-value never drops out of a median.
+that did not complete (``completion.incomplete``: a QP in ERR, a failed rank; its iteration
+KPIs cover only what finished, though its flows' stalls run to the end of the run), makes the
+rule fail: a missing value never drops out of a median.
 
 A claim's control (``control:``, its scenario with the mechanism under test removed) is judged
 by the same rules on the control's KPIs, its transports replacing the claim's same-named ones

@@ -54,6 +54,26 @@ def iteration_spans(events: list[dict], t0_s: float) -> list[dict]:
     return sorted(out, key=lambda it: it["start_s"])
 
 
+def open_span(spans: list[dict], events: list[dict], world_size: int, end_s: float) -> dict:
+    """The unfinished rest of an incomplete run as one more span of :func:`iteration_spans`'s
+    shape (``open: True``): for every rank that did not report ``done``, from the end of its
+    last iteration (or the first iteration's start, or 0) to ``end_s``; a done rank has nothing
+    left (a zero-length span at ``end_s``). Without it a stall that never ends, in the iteration
+    that never finished, is in no span and reads as no stall at all. Times relative, as in ``spans``."""
+    done = {e["rank"] for e in events if e.get("kind") == "agent" and e.get("status") == "done" and "rank" in e}
+    first = min((it["start_s"] for it in spans), default=0.0)
+    by_rank = {}
+    for r in range(world_size):
+        if r in done:
+            by_rank[r] = (end_s, end_s)
+            continue
+        last = max((it["by_rank"][r][1] for it in spans if r in it["by_rank"]), default=first)
+        by_rank[r] = (min(last, end_s), end_s)
+    start = min((a for a, _ in by_rank.values()), default=end_s)
+    return {"seq": None, "size": None, "iter": None, "warmup": False, "open": True, "by_rank": by_rank,
+            "seconds": None, "start_s": start, "end_s": end_s}
+
+
 def flow_active(edges: np.ndarray, spans: list[dict], src_rank: int, dst_rank: int) -> np.ndarray:
     """Bool per bin: the bin lies inside an iteration's span for this flow, from the sender's
     start to the receiver's end (shape (nbins,))."""

@@ -14,7 +14,7 @@ from testbed.metrics.collectives import _stats, completion, expected_measured_it
 from testbed.metrics.definitions import BIN_S, DEFINITIONS, LINK_BIN_S
 from testbed.metrics.fidelity import busiest_links, cpu_fidelity, emulation_validity
 from testbed.metrics.nics import nic_bandwidth_bps
-from testbed.metrics.kpis import boundary_warnings, ev_links, ev_retirements, false_retirements, fault_windows, faulted_iteration, faulted_iterations, flow_kpis, iteration_spans, p_nearest_rank, worst_recovery, worst_stall
+from testbed.metrics.kpis import boundary_warnings, ev_links, ev_retirements, false_retirements, fault_windows, faulted_iteration, faulted_iterations, flow_kpis, iteration_spans, open_span, p_nearest_rank, worst_recovery, worst_stall
 from testbed.rundir.load import TransportRecords, job_names, load_transport
 from testbed.rundir.read import load_manifest, scenario_name
 from testbed.rundir.tables import FlowKey
@@ -207,7 +207,10 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
         rank_of = {h: r for r, h in enumerate(hosts)}
         crossing = {(r, rank_of.get(peer)) for (r, d, peer, _), links in evl.items()
                     if d == "tx" and faulted & set(links)}
-    kp = flow_kpis(flows, hosts, spans, edges, windows, crossing, base_rtt)
+    # an incomplete run's unfinished rest is active time too: a stall that never ends counts
+    kspans = spans if completion(tr.events, len(hosts) or None)["complete"] else \
+        [*spans, open_span(spans, tr.events, len(hosts), window[1])]
+    kp = flow_kpis(flows, hosts, kspans, edges, windows, crossing, base_rtt)
     crossing_evs = {k for k, links in evl.items() if faulted & set(links)}
     rets = ev_retirements(trans, crossing_evs, window[1])
     detect = []

@@ -85,8 +85,9 @@ def completion(trials: list[dict | None]) -> dict:
     """``{"complete", "incomplete", "reasons"}``: how many of the trials that ran this transport
     finished every rank's measured iterations (the summary's ``completion.complete``) and how
     many did not (a QP in ERR, a rank failed, the timeout), with the reasons (distinct, in
-    order). A KPI of an incomplete run covers only what finished: a stall that never ended is
-    not in ``worst_stall``. A summary without ``completion`` counts as neither."""
+    order). An incomplete run's iteration KPIs cover only what finished (its flows' stalls
+    run to its end: :func:`testbed.metrics.kpis.open_span`). A summary without ``completion``
+    counts as neither."""
     ran = [s.get("completion") for s in trials if s and isinstance(s.get("completion"), dict)]
     bad = [c for c in ran if c.get("complete") is False]
     return {"complete": sum(1 for c in ran if c.get("complete") is True), "incomplete": len(bad),

@@ -164,3 +164,23 @@ def test_bins_are_never_finer_than_the_samples():
         s = sample_interval_s(rtt)
         assert MIN_SAMPLE_INTERVAL_S <= s <= SAMPLE_INTERVAL_S and (s <= rtt or s == MIN_SAMPLE_INTERVAL_S)
     assert sample_interval_s(0.0123) == pytest.approx(0.0123) and sample_interval_s(0.0435) == SAMPLE_INTERVAL_S
+
+
+def test_an_incomplete_runs_unfinished_rest_is_active_time_so_a_stall_that_never_ends_counts():
+    """Two iterations end at 2 s; the flow 0->1 then moves until 3 s and never again (a QP in
+    ERR) while the run goes on to 10 s. Over the finished iterations alone no stall shows; with
+    the open span the 7 s stall does. A rank that reported done has nothing left."""
+    from testbed.metrics.kpis import flow_spans, open_span, sample_stalls
+    spans = [{"start_s": 0.0, "end_s": 1.0, "by_rank": {0: (0.0, 1.0), 1: (0.0, 1.0)}},
+             {"start_s": 1.0, "end_s": 2.0, "by_rank": {0: (1.0, 2.0), 1: (1.0, 2.0)}}]
+    t = np.arange(0.0, 10.01, 0.02)
+    counter = np.minimum(t, 3.0) * 1000
+    closed = sample_stalls(t, counter, flow_spans(spans, 0, 1))
+    assert max(d for _, d in closed) < 0.05
+    rest = open_span(spans, [], 2, 10.0)
+    assert rest["by_rank"] == {0: (2.0, 10.0), 1: (2.0, 10.0)} and rest["open"]
+    opened = sample_stalls(t, counter, flow_spans([*spans, rest], 0, 1))
+    start, longest = max(opened, key=lambda g: g[1])
+    assert longest == pytest.approx(7.0, abs=0.03) and start == pytest.approx(3.0, abs=0.03)
+    done = open_span(spans, [{"kind": "agent", "status": "done", "rank": 0}], 2, 10.0)
+    assert done["by_rank"][0] == (10.0, 10.0)
