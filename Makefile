@@ -55,7 +55,7 @@ run: setup
 	$(PY) -m testbed run $(SCENARIO)
 
 # The MRC paper's claims, scaled (scenarios/paper/claims.yaml): the quick suite, 1 trial per
-# claim (~25 min on 2 cores); results in runs/reproduce-quick/ (an interrupted suite resumes).
+# claim and its control (~40 min on 2 cores); results in runs/reproduce-quick/ (an interrupted suite resumes).
 # CLAIMS=a,b runs only those; reproduce-full runs each claim's trials (runs/reproduce/).
 reproduce: setup
 	$(PY) -m testbed reproduce --quick $(if $(CLAIMS),--claims $(CLAIMS))
