@@ -40,6 +40,11 @@ from .udp import ECT0, RECV_BATCH, Route, _udp6_socket, connected
 MAX_DATAGRAM_BYTES = 65535
 
 
+def _counter(name: str) -> property:
+    """A read-only attribute: the C endpoint's counter ``name``."""
+    return property(lambda self: self._ep.counters()[name], doc=f"The C endpoint's {name} counter.")
+
+
 class NativeEndpoint:
     """UDP/IPv6 sockets for a set of native QPs (``agents.mrc._core.QP``).
 
@@ -175,34 +180,14 @@ class NativeEndpoint:
         """The C endpoint's counters (datagrams, drops, recvmmsg/sendmmsg calls, timers)."""
         return self._ep.counters()
 
-    @property
-    def rx_datagrams(self) -> int:
-        return self._ep.counters()["rx_datagrams"]
-
-    @property
-    def tx_datagrams(self) -> int:
-        return self._ep.counters()["tx_datagrams"]
-
-    @property
-    def rx_unknown_qpn(self) -> int:
-        return self._ep.counters()["rx_unknown_qpn"]
-
-    @property
-    def tx_errors(self) -> int:
-        return self._ep.counters()["tx_errors"]
-
-    @property
-    def tx_no_route(self) -> int:
-        return self._ep.counters()["tx_no_route"]
-
-    @property
-    def tx_released(self) -> int:
-        """Datagrams taken out of a delay line and sent."""
-        return self._ep.counters()["tx_released"]
-
-    @property
-    def rx_ce(self) -> int:
-        return self._ep.counters()["rx_ce"]
+    # udp.py's counters, read off the C endpoint's (tx_released: taken out of a delay line)
+    rx_datagrams = _counter("rx_datagrams")
+    tx_datagrams = _counter("tx_datagrams")
+    rx_unknown_qpn = _counter("rx_unknown_qpn")
+    tx_errors = _counter("tx_errors")
+    tx_no_route = _counter("tx_no_route")
+    tx_released = _counter("tx_released")
+    rx_ce = _counter("rx_ce")
 
     def close(self) -> None:
         """Detach every QP and close every socket this endpoint opened."""

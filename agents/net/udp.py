@@ -187,6 +187,7 @@ class Endpoint:
         self._qps: dict[int, object] = {}
         self._routes: dict[int, dict[int, tuple]] = {}   # QPN -> EV -> (send, addr, line)
         self._timers: dict[int, TimerHandle] = {}
+        self._timer_cbs: dict[int, object] = {}   # QPN -> its timer callback, made once per attach
         self._lines: dict[float, DelayLine] = {}
         self._release: TimerHandle | None = None
         self.rx_datagrams = 0
@@ -220,6 +221,7 @@ class Endpoint:
             else:
                 table[ev] = (self.sock.sendto, addr, line)
         self._qps[qp.qpn] = qp
+        self._timer_cbs[qp.qpn] = lambda: self._on_timer(qp)
         self._rx[qp.qpn.to_bytes(4, "big")] = qp
         self._routes[qp.qpn] = table
         self.kick(qp)
@@ -228,6 +230,7 @@ class Endpoint:
         self._qps.pop(qp.qpn, None)
         self._rx.pop(qp.qpn.to_bytes(4, "big"), None)
         self._routes.pop(qp.qpn, None)
+        self._timer_cbs.pop(qp.qpn, None)
         handle = self._timers.pop(qp.qpn, None)
         if handle is not None:
             handle.cancel()
@@ -400,7 +403,7 @@ class Endpoint:
 
     def _arm(self, qp) -> None:
         handle = self._timers.get(qp.qpn)
-        new = rearmed(self.loop, handle, qp.get_timer(), lambda: self._on_timer(qp))
+        new = rearmed(self.loop, handle, qp.get_timer(), self._timer_cbs[qp.qpn])
         if new is None:
             self._timers.pop(qp.qpn, None)
         elif new is not handle:
