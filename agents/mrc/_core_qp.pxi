@@ -46,6 +46,8 @@ cdef extern from "mrcn_loss.h":
         double hi_acked_sent_at
         double rtt_min_s
         uint64_t timeouts, ooo_losses, ev_losses_excused, ev_losses_stalled, no_path_timeouts
+        uint64_t ev_losses_confirmed
+        uint32_t n_stalled
 
 cdef extern from "mrcn_requester.h":
     ctypedef struct mrcn_qp_config:
@@ -222,6 +224,10 @@ cdef class _QPLossView:
         return self.owner.qp.req.loss.ev_losses_stalled
 
     @property
+    def ev_losses_confirmed(self):
+        return self.owner.qp.req.loss.ev_losses_confirmed
+
+    @property
     def no_path_timeouts(self):
         return self.owner.qp.req.loss.no_path_timeouts
 
@@ -297,6 +303,7 @@ cdef class _QPRequesterView:
                 "retransmissions": r.rtx_packets, "retransmitted_bytes": r.rtx_bytes,
                 "timeouts": r.loss.timeouts, "no_path_timeouts": r.loss.no_path_timeouts,
                 "ev_losses_stalled": r.loss.ev_losses_stalled,
+                "ev_losses_confirmed": r.loss.ev_losses_confirmed,
                 "lost_packets": r.lost_packets, "acked_bytes": r.acked_bytes,
                 "nacks_no_buffer": r.nacks_no_buffer,
                 "inflight_bytes": r.inflight_bytes, "snd_una": r.snd_una,

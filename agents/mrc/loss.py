@@ -51,6 +51,9 @@ class LossCause(enum.Enum):
     SEQ_ERR = "seq_err"              # RC: the responder's go-back-N NAK
 
 
+STALLED_KEPT = 16
+"""Stalled timeouts a QP keeps until a later delivery confirms them (:meth:`LossDetector.charge_ev`):
+two per dead EV of a plane of 8, the most a one-packet window loses before one is confirmed."""
 CHARGED = frozenset({LossCause.TIMEOUT, LossCause.EV_THRESHOLD, LossCause.OOO})
 """Causes that may count against the EV (untrimmed losses); see :meth:`LossDetector.charge_ev`."""
 
@@ -86,6 +89,11 @@ class LossDetector:
         self.ooo_losses = 0
         self.ev_losses_excused = 0
         self.ev_losses_stalled = 0        # timeouts not charged: nothing sent later had arrived
+        self.ev_losses_confirmed = 0      # stalled timeouts charged once something sent later arrived
+        # Stalled timeouts as (stamp at the timeout, ts_ns, ev), oldest first, until a
+        # transmission sent after the timeout is known to arrive (:meth:`delivered`); at most
+        # STALLED_KEPT (the oldest is forgotten).
+        self.stalled: deque = deque()
         # A lost PSN that no usable EV can carry (every EV DENIED or retired): its retry timer
         # as (deadline, psn, ts_ns, timeouts), so that the ladder still runs out to ERR.
         self.no_path: tuple[float, int, int, int] | None = None
@@ -94,6 +102,7 @@ class LossDetector:
     def clear(self) -> None:
         """The QP entered ERR: forget every transmission."""
         self.no_path = None
+        self.stalled.clear()
         self.timers.clear()
         self.ev_q.clear()
         self.ev_fresh.clear()
@@ -136,7 +145,11 @@ class LossDetector:
         start-up queue, with no packet dropped anywhere, and retired 9 EVs),
         or every path down, where retiring EVs tells nothing. The packet is
         still retransmitted and the window reacts; ``ev_losses_stalled``
-        counts these. The same evidence test makes RACK (RFC 8985) mark a
+        counts these. Such a timeout is kept (:data:`STALLED_KEPT`) and
+        charged once a transmission sent after it fired is known to arrive
+        (``ev_losses_confirmed``): with a window of one packet nothing later
+        is in flight when a timer fires, so a dead EV was never retired (a
+        plane failure stalled a QP for 14 s that way). The same evidence test makes RACK (RFC 8985) mark a
         packet lost only from a later delivery, and F-RTO (RFC 5682) undo a
         timeout that later ACKs show spurious.
 
@@ -166,17 +179,45 @@ class LossDetector:
             return
         if cause is LossCause.TIMEOUT and self.hi_acked_gseq < tx.gseq:
             self.ev_losses_stalled += 1
+            if len(self.stalled) == STALLED_KEPT:
+                self.stalled.popleft()
+            self.stalled.append((int(now * 1e9), tx.ts_ns, tx.ev))
             return
+        self._charge_run(tx.ev, tx.ts_ns, info, now)
+
+    def _charge_run(self, ev: int, ts_ns: int, info, now: float) -> None:
+        """Extend ``ev``'s run of unexcused losses with the transmission stamped ``ts_ns``;
+        ``config.ev_loss_run`` in a row retire it (:meth:`charge_ev`)."""
         if info.loss_run_ts_ns < info.delivered_ts_ns:   # a delivery since the last counted loss
             info.loss_run = 0
-        if tx.ts_ns <= info.loss_run_ts_ns:
+        if ts_ns <= info.loss_run_ts_ns:
             return                                       # counted already (RC rewinds, races)
         info.loss_run += 1
-        info.loss_run_ts_ns = tx.ts_ns
+        info.loss_run_ts_ns = ts_ns
         if info.loss_run >= self.config.ev_loss_run:
-            if self.evs.apply(tx.ev, EVCause.LOSS, now) is not EVState.GOOD and \
+            if self.evs.apply(ev, EVCause.LOSS, now) is not EVState.GOOD and \
                     info.state is EVState.ASSUMED_BAD:
                 info.loss_run = 0
+
+    def _confirm_stalled(self, ts_ns: int, now: float) -> None:
+        """The transmission stamped ``ts_ns`` arrived: every stalled timeout that fired before
+        it was sent is now evidence (RACK's rule, RFC 8985: a packet is lost once one sent
+        later is delivered), charged in the order the timeouts fired, unless its own EV
+        delivered it or a later packet since. Evidence sent only after the timeout, not
+        merely after the packet: a packet that sat in a start-up queue arrives before what
+        was sent at its timeout, and so is excused instead."""
+        due = [e for e in self.stalled if e[0] <= ts_ns]   # split first: charging may add entries
+        self.stalled = deque(e for e in self.stalled if e[0] > ts_ns)
+        for _, ts, ev in due:
+            info = self.evs.info.get(ev)
+            if info is None:
+                continue
+            if info.delivered_ts_ns >= ts:
+                info.losses_excused += 1
+                self.ev_losses_excused += 1
+                continue
+            self.ev_losses_confirmed += 1
+            self._charge_run(ev, ts, info, now)
 
     def _timeout(self, tx, now: float) -> bool:
         """One timer expiry of ``tx``; False if the retries are exhausted (QP now in ERR)."""
@@ -389,3 +430,5 @@ class LossDetector:
                 and self.transport is Transport.MRC:
             info.loss_run = 0
             self.evs.apply(ev, EVCause.DELIVERED, now)
+        if self.stalled:
+            self._confirm_stalled(ts_ns, now)

@@ -102,3 +102,44 @@ def test_rc_keeps_no_cross_ev_state():
     a, net, bad = run(paths, size=1 << 20, transport=Transport.RC, ev_min_active=1)
     assert a.requester.rtx_packets > 0 and a.requester.loss.ooo_losses == 0 and not a.requester.loss.sent_order
     assert not [e for e in [a.next_event()] if isinstance(e, QPError)]
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_a_window_of_one_packet_still_retires_dead_evs(engine):
+    """Paths 0 and 2 of 4 die 10 ms in; the window is one packet, so every loss is found by
+    its timeout with nothing sent later in flight: 'stalled', not evidence at that moment.
+    The delivery of a packet sent after it (its retransmission on a live EV, or the next
+    write's) confirms the timeout as the EV's loss. Before: no EV ever retired (a plane
+    failure on leaf-spine-2plane-8-bdp64 stalled a QP 14 s this way), every other packet a
+    timeout."""
+    from tests.unit.qp_diff import make_qp, qp_required
+    if engine == "native" and not qp_required():
+        pytest.importorskip("agents.mrc._core")
+    size, payload = 512 << 10, 4096
+    paths = [PathSpec(1e8, DELAY_S) for _ in range(4)]
+    for i in (0, 2):
+        paths[i] = PathSpec(1e8, DELAY_S, down=((0.010, math.inf),))
+    attr = QPAttr(timeout=12, mpr=16, mpr_dest=16, retry_linear_cnt=7, retry_exp_cnt=25)
+    cfg = QPConfig(min_rto_s=0.0, time_scale=1.5, cc="fixed", cc_params=dict(window_bytes=payload),
+                   payload_bytes=payload)
+    a = make_qp(engine, 1, seed=1, memory=None, config=cfg)
+    b = make_qp(engine, 2, seed=2, memory=bytearray(size), config=cfg)
+    connect_pair(a, b, range(4), attr=attr, ev_min_active=1)
+    net = MultipathNetwork(a, b, paths, seed=1)
+    src = random.Random(1).randbytes(size)
+    a.post_write(wr_id=1, local=src, remote_offset=0)
+    events, done = [], []
+
+    def stop():
+        while (e := a.next_event()) is not None:
+            (events if isinstance(e, EVEvent) else done).append(e)
+        return bool(done)
+
+    net.run(stop=stop, until=30.0)
+    assert [type(d) for d in done] == [WorkCompletion] and bytes(b.responder.memory) == src
+    bad = sorted({e.ev for e in events if e.new is EVState.ASSUMED_BAD})
+    assert bad == [0, 2]
+    stats = a.stats()
+    # two charged losses per dead EV, then no more: not one timeout every other packet
+    assert stats["timeouts"] <= 8, stats["timeouts"]
+    assert stats["ev_losses_confirmed"] >= 2

@@ -145,6 +145,16 @@ def rc_go_back_n() -> Scenario:
                     config=sim_config(transport="rc"), net_seed=3)
 
 
+def one_packet_window() -> Scenario:
+    """Two of four paths die with a one-packet window: every loss a 'stalled' timeout, charged
+    to its EV once something sent later arrives; both dead EVs retired."""
+    down = dataclasses.replace(P, down=((0.003, math.inf),))
+    cfg = sim_config(cc=FIXED, cc_params={"window_bytes": float(PAYLOAD)})
+    attr = dataclasses.replace(ATTR, retry_linear_cnt=7, retry_exp_cnt=25)
+    return scenario([down, P, down, P], [write(0.0, "a", 1, 120_000)], config=cfg, attr=attr,
+                    until=3.0)
+
+
 def _wcs(result, opcode=None, status=None):
     return [e[1] for e in result.events if e[0] == "WorkCompletion"
             and (opcode is None or e[1]["opcode"] == f"WCOpcode.{opcode}")
@@ -203,6 +213,13 @@ def check_late_receives(r):
         [(1, 10), (2, 20)]
 
 
+def check_one_packet_window(r):
+    a = r.final[0]["stats"]
+    assert a["ev_losses_stalled"] > 0 and a["ev_losses_confirmed"] >= 4
+    assert sorted({e["ev"] for e in _ev_events(r) if e["new"] == "EVState.ASSUMED_BAD"}) == [0, 2]
+    assert r.memory[1][:120_000] == _payload(1, 120_000)
+
+
 def check_rc(r):
     assert r.final[0]["stats"]["retransmissions"] > 0
     assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2]
@@ -219,6 +236,7 @@ HAND_MADE = {
     "application_error": (application_error, check_app_error),
     "late_receives": (late_receives, check_late_receives),
     "rc_go_back_n": (rc_go_back_n, check_rc),
+    "one_packet_window": (one_packet_window, check_one_packet_window),
 }
 
 

@@ -142,6 +142,7 @@ int mrcn_loss_attach(mrcn_loss *l, uint32_t cap)
 void mrcn_loss_clear(mrcn_loss *l)
 {
     l->has_no_path = false;
+    l->n_stalled = 0;
     l->n_timers = 0;
     for (uint32_t i = 0; i < l->cap; i++) {
         mrcn_deque_clear(&l->ev_q[i]);
@@ -209,6 +210,29 @@ int mrcn_loss_on_acked(mrcn_req *r, const uint32_t *touched, uint32_t n_touched,
     return MRCN_OK;
 }
 
+/* LossDetector._charge_run: extend ``ev``'s run of unexcused losses. */
+static int charge_run(mrcn_req *r, uint32_t ev, uint64_t ts, mrcn_ev_info *info, double now)
+{
+    if (info->loss_run_ts_ns < info->delivered_ts_ns)   /* a delivery since the last loss */
+        info->loss_run = 0;
+    if (ts <= info->loss_run_ts_ns)
+        return MRCN_OK;                                 /* counted already (RC rewinds, races) */
+    info->loss_run++;
+    info->loss_run_ts_ns = ts;
+    if (info->loss_run >= r->cfg->ev_loss_run) {
+        mrcn_ev_state st = 0;
+        int a = mrcn_ev_apply(r->evs, ev, MRCN_EV_LOSS, now, false, false, 0, &st);
+        int rc = mrcn_req_drain_ev(r);
+        if (a < 0)
+            return a;
+        if (rc < 0)
+            return rc;
+        if (st != MRCN_EV_GOOD && info->state == MRCN_EV_ASSUMED_BAD)
+            info->loss_run = 0;
+    }
+    return MRCN_OK;
+}
+
 int mrcn_loss_charge_ev(mrcn_req *r, uint32_t psn, mrcn_ev_info *info, double now,
                         mrcn_loss_cause cause)
 {
@@ -221,24 +245,55 @@ int mrcn_loss_charge_ev(mrcn_req *r, uint32_t psn, mrcn_ev_info *info, double no
     }
     if (cause == MRCN_LOSS_TIMEOUT && l->hi_acked_gseq < tx->gseq) {
         l->ev_losses_stalled++;
+        if (l->n_stalled == MRCN_STALLED_KEPT) {   /* forget the oldest */
+            memmove(l->stalled_at, l->stalled_at + 1, (MRCN_STALLED_KEPT - 1) * sizeof l->stalled_at[0]);
+            memmove(l->stalled_ts, l->stalled_ts + 1, (MRCN_STALLED_KEPT - 1) * sizeof l->stalled_ts[0]);
+            memmove(l->stalled_ev, l->stalled_ev + 1, (MRCN_STALLED_KEPT - 1) * sizeof l->stalled_ev[0]);
+            l->n_stalled--;
+        }
+        l->stalled_at[l->n_stalled] = mrcn_stamp_of(now);
+        l->stalled_ts[l->n_stalled] = tx->ts_ns;
+        l->stalled_ev[l->n_stalled] = tx->ev;
+        l->n_stalled++;
         return MRCN_OK;
     }
-    if (info->loss_run_ts_ns < info->delivered_ts_ns)   /* a delivery since the last loss */
-        info->loss_run = 0;
-    if (tx->ts_ns <= info->loss_run_ts_ns)
-        return MRCN_OK;                                 /* counted already (RC rewinds, races) */
-    info->loss_run++;
-    info->loss_run_ts_ns = tx->ts_ns;
-    if (info->loss_run >= r->cfg->ev_loss_run) {
-        mrcn_ev_state st = 0;
-        int a = mrcn_ev_apply(r->evs, tx->ev, MRCN_EV_LOSS, now, false, false, 0, &st);
-        int rc = mrcn_req_drain_ev(r);
-        if (a < 0)
-            return a;
+    return charge_run(r, tx->ev, tx->ts_ns, info, now);
+}
+
+/* LossDetector._confirm_stalled: the transmission stamped ``ts`` arrived; the timeouts that
+ * fired before it was sent are charged. */
+static int confirm_stalled(mrcn_req *r, uint64_t ts, double now)
+{
+    mrcn_loss *l = &r->loss;
+    uint64_t cts[MRCN_STALLED_KEPT];   /* the due entries' ts_ns and ev */
+    uint32_t cev[MRCN_STALLED_KEPT];
+    uint32_t n = l->n_stalled, kept = 0, nc = 0;
+    for (uint32_t i = 0; i < n; i++) {   /* split first: charging may not reenter this list */
+        if (l->stalled_at[i] > (int64_t)ts) {
+            l->stalled_at[kept] = l->stalled_at[i];
+            l->stalled_ts[kept] = l->stalled_ts[i];
+            l->stalled_ev[kept] = l->stalled_ev[i];
+            kept++;
+        } else {
+            cts[nc] = l->stalled_ts[i];
+            cev[nc] = l->stalled_ev[i];
+            nc++;
+        }
+    }
+    l->n_stalled = kept;
+    for (uint32_t i = 0; i < nc; i++) {
+        mrcn_ev_info *info = mrcn_ev_get(r->evs, cev[i]);
+        if (info == NULL)
+            continue;
+        if (info->delivered_ts_ns >= cts[i]) {
+            info->losses_excused++;
+            l->ev_losses_excused++;
+            continue;
+        }
+        l->ev_losses_confirmed++;
+        int rc = charge_run(r, cev[i], cts[i], info, now);
         if (rc < 0)
             return rc;
-        if (st != MRCN_EV_GOOD && info->state == MRCN_EV_ASSUMED_BAD)
-            info->loss_run = 0;
     }
     return MRCN_OK;
 }
@@ -452,7 +507,12 @@ int mrcn_loss_delivered(mrcn_req *r, uint32_t ev, uint64_t ts_ns, double now)
         info->loss_run = 0;
         int a = mrcn_ev_apply(r->evs, ev, MRCN_EV_DELIVERED, now, false, false, 0, NULL);
         int rc = mrcn_req_drain_ev(r);
-        return a < 0 ? a : rc;
+        if (a < 0)
+            return a;
+        if (rc < 0)
+            return rc;
     }
+    if (r->loss.n_stalled)
+        return confirm_stalled(r, ts_ns, now);
     return MRCN_OK;
 }

@@ -20,6 +20,9 @@
 #include "mrcn.h"
 #include "mrcn_ev.h"
 
+/* loss.STALLED_KEPT */
+#define MRCN_STALLED_KEPT 16
+
 struct mrcn_req;
 
 /* Why a transmission was declared lost (loss.py LossCause). */
@@ -87,6 +90,12 @@ typedef struct mrcn_loss {
     double hi_acked_sent_at;   /* s, -inf before any */
     double rtt_min_s;          /* s, +inf before any sample */
     uint64_t timeouts, ooo_losses, ev_losses_excused, ev_losses_stalled, no_path_timeouts;
+    uint64_t ev_losses_confirmed; /* stalled timeouts charged once a later send arrived */
+    /* LossDetector.stalled: stalled timeouts (stamp at the timeout, ts_ns, ev), oldest first */
+    int64_t stalled_at[MRCN_STALLED_KEPT];
+    uint64_t stalled_ts[MRCN_STALLED_KEPT];
+    uint32_t stalled_ev[MRCN_STALLED_KEPT];
+    uint32_t n_stalled;
     bool has_no_path;          /* loss.no_path is not None: */
     double no_path_deadline;   /*   (deadline_s, */
     uint32_t no_path_psn;      /*    psn, */

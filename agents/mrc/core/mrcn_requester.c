@@ -274,8 +274,7 @@ int mrcn_req_post(mrcn_req *r, uint64_t wr_id, const uint8_t *data, size_t len,
 
 /* ---- sending --------------------------------------------------------------------------- */
 
-/* int(now * 1e9) as Python computes it (truncation), clamped where an int64 cannot hold it. */
-static int64_t stamp_of(double now)
+int64_t mrcn_stamp_of(double now)
 {
     double x = now * 1e9;
     if (!(x < 9.2e18))
@@ -287,7 +286,7 @@ static int64_t stamp_of(double now)
 
 uint64_t mrcn_req_stamp(mrcn_req *r, double now)
 {
-    int64_t ts = stamp_of(now);
+    int64_t ts = mrcn_stamp_of(now);
     if (ts <= r->last_ts_ns)
         ts = r->last_ts_ns + 1;
     r->last_ts_ns = ts;
@@ -391,7 +390,7 @@ static int send_new(mrcn_req *r, double now, mrcn_txq *out, int64_t budget)
     mrcn_loss *loss = &r->loss;
     bool mrc = !r->cfg->rc;
     int64_t gseq = r->gseq;
-    int64_t ts = stamp_of(now);
+    int64_t ts = mrcn_stamp_of(now);
     if (ts <= r->last_ts_ns)
         ts = r->last_ts_ns + 1;
     uint64_t wi = r->wr_unsent;

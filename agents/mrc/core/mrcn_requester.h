@@ -189,6 +189,8 @@ int mrcn_req_send_data(mrcn_req *r, double now, mrcn_txq *out, size_t base, int6
 int mrcn_req_on_sack(mrcn_req *r, const mrcn_sack *s, double now);
 int mrcn_req_on_nack(mrcn_req *r, const mrcn_nack *n, double now);
 int mrcn_req_flush_writes(mrcn_req *r, double now);
+/* int(now * 1e9) as Python computes it (truncation), clamped to an int64. */
+int64_t mrcn_stamp_of(double now);
 /* Requester._stamp: a unique, increasing send stamp (ns) from now (s). */
 uint64_t mrcn_req_stamp(mrcn_req *r, double now);
 /* The loss detector's callbacks (Requester._declare_lost, _go_back_n). */
