@@ -41,7 +41,8 @@ share. Live counters are the halves' (``qp.requester.acked_bytes``,
 ``qp.responder.rx_bytes``, ...).
 
 Metrics: ``qp.stats()`` returns a JSON-ready dict: ``state``, ``tx_packets``,
-``tx_bytes``, ``retransmissions``, ``retransmitted_bytes``, ``timeouts``, ``lost_packets``,
+``tx_bytes``, ``retransmissions``, ``retransmitted_bytes``, ``timeouts``, ``loss_retries``
+(retries spent on NACKs and inferred losses, :data:`agents.mrc.loss.RETRY_SPENT`), ``lost_packets``,
 ``acked_bytes``, ``inflight_bytes``, ``cwnd_bytes``, ``srtt_s``, ``cnp_sent``,
 ``cnp_received`` (DCQCN's CNPs, :mod:`agents.mrc.dcqcn`), responder
 counters (``rx_packets``, ``rx_bytes``, ``rx_duplicates``, ``rx_ooo``,

@@ -48,6 +48,7 @@ cdef extern from "mrcn_loss.h":
         uint64_t timeouts, ooo_losses, ev_losses_excused, ev_losses_stalled, no_path_timeouts
         uint64_t ev_losses_confirmed
         uint32_t n_stalled
+        uint64_t loss_retries
 
 cdef extern from "mrcn_requester.h":
     ctypedef struct mrcn_qp_config:
@@ -212,6 +213,10 @@ cdef class _QPLossView:
         return self.owner.qp.req.loss.timeouts
 
     @property
+    def loss_retries(self):
+        return self.owner.qp.req.loss.loss_retries
+
+    @property
     def ooo_losses(self):
         return self.owner.qp.req.loss.ooo_losses
 
@@ -301,7 +306,8 @@ cdef class _QPRequesterView:
         cdef mrcn_req *r = &self.owner.qp.req
         return {"tx_packets": r.tx_packets, "tx_bytes": r.tx_bytes,
                 "retransmissions": r.rtx_packets, "retransmitted_bytes": r.rtx_bytes,
-                "timeouts": r.loss.timeouts, "no_path_timeouts": r.loss.no_path_timeouts,
+                "timeouts": r.loss.timeouts, "loss_retries": r.loss.loss_retries,
+                "no_path_timeouts": r.loss.no_path_timeouts,
                 "ev_losses_stalled": r.loss.ev_losses_stalled,
                 "ev_losses_confirmed": r.loss.ev_losses_confirmed,
                 "lost_packets": r.lost_packets, "acked_bytes": r.acked_bytes,

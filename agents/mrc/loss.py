@@ -17,7 +17,10 @@ requester appends to those queues as it sends (the hot path writes them directly
 
 The detector reports through ``on_lost(tx, now, cause)`` (the requester retransmits and tells
 congestion control), ``go_back_n(psn, now, cause)`` (RC) and ``on_error(now, reason)`` (retries
-exhausted). Loss causes are :class:`LossCause`. Detection rules (MRC.md): a transmission is
+exhausted). Loss causes are :class:`LossCause`; the requester declares losses from NACKs
+through :meth:`LossDetector.lose` and :meth:`LossDetector.spend_retry`, so that every
+retransmission but a trim's spends one of the PSN's mrc.h retries (:data:`RETRY_SPENT`).
+Detection rules (MRC.md): a transmission is
 lost when ``reorder_threshold`` later transmissions on the same EV were acknowledged (only
 never-retransmitted PSNs count: their ACK is unambiguous), when enough transmissions sent
 after it on any EV were acknowledged (:meth:`ooo_scan`), or when its timer fires: the RFC 6298
@@ -57,6 +60,21 @@ two per dead EV of a plane of 8, the most a one-packet window loses before one i
 CHARGED = frozenset({LossCause.TIMEOUT, LossCause.EV_THRESHOLD, LossCause.OOO})
 """Causes that may count against the EV (untrimmed losses); see :meth:`LossDetector.charge_ev`."""
 
+RETRY_SPENT = frozenset({LossCause.EV_THRESHOLD, LossCause.OOO, LossCause.NACK,
+                         LossCause.SEQ_ERR})
+"""Loss evidence whose retransmission spends one of the PSN's retries, as a timeout does
+(:meth:`LossDetector.spend_retry`).
+
+mrc.h: ``MRC_QP_RETRY_CNT`` "Linear + exponential retry counter" replaces
+``IBV_QP_RETRY_CNT`` (``IBV_QP_RNR_RETRY`` is not supported). In IBTA RC that counter is
+spent by a local ACK timeout and by a NAK PSN sequence error alike (Linux rxe,
+``drivers/infiniband/sw/rxe/rxe_comp.c``: both take the retry path and decrement
+``retry_cnt``); only RNR NAKs have their own count. So here a PSN lost again and again by
+NACKs or inference reaches ERR too. Trims (TRIMMED, TRIMMED_LASTHOP) spend none: a switch
+cut the payload for congestion and the receiver saw the header, the analog of RNR rather
+than of a loss. Only timeouts lengthen the back-off
+(:meth:`agents.mrc.rto.RttEstimator.backoff_s` takes ``timeouts``)."""
+
 
 class LossDetector:
     """Loss detection state and rules (module docstring).
@@ -86,6 +104,7 @@ class LossDetector:
         self.hi_acked_sent_at = -_INF
         self.rtt_min_s = _INF             # lowest echoed-timestamp RTT over all EVs
         self.timeouts = 0
+        self.loss_retries = 0             # retries spent on RETRY_SPENT evidence
         self.ooo_losses = 0
         self.ev_losses_excused = 0
         self.ev_losses_stalled = 0        # timeouts not charged: nothing sent later had arrived
@@ -127,8 +146,9 @@ class LossDetector:
                 limit = infos[e].acked_seq - threshold
                 while q and q[0][0] <= limit:
                     seq, tx = q.popleft()
-                    if tx.ev_seq == seq and tx.ev == e and not tx.lost:   # acked: ev_seq -1
-                        self._on_lost(tx, now, LossCause.EV_THRESHOLD)
+                    if tx.ev_seq == seq and tx.ev == e and not tx.lost and \
+                            not self.lose(tx, now, LossCause.EV_THRESHOLD):   # acked: ev_seq -1
+                        return                   # retries exhausted: the QP is in ERR
         if hi_gseq > self.hi_acked_gseq:
             self.hi_acked_gseq, self.hi_acked_sent_at = hi_gseq, hi_sent_at
             self.ooo_scan(now)
@@ -219,14 +239,43 @@ class LossDetector:
             self.ev_losses_confirmed += 1
             self._charge_run(ev, ts, info, now)
 
+    def _exhausted(self, tx, now: float, cause: LossCause) -> bool:
+        """True, with the QP sent to ERR, when ``tx``'s retries (timeouts and
+        :data:`RETRY_SPENT` losses together) exceed mrc.h ``retry.linear_cnt +
+        retry.exp_cnt`` (``exp_cnt`` 25: never). ``cause``: the loss that spent the last one.
+        The reason stays under the native engine's 111 bytes (``MRCN_REASON_BYTES``)."""
+        exp = self.attr.retry_exp_cnt
+        n = tx.timeouts + tx.loss_retries
+        if exp == RETRY_EXP_INFINITE or n <= self.attr.retry_linear_cnt + exp:
+            return False
+        if tx.loss_retries:
+            reason = (f"retry exhausted: PSN {tx.psn} lost {n} times, {tx.timeouts} by timeout, "
+                      f"last by {cause.value} (EV {tx.ev})")
+        else:
+            reason = f"retry exhausted: PSN {tx.psn} timed out {n} times (EV {tx.ev})"
+        self.on_error(now, reason)
+        return True
+
+    def spend_retry(self, tx, now: float, cause: LossCause) -> bool:
+        """Spend one retry of ``tx`` on loss evidence ``cause`` (:data:`RETRY_SPENT`); its
+        back-off is unchanged. False if that exhausts its retries (QP now in ERR)."""
+        tx.loss_retries += 1
+        self.loss_retries += 1
+        return not self._exhausted(tx, now, cause)
+
+    def lose(self, tx, now: float, cause: LossCause) -> bool:
+        """Declare ``tx`` (not lost yet) lost on evidence ``cause``, spending a retry if
+        ``cause`` is in :data:`RETRY_SPENT`; False if the QP went to ERR instead."""
+        if cause in RETRY_SPENT and not self.spend_retry(tx, now, cause):
+            return False
+        self._on_lost(tx, now, cause)
+        return True
+
     def _timeout(self, tx, now: float) -> bool:
         """One timer expiry of ``tx``; False if the retries are exhausted (QP now in ERR)."""
         tx.timeouts += 1
         self.timeouts += 1
-        exp = self.attr.retry_exp_cnt
-        if exp != RETRY_EXP_INFINITE and tx.timeouts > self.attr.retry_linear_cnt + exp:
-            self.on_error(now, f"retry exhausted: PSN {tx.psn} timed out "
-                                   f"{tx.timeouts} times (EV {tx.ev})")
+        if self._exhausted(tx, now, LossCause.TIMEOUT):
             return False
         info = self.evs.info.get(tx.ev)
         log.info("qpn %d psn %d timed out on ev %d: sent %.1f ms ago, ev last ack %.1f ms ago, "
@@ -400,7 +449,8 @@ class LossDetector:
                 return
             q.popleft()
             self.ooo_losses += 1
-            self._on_lost(tx, now, LossCause.OOO)
+            if not self.lose(tx, now, LossCause.OOO):
+                return
 
     def rtt_sample(self, info, rtt: float) -> None:
         info.rtt_last_s = rtt

@@ -13,7 +13,9 @@ QP enters ERR). Loss detection (per-EV threshold, cross-EV out-of-order scan, RT
 ladder) is its :class:`agents.mrc.loss.LossDetector` (``loss``); background EV probes its
 :class:`agents.mrc.probes.EVProber` (``probes``). Lost PSNs are retransmitted oldest first,
 on a different EV. In RC mode a loss (timeout or SEQ_ERR NACK) rewinds to the lost PSN:
-go-back-N. Data packets are encoded by :func:`agents.mrc.packet.encode_data_parts`.
+go-back-N. Every retransmission but a trim's spends one of the PSN's mrc.h retries
+(:data:`agents.mrc.loss.RETRY_SPENT`); when they run out the QP enters ERR. Data packets
+are encoded by :func:`agents.mrc.packet.encode_data_parts`.
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ class _Tx:
     """The latest transmission of one PSN."""
 
     __slots__ = ("psn", "wr", "pos", "length", "opcode", "ev", "ev_seq", "ts_ns",
-                 "sent_at", "timeouts", "rtx_count", "lost", "gseq")
+                 "sent_at", "timeouts", "loss_retries", "rtx_count", "lost", "gseq")
 
     def __init__(self, psn, wr, pos, length, opcode, ev, ev_seq, ts_ns, sent_at, gseq=-1):
         self.psn = psn
@@ -69,6 +71,7 @@ class _Tx:
         self.ts_ns = ts_ns
         self.sent_at = sent_at
         self.timeouts = 0
+        self.loss_retries = 0   # retries spent on loss evidence (loss.RETRY_SPENT)
         self.rtx_count = 0
         self.lost = False
         self.gseq = gseq      # QP-wide transmission counter (send order over all EVs)
@@ -91,6 +94,7 @@ class Requester:
         self._evs: EVSet | None = None
         self._attr = QPAttr()
         self.bad_packets = 0
+        self.failed = False                     # flushed: the QP is in ERR
         self._wrs: deque[_WR] = deque()         # posted, not yet completed (in order)
         self._unsent: deque[_WR] = deque()      # WRs with packets not yet sent once
         self._psn_assign = 0                    # next PSN handed to a posted WR
@@ -121,7 +125,8 @@ class Requester:
         """The requester's items of :meth:`agents.mrc.qp.QP.stats`."""
         return {"tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
                 "retransmissions": self.rtx_packets, "retransmitted_bytes": self.rtx_bytes,
-                "timeouts": self.loss.timeouts, "no_path_timeouts": self.loss.no_path_timeouts,
+                "timeouts": self.loss.timeouts, "loss_retries": self.loss.loss_retries,
+                "no_path_timeouts": self.loss.no_path_timeouts,
                 "ev_losses_stalled": self.loss.ev_losses_stalled,
                 "ev_losses_confirmed": self.loss.ev_losses_confirmed,
                 "lost_packets": self.lost_packets, "acked_bytes": self.acked_bytes,
@@ -370,6 +375,8 @@ class Requester:
         acked = 0
         if txs:
             acked = self._account_acked(txs, now)
+            if self.failed:            # an inferred loss exhausted a PSN's retries: ERR
+                return
             first = txs[0]             # lowest PSN newly acked: the oldest first transmission
             if not first.rtx_count:    # Karn: never time a retransmitted PSN
                 self._rtt.sample(now - first.sent_at)
@@ -443,9 +450,15 @@ class Requester:
             txs = [t for psn in range(self._snd_una, min(pkt.psn, self._next_psn))
                    if (t := pop(psn, None)) is not None]
             self.acked_bytes += self._account_acked(txs, now)
+            if self.failed:
+                return
             self._advance_una()
-            self._go_back_n(pkt.psn, now, LossCause.SEQ_ERR)
             self._complete_writes(now)
+            # one retry of the PSN the responder waits for (IBTA's NAK sequence error)
+            if tx is not None and not tx.lost and \
+                    not self.loss.spend_retry(tx, now, LossCause.SEQ_ERR):
+                return
+            self._go_back_n(pkt.psn, now, LossCause.SEQ_ERR)
             return
         if pkt.reason == pk.NackReason.NO_PKT_BUFFER:
             # the responder had no posted receive: its header arrived, the EV is fine; the
@@ -459,7 +472,9 @@ class Requester:
             self.loss.delivered(pkt.ev, pkt.timestamp_ns, now)
         if tx is None or tx.ts_ns != pkt.timestamp_ns:
             return
-        self._declare_lost(tx, now, LossCause.TRIMMED if trimmed else LossCause.NACK)
+        cause = LossCause.TRIMMED if trimmed else LossCause.NACK
+        if not tx.lost and not self.loss.lose(tx, now, cause):   # False: retries exhausted, ERR
+            return
         if trimmed and self.transport is Transport.MRC:
             if pkt.reason == pk.NackReason.TRIMMED_LASTHOP:   # the host's link, not the EV
                 self.ev_skips["trim_lasthop"] += 1
@@ -477,6 +492,7 @@ class Requester:
                                                WCStatus.SUCCESS, wr.wr_id, wr.size))
 
     def flush_writes(self, now: float) -> None:
+        self.failed = True
         status = WCStatus.RETRY_EXC_ERR
         for wr in self._wrs:
             self._events.append(WorkCompletion(now, self.qpn, WCOpcode.RDMA_WRITE, status,

@@ -35,7 +35,9 @@ Sources:
   first ``linear_cnt`` retries are each timed by one RTO; retry
   ``linear_cnt + j`` (j = 1..``exp_cnt``) is timed by ``RTO * 2**j``, capped
   at :data:`MAX_RTO_S` (or the floor, if that is larger). With linear 3, exp
-  2 a dead path sees sends at 0, 1, 2, 3, 4, 6 RTOs and ERR at 10.
+  2 a dead path sees sends at 0, 1, 2, 3, 4, 6 RTOs and ERR at 10. Only
+  timeouts move a PSN up this ladder; the limit also counts retries spent on
+  loss evidence (:data:`agents.mrc.loss.RETRY_SPENT`).
 
 Samples arrive once per SACK (several per RTT): RFC 6298 requires at least
 one per RTT and allows more; the constants are used unscaled. Timer restart

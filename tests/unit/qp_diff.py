@@ -714,3 +714,19 @@ def scenarios(draw, transports=("mrc", "rc"), ccs=(NSCC, FIXED, DCQCN),
                     seed_a=draw(st.integers(0, 2**32)), seed_b=draw(st.integers(0, 2**32)),
                     net_seed=draw(st.integers(0, 2**32)), batch=chance(draw, 2),
                     until=max(0.05, min(1.0, 30 * horizon)), max_steps=3000)
+
+
+@st.composite
+def loss_retry_scenarios(draw, transports=("mrc", "rc")) -> Scenario:
+    """:func:`scenarios` (NSCC or fixed window) with every path losing 2-20% of its packets and
+    none down, and a retry budget of 0-3 (``retry.linear_cnt`` 0-2, ``exp_cnt`` 0-1): PSNs lost
+    again and again, by NACK or inference as well as by timeout, run out of retries
+    (:data:`agents.mrc.loss.RETRY_SPENT`)."""
+    sc = draw(scenarios(transports=transports, ccs=(NSCC, FIXED)))
+    loss = st.sampled_from([0.05, 0.1, 0.2, 0.02])
+    paths = tuple(dataclasses.replace(p, loss=draw(loss), down=()) for p in sc.paths)
+    reverse = None if sc.reverse_paths is None else \
+        tuple(dataclasses.replace(p, down=()) for p in sc.reverse_paths)
+    attr = dataclasses.replace(sc.attr, retry_linear_cnt=draw(st.integers(0, 2)),
+                               retry_exp_cnt=draw(st.integers(0, 1)))
+    return dataclasses.replace(sc, paths=paths, reverse_paths=reverse, attr=attr)

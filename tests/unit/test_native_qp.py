@@ -11,11 +11,13 @@ turned float) must be reported at the step where it first shows.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import logging
 import math
 import random
+import re
 import time
 
 import pytest
@@ -155,6 +157,25 @@ def one_packet_window() -> Scenario:
                     until=3.0)
 
 
+def loss_retries_mrc() -> Scenario:
+    """Four paths losing 5%, a retry budget of 2 (linear 1, exp 1): a PSN lost three times in
+    a row, each loss inferred from later ACKs (per-EV threshold or out-of-order scan, no
+    timeout), exhausts its retries: ERR."""
+    paths = [dataclasses.replace(P, loss=0.05)] * 4
+    ops = [write(0.0, "a", 1, 150_000), write(0.004, "a", 2, 50_000, off=200_000)]
+    return scenario(paths, ops, attr=dataclasses.replace(ATTR, retry_linear_cnt=1, retry_exp_cnt=1),
+                    net_seed=1, until=2.0)
+
+
+def loss_retries_rc() -> Scenario:
+    """RC on a path losing 10%, one retry (linear 1, exp 0): a SEQ_ERR NAK spends it, the
+    timeout after the next loss of that PSN exhausts it (one budget for both)."""
+    path = dataclasses.replace(P, loss=0.1)
+    return scenario([path], [write(0.0, "a", 1, 100_000)], config=sim_config(transport="rc"),
+                    attr=dataclasses.replace(ATTR, retry_linear_cnt=1, retry_exp_cnt=0),
+                    net_seed=3, until=2.0)
+
+
 def _wcs(result, opcode=None, status=None):
     return [e[1] for e in result.events if e[0] == "WorkCompletion"
             and (opcode is None or e[1]["opcode"] == f"WCOpcode.{opcode}")
@@ -220,6 +241,25 @@ def check_one_packet_window(r):
     assert r.memory[1][:120_000] == _payload(1, 120_000)
 
 
+def _reasons(r):
+    return [e[1]["reason"] for e in r.events if e[0] == "QPError"]
+
+
+def check_loss_retries_mrc(r):
+    assert r.final[0]["state"] == "QPState.ERR" and r.final[0]["stats"]["timeouts"] == 0
+    assert re.fullmatch(r"retry exhausted: PSN \d+ lost 3 times, 0 by timeout, last by "
+                        r"(ev_threshold|ooo) \(EV \d+\)", _reasons(r)[0])
+    assert r.final[0]["stats"]["loss_retries"] >= 3
+    assert [w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "RETRY_EXC_ERR")] == [1]
+
+
+def check_loss_retries_rc(r):
+    assert r.final[0]["state"] == "QPState.ERR"
+    assert re.fullmatch(r"retry exhausted: PSN \d+ lost 2 times, 1 by timeout, last by timeout "
+                        r"\(EV 0\)", _reasons(r)[0])
+    assert r.final[0]["stats"]["loss_retries"] >= 1
+
+
 def check_rc(r):
     assert r.final[0]["stats"]["retransmissions"] > 0
     assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2]
@@ -237,6 +277,8 @@ HAND_MADE = {
     "late_receives": (late_receives, check_late_receives),
     "rc_go_back_n": (rc_go_back_n, check_rc),
     "one_packet_window": (one_packet_window, check_one_packet_window),
+    "loss_retries_mrc": (loss_retries_mrc, check_loss_retries_mrc),
+    "loss_retries_rc": (loss_retries_rc, check_loss_retries_rc),
 }
 
 
@@ -263,6 +305,20 @@ def test_random_mrc_scenarios_agree(engines):
 
 
 @pytest.mark.parametrize("engines", ENGINE_PAIRS, ids="-".join)
+def test_random_loss_retry_scenarios_agree(engines):
+    """Scenarios that run PSNs out of retries on loss evidence (the rule of
+    agents.mrc.loss.RETRY_SPENT), MRC and RC."""
+    needs(engines)
+
+    @settings(SETTINGS, max_examples=30)
+    @given(qd.loss_retry_scenarios())
+    def run(sc):
+        qd.run_lockstep(sc, engines)
+
+    run()
+
+
+@pytest.mark.parametrize("engines", ENGINE_PAIRS, ids="-".join)
 def test_random_rc_scenarios_agree(engines):
     needs(engines)
 
@@ -272,6 +328,24 @@ def test_random_rc_scenarios_agree(engines):
         qd.run_lockstep(sc, engines)
 
     run()
+
+
+def test_random_loss_retry_scenarios_exhaust_retries_on_loss_evidence():
+    """:func:`qp_diff.loss_retry_scenarios` reaches what it is for: QPs in ERR because a PSN's
+    retries ran out on NACKs or inferred losses (not only timeouts), on MRC and RC."""
+    seen: collections.Counter = collections.Counter()
+
+    @settings(SETTINGS, max_examples=30)
+    @given(qd.loss_retry_scenarios())
+    def run(sc):
+        r = qd.run_lockstep(sc, ("python", "python"))
+        for kind, ev in r.events:
+            m = re.search(r"last by (\w+)", ev.get("reason", "")) if kind == "QPError" else None
+            if m and m.group(1) != "timeout":
+                seen[sc.config["transport"], m.group(1)] += 1
+
+    run()
+    assert seen["mrc", "ev_threshold"] + seen["mrc", "ooo"] > 0 and seen["rc", "seq_err"] > 0, seen
 
 
 def test_random_scenarios_exercise_the_protocol():

@@ -198,8 +198,8 @@ int mrcn_loss_on_acked(mrcn_req *r, const uint32_t *touched, uint32_t n_touched,
             mrcn_deque_pop(q);
             mrcn_tx *tx = mrcn_req_tx(r, psn);
             if (tx != NULL && tx->ev_seq == seq && tx->ev == info->ev && !tx->lost &&
-                (rc = mrcn_req_declare_lost(r, psn, now, MRCN_LOSS_EV_THRESHOLD)) < 0)
-                return rc;
+                (rc = mrcn_loss_lose(r, psn, now, MRCN_LOSS_EV_THRESHOLD)) <= 0)
+                return rc < 0 ? rc : MRCN_OK;
         }
     }
     if (hi_gseq > l->hi_acked_gseq) {
@@ -298,6 +298,55 @@ static int confirm_stalled(mrcn_req *r, uint64_t ts, double now)
     return MRCN_OK;
 }
 
+/* LossCause.value, for the ERR reason. */
+static const char *cause_name(mrcn_loss_cause c)
+{
+    static const char *const names[] = {"ev_threshold", "ooo", "timeout", "trimmed", "nack",
+                                        "seq_err"};
+    return (unsigned)c < sizeof names / sizeof names[0] ? names[c] : "?";
+}
+
+/* LossDetector._exhausted: 1 (the QP sent to ERR) when the PSN's timeouts and loss retries
+ * together exceed linear_cnt + exp_cnt, 0 if not, or a negative status. */
+static int exhausted(mrcn_req *r, uint32_t psn, const mrcn_tx *tx, double now,
+                     mrcn_loss_cause cause)
+{
+    uint32_t exp = r->attr.retry_exp_cnt;
+    int64_t n = tx->timeouts + tx->loss_retries;
+    if (exp == MRCN_RETRY_EXP_INFINITE || n <= (int64_t)r->attr.retry_linear_cnt + (int64_t)exp)
+        return 0;
+    char reason[MRCN_REASON_BYTES];
+    if (tx->loss_retries)
+        snprintf(reason, sizeof reason,
+                 "retry exhausted: PSN %u lost %lld times, %lld by timeout, last by %s (EV %u)",
+                 psn, (long long)n, (long long)tx->timeouts, cause_name(cause), tx->ev);
+    else
+        snprintf(reason, sizeof reason, "retry exhausted: PSN %u timed out %lld times (EV %u)",
+                 psn, (long long)n, tx->ev);
+    int rc = r->on_error(r->on_error_ctx, now, reason);
+    return rc < 0 ? rc : 1;
+}
+
+int mrcn_loss_spend_retry(mrcn_req *r, uint32_t psn, double now, mrcn_loss_cause cause)
+{
+    mrcn_tx *tx = mrcn_req_tx(r, psn);
+    tx->loss_retries++;
+    r->loss.loss_retries++;
+    int rc = exhausted(r, psn, tx, now, cause);
+    return rc < 0 ? rc : !rc;
+}
+
+int mrcn_loss_lose(mrcn_req *r, uint32_t psn, double now, mrcn_loss_cause cause)
+{
+    if (mrcn_loss_retry_spent(cause)) {
+        int spent = mrcn_loss_spend_retry(r, psn, now, cause);
+        if (spent <= 0)
+            return spent;
+    }
+    int rc = mrcn_req_declare_lost(r, psn, now, cause);
+    return rc < 0 ? rc : 1;
+}
+
 /* LossDetector._timeout: one timer expiry; 0 when the retries are exhausted (QP in ERR),
  * 1 otherwise, or a negative status. */
 static int timeout(mrcn_req *r, uint32_t psn, double now)
@@ -305,17 +354,11 @@ static int timeout(mrcn_req *r, uint32_t psn, double now)
     mrcn_tx *tx = mrcn_req_tx(r, psn);
     tx->timeouts++;
     r->loss.timeouts++;
-    uint32_t exp = r->attr.retry_exp_cnt;
-    if (exp != MRCN_RETRY_EXP_INFINITE &&
-        tx->timeouts > (int64_t)r->attr.retry_linear_cnt + (int64_t)exp) {
-        char reason[MRCN_REASON_BYTES];
-        snprintf(reason, sizeof reason, "retry exhausted: PSN %u timed out %lld times (EV %u)",
-                 psn, (long long)tx->timeouts, tx->ev);
-        int rc = r->on_error(r->on_error_ctx, now, reason);
+    int rc = exhausted(r, psn, tx, now, MRCN_LOSS_TIMEOUT);
+    if (rc != 0)
         return rc < 0 ? rc : 0;
-    }
-    int rc = r->cfg->rc ? mrcn_req_go_back_n(r, psn, now, MRCN_LOSS_TIMEOUT)
-                        : mrcn_req_declare_lost(r, psn, now, MRCN_LOSS_TIMEOUT);
+    rc = r->cfg->rc ? mrcn_req_go_back_n(r, psn, now, MRCN_LOSS_TIMEOUT)
+                    : mrcn_req_declare_lost(r, psn, now, MRCN_LOSS_TIMEOUT);
     return rc < 0 ? rc : 1;
 }
 
@@ -475,9 +518,9 @@ int mrcn_loss_ooo_scan(mrcn_req *r, double now)
             return MRCN_OK;
         mrcn_deque_pop(q);
         l->ooo_losses++;
-        int rc = mrcn_req_declare_lost(r, psn, now, MRCN_LOSS_OOO);
-        if (rc < 0)
-            return rc;
+        int rc = mrcn_loss_lose(r, psn, now, MRCN_LOSS_OOO);
+        if (rc <= 0)
+            return rc < 0 ? rc : MRCN_OK;
     }
     return MRCN_OK;
 }

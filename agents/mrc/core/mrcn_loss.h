@@ -41,6 +41,13 @@ static inline bool mrcn_loss_charged(mrcn_loss_cause c)
     return c == MRCN_LOSS_TIMEOUT || c == MRCN_LOSS_EV_THRESHOLD || c == MRCN_LOSS_OOO;
 }
 
+/* loss.RETRY_SPENT: loss evidence that spends one of the PSN's retries (not trims). */
+static inline bool mrcn_loss_retry_spent(mrcn_loss_cause c)
+{
+    return c == MRCN_LOSS_EV_THRESHOLD || c == MRCN_LOSS_OOO || c == MRCN_LOSS_NACK ||
+           c == MRCN_LOSS_SEQ_ERR;
+}
+
 /* A deque of (a, b) pairs: ev_q's (ev_seq, psn), sent_order's (gseq, psn), ev_fresh's psn. */
 typedef struct mrcn_pair {
     int64_t a;
@@ -96,6 +103,7 @@ typedef struct mrcn_loss {
     uint64_t stalled_ts[MRCN_STALLED_KEPT];
     uint32_t stalled_ev[MRCN_STALLED_KEPT];
     uint32_t n_stalled;
+    uint64_t loss_retries;     /* retries spent on RETRY_SPENT evidence */
     bool has_no_path;          /* loss.no_path is not None: */
     double no_path_deadline;   /*   (deadline_s, */
     uint32_t no_path_psn;      /*    psn, */
@@ -121,6 +129,11 @@ int mrcn_loss_on_acked(struct mrcn_req *r, const uint32_t *touched, uint32_t n_t
 /* LossDetector.charge_ev. */
 int mrcn_loss_charge_ev(struct mrcn_req *r, uint32_t psn, mrcn_ev_info *info, double now,
                         mrcn_loss_cause cause);
+/* LossDetector.spend_retry: 1, or 0 when that exhausted the PSN's retries (QP in ERR), or a
+ * negative status. */
+int mrcn_loss_spend_retry(struct mrcn_req *r, uint32_t psn, double now, mrcn_loss_cause cause);
+/* LossDetector.lose: 1, 0 (QP in ERR instead) or a negative status. */
+int mrcn_loss_lose(struct mrcn_req *r, uint32_t psn, double now, mrcn_loss_cause cause);
 /* LossDetector.on_no_path. */
 void mrcn_loss_on_no_path(struct mrcn_req *r, uint32_t psn, double now);
 /* LossDetector.on_timer; stops (MRCN_OK) once the QP entered ERR. */

@@ -431,7 +431,8 @@ static int send_new(mrcn_req *r, double now, mrcn_txq *out, int64_t budget)
         mrcn_tx *tx = &r->txs[psn & (r->cap_txs - 1)];
         *tx = (mrcn_tx){.wr = wi, .pos = pos, .length = length, .opcode = op, .present = true,
                         .lost = false, .ev = ev, .ev_seq = seq, .ts_ns = (uint64_t)ts,
-                        .sent_at = now, .timeouts = 0, .rtx_count = 0, .gseq = gseq};
+                        .sent_at = now, .timeouts = 0, .loss_retries = 0, .rtx_count = 0,
+                        .gseq = gseq};
         r->next_psn = psn + 1;   /* the table covers the PSN from here on */
         if (mrc && (rc = mrcn_deque_push(&loss->sent_order, gseq, (int64_t)psn)) < 0)
             return rc;
@@ -651,6 +652,8 @@ int mrcn_req_on_sack(mrcn_req *r, const mrcn_sack *s, double now)
     if (n) {
         if ((rc = account_acked(r, n, now, &acked)) < 0)
             return rc;
+        if (r->failed)   /* an inferred loss exhausted a PSN's retries: ERR */
+            return MRCN_OK;
         mrcn_tx *first = mrcn_req_tx(r, r->acked[0]);   /* lowest PSN newly acked */
         if (!first->rtx_count) {   /* Karn: never time a retransmitted PSN */
             mrcn_rtt_sample(r->rtt, now - first->sent_at);
@@ -718,10 +721,16 @@ int mrcn_req_on_nack(mrcn_req *r, const mrcn_nack *k, double now)
         if ((rc = account_acked(r, n, now, &acked)) < 0)
             return rc;
         r->acked_bytes += acked;
+        if (r->failed)
+            return MRCN_OK;
         advance_una(r);
-        if ((rc = mrcn_req_go_back_n(r, k->psn, now, MRCN_LOSS_SEQ_ERR)) < 0)
+        if ((rc = complete_writes(r, now)) < 0)
             return rc;
-        return complete_writes(r, now);
+        /* one retry of the PSN the responder waits for (IBTA's NAK sequence error) */
+        if (tx != NULL && !tx->lost &&
+            (rc = mrcn_loss_spend_retry(r, k->psn, now, MRCN_LOSS_SEQ_ERR)) <= 0)
+            return rc < 0 ? rc : MRCN_OK;
+        return mrcn_req_go_back_n(r, k->psn, now, MRCN_LOSS_SEQ_ERR);
     }
     if (k->reason == MRCN_NACK_NO_PKT_BUFFER) {
         /* the responder had no posted receive: the EV is fine, the retry timer resends */
@@ -735,9 +744,9 @@ int mrcn_req_on_nack(mrcn_req *r, const mrcn_nack *k, double now)
         return rc;
     if (tx == NULL || tx->ts_ns != k->timestamp_ns)
         return MRCN_OK;
-    rc = mrcn_req_declare_lost(r, k->psn, now, trimmed ? MRCN_LOSS_TRIMMED : MRCN_LOSS_NACK);
-    if (rc < 0)
-        return rc;
+    if (!tx->lost &&
+        (rc = mrcn_loss_lose(r, k->psn, now, trimmed ? MRCN_LOSS_TRIMMED : MRCN_LOSS_NACK)) <= 0)
+        return rc < 0 ? rc : MRCN_OK;
     if (trimmed && mrc) {
         if (k->reason == MRCN_NACK_TRIMMED_LASTHOP) {   /* the host's link, not the EV */
             r->ev_skips_trim_lasthop++;
@@ -756,6 +765,7 @@ int mrcn_req_on_nack(mrcn_req *r, const mrcn_nack *k, double now)
 int mrcn_req_flush_writes(mrcn_req *r, double now)
 {
     int status = MRCN_WRITE_RETRY_EXC_ERR;
+    r->failed = true;
     for (uint64_t i = r->wr_head; i < r->wr_tail; i++) {
         if (push_write_event(r, mrcn_req_wr(r, i), i, now, status) < 0)
             return MRCN_ENOMEM;

@@ -124,6 +124,7 @@ typedef struct mrcn_tx {
     uint64_t ts_ns;
     double sent_at;            /* s */
     int64_t timeouts;
+    int64_t loss_retries;      /* retries spent on loss evidence (RETRY_SPENT) */
     uint64_t rtx_count;
     int64_t gseq;              /* QP-wide transmission counter, -1 for RC */
 } mrcn_tx;
@@ -145,6 +146,7 @@ struct mrcn_req {
     uint32_t dest_qpn;
     mrcn_qp_attr attr;
     uint64_t bad_packets;
+    bool failed;               /* flushed: the QP is in ERR */
     mrcn_wr *wrs;              /* ring by post index & (cap_wrs - 1) */
     size_t cap_wrs;
     uint64_t wr_head;          /* oldest posted, not completed (Python _wrs[0]) */
