@@ -13,21 +13,25 @@ from agents.mrc.ev import EVEvent, EVState
 from agents.mrc.qp import QP, connect_pair
 from agents.mrc.sim import MultipathNetwork, PathSpec
 from agents.mrc.types import QPAttr, QPConfig, QPError, Transport, WorkCompletion
+from tests.unit.qp_diff import make_qp, qp_required
 
 DELAY_S = 0.001
 BASE_RTT_S = 2 * DELAY_S
 
 
 def run(paths, *, size=4 << 20, seed=1, timeout=12, time_scale=1.5, ev_min_active=2,
-        base_rtt_s=BASE_RTT_S, **kw):
-    attr = QPAttr(timeout=timeout, mpr=16, mpr_dest=16, retry_linear_cnt=3, retry_exp_cnt=2)
+        base_rtt_s=BASE_RTT_S, engine="python", retry=(3, 2), **kw):
+    """Write ``size`` bytes from QP a to b (both of ``engine``) over ``paths`` on the fake clock;
+    ``retry``: (linear_cnt, exp_cnt); ``kw`` overrides :class:`QPConfig` keywords."""
+    attr = QPAttr(timeout=timeout, mpr=16, mpr_dest=16, retry_linear_cnt=retry[0],
+                  retry_exp_cnt=retry[1])
     cfg = QPConfig(**{**dict(min_rto_s=0.0, time_scale=time_scale, cc="uet-1.0-nscc",
                              cc_params=dict(rate_bps=sum(p.rate_bps for p in paths),
                                             base_rtt_s=base_rtt_s),
                              probe_timeout_s=3 * base_rtt_s, probe_interval_s=5 * base_rtt_s),
                       **kw})
-    a = QP(1, rng=random.Random(seed), config=cfg)
-    b = QP(2, rng=random.Random(seed + 1), memory=bytearray(size), config=cfg)
+    a = make_qp(engine, 1, seed=seed, memory=None, config=cfg)
+    b = make_qp(engine, 2, seed=seed + 1, memory=bytearray(size), config=cfg)
     connect_pair(a, b, range(len(paths)), attr=attr, ev_min_active=ev_min_active)
     net = MultipathNetwork(a, b, paths, seed=seed)
     src = random.Random(seed).randbytes(size)
@@ -40,7 +44,7 @@ def run(paths, *, size=4 << 20, seed=1, timeout=12, time_scale=1.5, ev_min_activ
         return bool(done)
 
     net.run(stop=stop, until=10.0)
-    assert [type(d) for d in done] == [WorkCompletion] and b.responder.memory.tobytes() == src
+    assert [type(d) for d in done] == [WorkCompletion] and bytes(b.responder.memory) == src
     return a, net, [e for e in events if e.new is EVState.ASSUMED_BAD]
 
 
@@ -112,33 +116,14 @@ def test_a_window_of_one_packet_still_retires_dead_evs(engine):
     write's) confirms the timeout as the EV's loss. Before: no EV ever retired (a plane
     failure on leaf-spine-2plane-8-bdp64 stalled a QP 14 s this way), every other packet a
     timeout."""
-    from tests.unit.qp_diff import make_qp, qp_required
     if engine == "native" and not qp_required():
         pytest.importorskip("agents.mrc._core")
-    size, payload = 512 << 10, 4096
     paths = [PathSpec(1e8, DELAY_S) for _ in range(4)]
     for i in (0, 2):
         paths[i] = PathSpec(1e8, DELAY_S, down=((0.010, math.inf),))
-    attr = QPAttr(timeout=12, mpr=16, mpr_dest=16, retry_linear_cnt=7, retry_exp_cnt=25)
-    cfg = QPConfig(min_rto_s=0.0, time_scale=1.5, cc="fixed", cc_params=dict(window_bytes=payload),
-                   payload_bytes=payload)
-    a = make_qp(engine, 1, seed=1, memory=None, config=cfg)
-    b = make_qp(engine, 2, seed=2, memory=bytearray(size), config=cfg)
-    connect_pair(a, b, range(4), attr=attr, ev_min_active=1)
-    net = MultipathNetwork(a, b, paths, seed=1)
-    src = random.Random(1).randbytes(size)
-    a.post_write(wr_id=1, local=src, remote_offset=0)
-    events, done = [], []
-
-    def stop():
-        while (e := a.next_event()) is not None:
-            (events if isinstance(e, EVEvent) else done).append(e)
-        return bool(done)
-
-    net.run(stop=stop, until=30.0)
-    assert [type(d) for d in done] == [WorkCompletion] and bytes(b.responder.memory) == src
-    bad = sorted({e.ev for e in events if e.new is EVState.ASSUMED_BAD})
-    assert bad == [0, 2]
+    a, net, bad = run(paths, size=512 << 10, engine=engine, retry=(7, 25), ev_min_active=1,
+                      cc="fixed", cc_params=dict(window_bytes=4096), payload_bytes=4096)
+    assert sorted({e.ev for e in bad}) == [0, 2]
     stats = a.stats()
     # two charged losses per dead EV, then no more: not one timeout every other packet
     assert stats["timeouts"] <= 8, stats["timeouts"]
