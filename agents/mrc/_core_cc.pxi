@@ -37,7 +37,8 @@ cdef extern from "mrcn_cc.h":
         double last_md, epoch_start
         uint64_t epoch_acked
         int epoch_loss
-        uint64_t md_count, qa_count, ecn_count, acks, noop_count
+        int app_limited, epoch_app_limited
+        uint64_t md_count, qa_count, ecn_count, acks, noop_count, qa_app_limited
 
     ctypedef struct mrcn_dcqcn_params:
         double rate_bps
@@ -116,6 +117,7 @@ cdef extern from "mrcn_cc.h":
                                   double rtt_s, int ecn)
     void mrcn_cc_on_packets_lost(mrcn_cc *cc, double now, uint64_t lost_bytes, int trimmed)
     void mrcn_cc_on_cnp(mrcn_cc *cc, double now)
+    void mrcn_cc_set_app_limited(mrcn_cc *cc, int limited)
     double mrcn_cc_next_send_time(mrcn_cc *cc, double now, uint64_t size_bytes)
     void mrcn_dcqcn_advance(mrcn_dcqcn *d, double now)
     int mrcn_cnp_pacer_init(mrcn_cnp_pacer *p, double interval_s)
@@ -214,6 +216,9 @@ cdef class CongestionControl:
     def on_cnp(self, *, double now):
         mrcn_cc_on_cnp(&self.cc, now)
 
+    def set_app_limited(self, limited):
+        mrcn_cc_set_app_limited(&self.cc, 1 if limited else 0)
+
     def next_send_time(self, *, double now, size_bytes):
         return mrcn_cc_next_send_time(&self.cc, now, size_bytes)
 
@@ -252,7 +257,7 @@ cdef class NSCC(CongestionControl):
         """agents.mrc.cc.NSCC.counters."""
         n = &self.cc.u.nscc
         return {"acks": n.acks, "ecn": n.ecn_count, "noop": n.noop_count, "md": n.md_count,
-                "qa": n.qa_count}
+                "qa": n.qa_count, "qa_app_limited": n.qa_app_limited}
 
     @property
     def rate_bps(self):
@@ -345,6 +350,18 @@ cdef class NSCC(CongestionControl):
     @property
     def qa_count(self):
         return self.cc.u.nscc.qa_count
+
+    @property
+    def qa_app_limited(self):
+        return self.cc.u.nscc.qa_app_limited
+
+    @property
+    def _app_limited(self):
+        return bool(self.cc.u.nscc.app_limited)
+
+    @property
+    def _epoch_app_limited(self):
+        return bool(self.cc.u.nscc.epoch_app_limited)
 
     @property
     def ecn_count(self):

@@ -95,6 +95,9 @@ class CongestionControl:
     def on_cnp(self, *, now: float) -> None:
         """A RoCEv2 CNP arrived (the responder saw CE marks: :mod:`agents.mrc.dcqcn`)."""
 
+    def set_app_limited(self, limited: bool) -> None:
+        """The requester ran out of new data to send (True) or was posted more (False)."""
+
     def next_send_time(self, *, now: float, size_bytes: int) -> float:
         """Earliest time (s) a packet of ``size_bytes`` may be sent; a window controller
         returns ``now``. The QP paces only when a subclass overrides this (no cost
@@ -147,12 +150,17 @@ class NSCC(CongestionControl):
 
     Loss or trim: ``cwnd -= lost bytes``; quick-adapt: at the end of an RTT
     epoch (one base RTT) in which loss was seen, if less than half the
-    window was acked, cwnd = bytes acked in that epoch. cwnd stays within
+    window was acked, cwnd = bytes acked in that epoch. Not after an epoch
+    in which the requester ran out of data (:meth:`set_app_limited`): what
+    an application-limited sender got acked says nothing of the path (RFC
+    7661's rule for windows, BBR's app-limited samples); ``qa_app_limited``
+    counts the quick-adapts skipped so. A QP idle at a ring step that lost
+    its tail to a plane failure was cut to one packet this way. cwnd stays within
     [mss, max_cwnd]. Raises ValueError for a non-positive rate, RTT or window.
 
     Counters: ``acks`` ACKs seen, ``ecn_count`` of them with an ECN echo, ``noop_count`` with an
     ECN echo and delay below target (no window change), ``md_count`` multiplicative
-    decreases, ``qa_count`` quick-adapts (:meth:`counters`).
+    decreases, ``qa_count`` quick-adapts, ``qa_app_limited`` quick-adapts skipped (:meth:`counters`).
     """
 
     name = "uet-1.0-nscc"
@@ -194,16 +202,24 @@ class NSCC(CongestionControl):
         self._epoch_start = 0.0
         self._epoch_acked = 0
         self._epoch_loss = False
+        self._app_limited = False
+        self._epoch_app_limited = False
         self.md_count = 0
         self.qa_count = 0
+        self.qa_app_limited = 0
         self.ecn_count = 0
         self.acks = 0
         self.noop_count = 0
 
     def counters(self) -> dict:
-        """``{"acks", "ecn", "noop", "md", "qa"}``: see the class docstring."""
+        """``{"acks", "ecn", "noop", "md", "qa", "qa_app_limited"}``: see the class docstring."""
         return {"acks": self.acks, "ecn": self.ecn_count, "noop": self.noop_count, "md": self.md_count,
-                "qa": self.qa_count}
+                "qa": self.qa_count, "qa_app_limited": self.qa_app_limited}
+
+    def set_app_limited(self, limited: bool) -> None:
+        self._app_limited = limited
+        if limited:
+            self._epoch_app_limited = True
 
     def _set_base_rtt(self, base_rtt_s: float) -> None:
         self.base_rtt_s = base_rtt_s
@@ -220,12 +236,16 @@ class NSCC(CongestionControl):
         if self.base_rtt_s is None or now - self._epoch_start < self.base_rtt_s:
             return
         if self.quick_adapt and self._epoch_loss and self._epoch_acked < self.cwnd_bytes / 2:
-            self.cwnd_bytes = float(self._epoch_acked)
-            self.qa_count += 1
-            self._clamp()
+            if self._epoch_app_limited:
+                self.qa_app_limited += 1
+            else:
+                self.cwnd_bytes = float(self._epoch_acked)
+                self.qa_count += 1
+                self._clamp()
         self._epoch_start = now
         self._epoch_acked = 0
         self._epoch_loss = False
+        self._epoch_app_limited = self._app_limited
 
     def on_packets_acked(self, *, now: float, acked_bytes: int, rtt_s: float | None,
                          ecn: bool = False) -> None:

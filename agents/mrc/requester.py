@@ -25,7 +25,7 @@ from collections import deque
 
 from . import packet as pk
 from .cc import CongestionControl
-from .ev import EVCause, EVSet
+from .ev import EVCause, EVSet, EVState
 from .loss import CHARGED, LossCause, LossDetector
 from .probes import EVProber
 from .types import QPAttr, Transport, WCOpcode, WCStatus, WorkCompletion
@@ -181,6 +181,8 @@ class Requester:
         self._psn_assign += npkts
         wr = _WR(wr_id, data, remote_offset, imm, first, first + npkts - 1)
         self._wrs.append(wr)
+        if not self._unsent:
+            self.cc.set_app_limited(False)
         self._unsent.append(wr)
 
     # ---- sending -------------------------------------------------------
@@ -319,6 +321,7 @@ class Requester:
             if psn > last_psn:
                 unsent.popleft()
                 if not unsent:
+                    self.cc.set_app_limited(True)
                     break
                 wr = unsent[0]
                 data, first, last_psn, imm_wr, roff = wr.data, wr.first_psn, wr.last_psn, \
@@ -340,7 +343,9 @@ class Requester:
         info = self.evs.info[tx.ev]
         info.packets_lost += 1
         heapq.heappush(self._rtx, tx.psn)
-        self.cc.on_packets_lost(now=now, lost_bytes=tx.length, trimmed=cause is LossCause.TRIMMED)
+        # A loss on an EV this QP already found dead is the path's failure, not congestion
+        if cause is LossCause.TRIMMED or info.state is not EVState.ASSUMED_BAD:
+            self.cc.on_packets_lost(now=now, lost_bytes=tx.length, trimmed=cause is LossCause.TRIMMED)
         if self.transport is Transport.MRC and cause in CHARGED:
             self.loss.charge_ev(tx, info, now, cause)
         log.debug("qpn %d psn %d lost on ev %d (%s)", self.qpn, tx.psn, tx.ev, cause.value)

@@ -153,4 +153,4 @@ def test_counters_tell_the_ecn_cases_apart():
     assert c.cwnd_bytes == 500_000
     c.on_packets_acked(now=0.02, acked_bytes=1000, rtt_s=0.0025, ecn=True)    # d 1.5 ms >= target: MD
     c.on_packets_acked(now=0.03, acked_bytes=1000, rtt_s=0.0011)              # unmarked: increase
-    assert c.counters() == {"acks": 3, "ecn": 2, "noop": 1, "md": 1, "qa": 0}
+    assert c.counters() == {"acks": 3, "ecn": 2, "noop": 1, "md": 1, "qa": 0, "qa_app_limited": 0}

@@ -28,7 +28,8 @@ NSCC_ATTRS = ("cwnd_bytes", "mss_bytes", "rate_bps", "base_rtt_s", "bdp_bytes", 
               "target_factor", "min_target_s", "max_cwnd_limit_bytes", "min_cwnd_bytes",
               "max_cwnd_bytes", "target_s", "alpha", "fi", "gamma", "md_floor", "ecn_capable",
               "quick_adapt", "delay_md_factor", "_last_md", "_epoch_start", "_epoch_acked",
-              "_epoch_loss", "md_count", "qa_count", "ecn_count", "acks", "noop_count")
+              "_epoch_loss", "_app_limited", "_epoch_app_limited", "md_count", "qa_count",
+              "qa_app_limited", "ecn_count", "acks", "noop_count")
 DCQCN_ATTRS = ("cwnd_bytes", "mss_bytes", "rate_bps", "base_rtt_s", "g", "alpha_period_s",
                "timer_s", "byte_counter_bytes", "fast_recovery_stages", "ai_rate_bps",
                "hai_rate_bps", "min_rate_bps", "overhead_bytes", "burst_bytes", "rc_bps",
@@ -94,6 +95,7 @@ ops = st.one_of(
     st.tuples(st.just("cnp"), dt),
     st.tuples(st.just("next"), dt, size),
     st.tuples(st.just("can"), st.integers(0, 3_000_000), size),
+    st.tuples(st.just("app"), dt, st.booleans()),
 )
 # Sends at line rate or faster: enough bytes for DCQCN's byte counter to pass F stages.
 burst = st.tuples(st.just("burst"), dt, size, st.integers(1, 1500), st.floats(0.0, 1e-4))
@@ -145,6 +147,9 @@ def drive(py, nat, attrs, t0, steps, base_ref, max_jump=2.0):
         elif kind == "cnp":
             for c in (py, nat):
                 c.on_cnp(now=now)
+        elif kind == "app":
+            for c in (py, nat):
+                c.set_app_limited(op[2])
         elif kind == "next" or kind == "wake":
             a = py.next_send_time(now=now, size_bytes=op[-1])
             b = nat.next_send_time(now=now, size_bytes=op[-1])
@@ -211,6 +216,7 @@ nscc_walk = st.lists(st.one_of(
     st.tuples(st.just("ack"), st.floats(0.0, 2e-3), st.integers(0, 20_000),
               st.tuples(st.just("rel"), st.floats(0.9, 4.0)), st.just(False)),
     st.tuples(st.just("lost"), st.floats(0.0, 2e-3), st.integers(0, 20_000), st.booleans()),
+    st.tuples(st.just("app"), st.floats(0.0, 2e-3), st.booleans()),
 ), max_size=80)
 
 

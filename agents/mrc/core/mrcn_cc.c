@@ -85,6 +85,15 @@ void mrcn_cc_on_packets_lost(mrcn_cc *cc, double now, uint64_t lost_bytes, int t
         mrcn_nscc_on_packets_lost(cc, now, lost_bytes, trimmed);
 }
 
+void mrcn_cc_set_app_limited(mrcn_cc *cc, int limited)
+{
+    if (cc->kind != MRCN_CC_NSCC)
+        return;
+    cc->u.nscc.app_limited = limited != 0;
+    if (limited)
+        cc->u.nscc.epoch_app_limited = 1;
+}
+
 void mrcn_cc_on_cnp(mrcn_cc *cc, double now)
 {
     if (cc->kind == MRCN_CC_DCQCN)

@@ -63,7 +63,9 @@ typedef struct mrcn_nscc {
     double epoch_start;        /* s */
     uint64_t epoch_acked;      /* bytes acked in this epoch */
     int epoch_loss;
-    uint64_t md_count, qa_count, ecn_count, acks, noop_count;
+    int app_limited;           /* the requester has no new data to send */
+    int epoch_app_limited;     /* ... at some time in this epoch: no quick-adapt */
+    uint64_t md_count, qa_count, ecn_count, acks, noop_count, qa_app_limited;
 } mrcn_nscc;
 
 /* DCQCN constructor keywords (dcqcn.DCQCN.__init__); a has_* flag 0 is Python's None, the
@@ -152,6 +154,8 @@ void mrcn_cc_on_packet_sent(mrcn_cc *cc, double now, uint64_t size_bytes);
 void mrcn_cc_on_packets_acked(mrcn_cc *cc, double now, uint64_t acked_bytes, int has_rtt,
                               double rtt_s, int ecn);
 void mrcn_cc_on_packets_lost(mrcn_cc *cc, double now, uint64_t lost_bytes, int trimmed);
+/* CongestionControl.set_app_limited: the requester ran out of new data (1) or got more (0). */
+void mrcn_cc_set_app_limited(mrcn_cc *cc, int limited);
 void mrcn_cc_on_cnp(mrcn_cc *cc, double now);
 /* Earliest send time (s) of a packet of size_bytes; `now` for a window controller. */
 double mrcn_cc_next_send_time(mrcn_cc *cc, double now, uint64_t size_bytes);

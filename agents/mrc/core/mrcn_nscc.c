@@ -48,20 +48,26 @@ static void clamp(mrcn_cc *cc)
     cc->cwnd_bytes = mrcn_py_min(mrcn_py_max(cc->cwnd_bytes, n->min_cwnd_bytes), n->max_cwnd_bytes);
 }
 
-/* NSCC._epoch: end of a base-RTT epoch, quick-adapt if loss was seen in it. */
+/* NSCC._epoch: end of a base-RTT epoch, quick-adapt if loss was seen in it and the requester
+ * had data all along. */
 static void epoch(mrcn_cc *cc, double now)
 {
     mrcn_nscc *n = &cc->u.nscc;
     if (!n->has_base_rtt || now - n->epoch_start < n->base_rtt_s)
         return;
     if (n->quick_adapt && n->epoch_loss && (double)n->epoch_acked < cc->cwnd_bytes / 2) {
-        cc->cwnd_bytes = (double)n->epoch_acked;
-        n->qa_count++;
-        clamp(cc);
+        if (n->epoch_app_limited) {
+            n->qa_app_limited++;
+        } else {
+            cc->cwnd_bytes = (double)n->epoch_acked;
+            n->qa_count++;
+            clamp(cc);
+        }
     }
     n->epoch_start = now;
     n->epoch_acked = 0;
     n->epoch_loss = 0;
+    n->epoch_app_limited = n->app_limited;
 }
 
 int mrcn_nscc_init(mrcn_cc *cc, const mrcn_nscc_params *p)
@@ -102,7 +108,8 @@ int mrcn_nscc_init(mrcn_cc *cc, const mrcn_nscc_params *p)
     n->epoch_start = 0.0;
     n->epoch_acked = 0;
     n->epoch_loss = 0;
-    n->md_count = n->qa_count = n->ecn_count = n->acks = n->noop_count = 0;
+    n->app_limited = n->epoch_app_limited = 0;
+    n->md_count = n->qa_count = n->ecn_count = n->acks = n->noop_count = n->qa_app_limited = 0;
     return MRCN_OK;
 }
 

@@ -260,6 +260,8 @@ int mrcn_req_post(mrcn_req *r, uint64_t wr_id, const uint8_t *data, size_t len,
         r->cap_wrs = cap;
     }
     r->psn_assign += npkts;
+    if (r->wr_unsent == r->wr_tail)
+        mrcn_cc_set_app_limited(r->cc, 0);
     mrcn_wr *wr = mrcn_req_wr(r, r->wr_tail++);
     wr->wr_id = wr_id;
     wr->data = data;
@@ -449,8 +451,10 @@ static int send_new(mrcn_req *r, double now, mrcn_txq *out, int64_t budget)
         if (psn > wr->last_psn) {
             wi++;
             r->wr_unsent = wi;
-            if (wi == r->wr_tail)
+            if (wi == r->wr_tail) {
+                mrcn_cc_set_app_limited(r->cc, 1);
                 break;
+            }
             wr = mrcn_req_wr(r, wi);
         }
     }
@@ -517,7 +521,9 @@ int mrcn_req_declare_lost(mrcn_req *r, uint32_t psn, double now, mrcn_loss_cause
     int rc = rtx_push(r, psn);
     if (rc < 0)
         return rc;
-    mrcn_cc_on_packets_lost(r->cc, now, tx->length, cause == MRCN_LOSS_TRIMMED);
+    /* A loss on an EV this QP already found dead is the path's failure, not congestion. */
+    if (cause == MRCN_LOSS_TRIMMED || info->state != MRCN_EV_ASSUMED_BAD)
+        mrcn_cc_on_packets_lost(r->cc, now, tx->length, cause == MRCN_LOSS_TRIMMED);
     if (!r->cfg->rc && mrcn_loss_charged(cause))
         return mrcn_loss_charge_ev(r, psn, info, now, cause);
     return MRCN_OK;
