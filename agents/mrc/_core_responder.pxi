@@ -38,6 +38,7 @@ cdef extern from "mrcn_reverse.h":
         mrcn_evmap strikes
         int64_t mark_at
         mrcn_evmap seen
+        int64_t rx
         uint64_t marked_bad
     int mrcn_reverse_set_evs(mrcn_reverse *rv, const uint32_t *evs, size_t n)
 
@@ -150,7 +151,7 @@ cdef class _ReverseEVsView:
         """reverse.ReverseEVs.state(): everything that decides the next choice."""
         cdef mrcn_reverse *rv = &self.owner.r.reverse
         return (self.evs, rv.pos, rv.sent, _evmap_dict(&rv.bad, False), rv.last,
-                _evmap_dict(&rv.strikes, False), rv.mark_at, _evmap_dict(&rv.seen, False),
+                _evmap_dict(&rv.strikes, False), rv.mark_at, _evmap_dict(&rv.seen, False), rv.rx,
                 rv.marked_bad)
 
 

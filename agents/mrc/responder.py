@@ -143,6 +143,7 @@ class Responder:
                 self._rcv_cum = psn + 1
                 self._seq_err_sent = False
                 self.reverse_evs[ev] = now
+                self.reverse.arrived(ev)
                 mem[off:off + length] = mv[_HDR_BYTES:end]
                 self.rx_packets += 1
                 self.rx_bytes += length
@@ -166,6 +167,7 @@ class Responder:
             return
         if flags & pk.FLAG_TRIMMED:
             self.reverse_evs[ev] = now
+            self.reverse.arrived(ev)
             self._nack(psn, ev, ts, pk.NackReason.TRIMMED_LASTHOP if flags & pk.FLAG_TRIMMED_LASTHOP
                        else pk.NackReason.TRIMMED)
             return
@@ -231,7 +233,7 @@ class Responder:
         """
         mem = self._mem
         memlen, qpn, sack_every = len(mem), self.qpn, self.config.sack_every
-        rev, dirty = self.reverse_evs, self._dirty
+        rev, dirty, arrived = self.reverse_evs, self._dirty, self.reverse.arrived
         cum, pending, last = self._rcv_cum, self._sack_pending, self._last_data_at
         hold_gap = None      # the gap of the packet that starts a hold, until the hold is set
         packets = nbytes = 0
@@ -250,6 +252,7 @@ class Responder:
                     if _crc32(mv[:end]) == _unpack_crc(data, end)[0]:
                         cum = psn + 1
                         rev[ev] = now
+                        arrived(ev)
                         mem[off:off + length] = mv[_HDR_BYTES:end]
                         packets += 1
                         nbytes += length
@@ -295,6 +298,7 @@ class Responder:
     def _in_window(self, psn: int, ev: int, ts: int, now: float, rtx: int = 0) -> bool:
         """Duplicate, beyond-the-bitmap and RC out-of-order handling; True if ``psn`` is new."""
         self.reverse_evs[ev] = now
+        self.reverse.arrived(ev)
         cum = self._rcv_cum
         ch = psn >> 6
         if psn < cum or (self._chunks.get(ch, 0) >> (psn & 63)) & 1:

@@ -179,7 +179,7 @@ static int reverse_seen(mrcn_responder *r, uint32_t ev, double now)
     if (!v)
         return MRCN_ENOMEM;
     v->t = now;
-    return MRCN_OK;
+    return mrcn_reverse_arrived(&r->reverse, ev);
 }
 
 /* Append an encoded control packet, its EV chosen by the reverse EV set for `fwd_ev`

@@ -54,11 +54,7 @@ int mrcn_reverse_choose(mrcn_reverse *rv, uint32_t fwd_ev, uint32_t *out)
         return MRCN_OK;
     }
     int64_t sent = ++rv->sent;
-    mrcn_evmap_val *v = mrcn_evmap_put(&rv->seen, fwd_ev);
-    if (!v)
-        return MRCN_ENOMEM;
-    v->a = sent;
-    int64_t stale = sent - MRCN_REVERSE_STALE_ROTATIONS * (int64_t)n;
+    int64_t stale = rv->rx - MRCN_REVERSE_STALE_ROTATIONS * (int64_t)n;
     for (size_t i = 0; i < n; i++) {
         if (rv->pos >= n)
             return MRCN_ESTATE;
@@ -73,6 +69,15 @@ int mrcn_reverse_choose(mrcn_reverse *rv, uint32_t fwd_ev, uint32_t *out)
     }
     rv->last = fwd_ev;
     *out = fwd_ev;
+    return MRCN_OK;
+}
+
+int mrcn_reverse_arrived(mrcn_reverse *rv, uint32_t ev)
+{
+    mrcn_evmap_val *v = mrcn_evmap_put(&rv->seen, ev);
+    if (!v)
+        return MRCN_ENOMEM;
+    v->a = ++rv->rx;
     return MRCN_OK;
 }
 
