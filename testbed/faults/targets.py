@@ -22,6 +22,11 @@ In a scenario, wherever a link name goes (``link_down``, ``link_up``, and the ``
   (data or acknowledgements), may cross the link at an unrepaired hop: every flow over it
   is re-hashed by the router next to the failure, so the scenario measures local repair.
 
+``switch_down`` / ``switch_up`` take the same mapping for a switch: the node the selected flows
+*enter* at the hop (the receiving end of the hop's link; a hop into a host is refused), e.g.
+``switch_down: {crossed_by: [mrc, rc, tcp], hop: core-aggregation}``: an aggregation switch
+that an mrc, an rc and a tcp flow each enter from a core (not necessarily over one link).
+
 The runner resolves a target when the fabric is up and before the agents start: it traces
 the ring flows of the named transports (:mod:`testbed.fabric.paths`; their 5-tuples come from the
 job specs, so they are the same on every transport's fabric), keeps the links crossed at
@@ -38,6 +43,7 @@ from typing import Iterable
 
 from testbed.fabric.paths import TracedFlow
 from testbed.model.topology import Role, Topology
+from testbed.spec.common import SWITCH_ACTIONS
 from testbed.spec.selectors import UNREPAIRED, FlowTarget, TargetError, hop_roles
 
 
@@ -59,21 +65,40 @@ def crossed_at(topo: Topology, tf: TracedFlow, hop: str, ecmp: dict) -> str | No
     return next((h.link for h, r in zip(tf.hops, hop_roles(topo, tf)) if r == hop), None)
 
 
+def entered_at(topo: Topology, tf: TracedFlow, hop: str, ecmp: dict) -> str | None:
+    """The node ``tf`` enters at ``hop``: the receiving end of :func:`crossed_at`'s link."""
+    link = crossed_at(topo, tf, hop, ecmp)
+    return next((h.next for h in tf.hops if h.link == link), None) if link is not None else None
+
+
 def resolve(target: FlowTarget, traced: Iterable[TracedFlow], topo: Topology, *, seed: int,
             index: int) -> tuple[str, list[str]]:
     """(link, labels of the data flows crossing it at the hop) for ``target``, from traced
     flows (only delivered ones count). Raises TargetError if no link qualifies."""
+    return _resolve(target, traced, topo, seed=seed, index=index, at=crossed_at, what="link is crossed")
+
+
+def resolve_switch(target: FlowTarget, traced: Iterable[TracedFlow], topo: Topology, *, seed: int,
+                   index: int) -> tuple[str, list[str]]:
+    """(switch, labels of the data flows entering it at the hop) for a switch action's ``target``:
+    a switch that a data flow of each selector enters at ``target.hop`` (:func:`entered_at`), chosen
+    as :func:`resolve` chooses a link. Raises TargetError if no switch qualifies."""
+    return _resolve(target, traced, topo, seed=seed, index=index, at=entered_at, what="switch is entered")
+
+
+def _resolve(target: FlowTarget, traced: Iterable[TracedFlow], topo: Topology, *, seed: int, index: int,
+             at, what: str) -> tuple[str, list[str]]:
     ecmp = topo.ecmp_next_hops()
     traced = [tf for tf in traced if tf.outcome == "delivered"]
     per_selector = []
     crossing: dict[str, set[str]] = {}
     for sel in target.crossed_by:
-        links = set()
+        found = set()
         for tf in traced:
-            if sel.matches(tf) and (link := crossed_at(topo, tf, target.hop, ecmp)) is not None:
-                links.add(link)
-                crossing.setdefault(link, set()).add(tf.flow.label)
-        per_selector.append(links)
+            if sel.matches(tf) and (key := at(topo, tf, target.hop, ecmp)) is not None:
+                found.add(key)
+                crossing.setdefault(key, set()).add(tf.flow.label)
+        per_selector.append(found)
     candidates = set.intersection(*per_selector) if per_selector else set()
     if target.repairable:
         named = set(target.transports)
@@ -81,11 +106,11 @@ def resolve(target: FlowTarget, traced: Iterable[TracedFlow], topo: Topology, *,
                        for link in unrepaired_links(topo, tf, ecmp)}
     candidates = sorted(candidates)
     if not candidates:
-        raise TargetError(f"no link is crossed at hop {target.hop} by "
+        raise TargetError(f"no {what} at hop {target.hop} by "
                           + " and ".join(f"a {s} flow" for s in target.crossed_by)
                           + (" and at no unrepaired hop by any of their flows" if target.repairable else ""))
-    link = candidates[0] if len(candidates) == 1 else random.Random(f"{seed}:target:{index}").choice(candidates)
-    return link, sorted(crossing[link])
+    pick = candidates[0] if len(candidates) == 1 else random.Random(f"{seed}:target:{index}").choice(candidates)
+    return pick, sorted(crossing[pick])
 
 
 def trace_and_resolve(fabric, scenario, transport: str) -> tuple[tuple, list[TracedFlow], list[dict]]:
@@ -119,13 +144,20 @@ def resolve_timeline(timeline, traced: list[TracedFlow], topo: Topology, *,
     one record per resolved target). Equal targets resolve to the same link: the choice
     among candidates is seeded by the index of the first event with that target, so a
     ``link_up`` that repeats its ``link_down``'s target brings back the link that went down.
-    Raises TargetError."""
+    A switch action's target sets ``switch`` and ``links`` (:func:`resolve_switch`; record:
+    ``"switch"`` and ``"links"`` instead of ``"link"``). Raises TargetError."""
     import dataclasses
 
     events, resolved = [], []
     first_index: dict[FlowTarget, int] = {}
     for i, e in enumerate(timeline):
-        if e.target is not None:
+        if e.target is not None and e.action in SWITCH_ACTIONS:
+            index = first_index.setdefault(e.target, i)
+            switch, labels = resolve_switch(e.target, traced, topo, seed=seed, index=index)
+            e = dataclasses.replace(e, switch=switch, links=tuple(sorted(l.name for l in topo.links_of[switch])))
+            resolved.append({"index": i, "action": e.action, "target": str(e.target), "switch": switch,
+                             "links": list(e.links), "flows": labels})
+        elif e.target is not None:
             index = first_index.setdefault(e.target, i)
             link, labels = resolve(e.target, traced, topo, seed=seed, index=index)
             e = dataclasses.replace(e, link=link, direction=_way(e, link, labels, traced))

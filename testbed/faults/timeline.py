@@ -17,6 +17,8 @@ Expansion into :class:`Step` s, each carrying one typed change of
 ends it; :mod:`testbed.metrics` reads the same words):
 
 * ``link_down`` / ``link_up``: one :class:`LinkState` step (apply).
+* ``switch_down`` / ``switch_up``: one :class:`LinkState` step (apply) per link of the switch,
+  all at T, in link name order (the step's action stays ``switch_down`` / ``switch_up``).
 * ``flap {period, count}``: ``count`` cycles of down at ``T + i*period`` (apply) and
   up half a period later (revert).
 * ``loss`` / ``rate`` / ``blackhole``: a :class:`Loss` / :class:`Rate` / :class:`Blackhole`
@@ -116,6 +118,9 @@ class Timeline:
 
         if e.action in ("link_down", "link_up"):
             step(0.0, LinkState(e.link, up=e.action == "link_up"), "apply")
+        elif e.action in ("switch_down", "switch_up"):
+            for link in e.links:
+                step(0.0, LinkState(link, up=e.action == "switch_up"), "apply")
         elif e.action.startswith("ev_"):
             step(0.0, EVAction(e.link, e.action.removeprefix("ev_")), "apply")
         elif e.action == "flap":

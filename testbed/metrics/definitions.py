@@ -26,7 +26,8 @@ LINK_BIN_S = 0.100          # link throughput bin width, s
 ACHIEVED_WINDOW_S = 1.0     # achieved link rate: best sliding window of this length, s
 BUSIEST_LINKS = 5           # link ends reported in the fidelity section
 CPU_SATURATED_P95 = 0.95    # p95 busy fraction at or above which a run is invalid
-DISRUPTIVE = ("link_down", "flap", "loss", "rate", "blackhole")
+DISRUPTIVE = ("link_down", "switch_down", "flap", "loss", "rate", "blackhole")
+RESTORING = ("link_up", "switch_up")  # actions that end a link's fault (as a revert phase does)
 DETECTED_STATES = ("ASSUMED_BAD", "DENIED", "UNKNOWN")
 
 DEFINITIONS = {

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from testbed.metrics.definitions import DETECTED_STATES, FLOW_DIP_HORIZON_S, FLOW_RECOVERY_FRACTION, RECOVERY_WINDOW_MIN_S, RECOVERY_WINDOW_RTTS
+from testbed.metrics.definitions import DETECTED_STATES, FLOW_DIP_HORIZON_S, FLOW_RECOVERY_FRACTION, RECOVERY_WINDOW_MIN_S, RECOVERY_WINDOW_RTTS, RESTORING
 from testbed.metrics.series import binned_increments
 
 
@@ -185,13 +185,14 @@ def recovery_window_s(base_rtt_s: float | None) -> float:
 
 def fault_windows(faults: list[dict], t_end_s: float) -> list[dict]:
     """Per disruptive fault: ``{t_s, link, action, until_s}``, ``until_s`` the next fault
-    event on the same link that ends it (a revert phase, or a ``link_up``), else ``t_end_s``."""
+    event on the same link that ends it (a revert phase, a ``link_up`` or a ``switch_up``), else
+    ``t_end_s``."""
     out = []
     for i, f in enumerate(faults):
         if not f["disruptive"]:
             continue
         until = next((g["t_s"] for g in faults[i + 1:] if g["link"] == f["link"]
-                      and (g["phase"] == "revert" or g["action"] == "link_up")), t_end_s)
+                      and (g["phase"] == "revert" or g["action"] in RESTORING)), t_end_s)
         out.append({"t_s": f["t_s"], "link": f["link"], "action": f["action"], "until_s": until})
     return out
 

@@ -209,7 +209,8 @@ class TransportRun:
             {"transport": self.transport, "flows": [tf.to_dict() for tf in traced]}, indent=1) + "\n")
         for rec in resolved:
             self.journal({"kind": "target", **rec})
-            self.say(f"timeline[{rec['index']}] {rec['action']}: {rec['target']} -> {rec['link']} "
+            aim = rec.get("switch") or rec["link"]
+            self.say(f"timeline[{rec['index']}] {rec['action']}: {rec['target']} -> {aim} "
                      f"(crossed by {', '.join(rec['flows'])})")
         self.journal({"kind": "paths", "flows": len(traced), "seconds": round(time.perf_counter() - t0, 3)})
         self.state.timeline = self._timeline(events)

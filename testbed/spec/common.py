@@ -21,7 +21,10 @@ _CLASS_KEYS = ["rate", "queue", "delay", "loss", "mtu", "ecn", "trim"]
 TRIM_HEADER_QUEUE_PKTS = 64
 #: Host NIC uSIDs 0x1000.. are limited to 0x8000 NICs (topology.py's plan).
 MAX_HOST_NICS = 0x8000
-ACTIONS = ("link_down", "link_up", "flap", "loss", "rate", "blackhole", "ev_deny", "ev_allow", "ev_replace")
+ACTIONS = ("link_down", "link_up", "switch_down", "switch_up", "flap", "loss", "rate", "blackhole", "ev_deny",
+           "ev_allow", "ev_replace")
+SWITCH_ACTIONS = ("switch_down", "switch_up")
+"""Timeline actions on every link of one switch at once (a switch restart)."""
 EV_ACTIONS = ("ev_deny", "ev_allow", "ev_replace")
 """Timeline actions for the MRC controller: deny, allow or replace the EVs that cross a link."""
 CONTROLLER_POLICIES = ("none", "replace")

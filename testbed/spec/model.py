@@ -76,7 +76,10 @@ class TimelineEvent:
     with the link; None: both ways.
     ``target``: a :class:`testbed.faults.targets.FlowTarget` when the link is given by the
     flows crossing it; ``link`` is then None until the runner resolves it on the
-    running fabric (:func:`testbed.faults.targets.resolve`)."""
+    running fabric (:func:`testbed.faults.targets.resolve`).
+    ``switch_down``/``switch_up``: ``link`` is None, ``switch`` names the switch and ``links``
+    are all its links (sorted), each taken down or up at once; with a ``target``, both are
+    empty until the runner resolves it (:func:`testbed.faults.targets.resolve_switch`)."""
 
     action: str
     link: str | None
@@ -91,6 +94,8 @@ class TimelineEvent:
     duration_s: float | None = None
     target: "FlowTarget | None" = None
     direction: str | None = None
+    switch: str | None = None
+    links: tuple[str, ...] = ()
 
     @property
     def loss_into(self) -> str | None:

@@ -15,7 +15,8 @@ from testbed.model.topology import Role, Topology
 from testbed.model.units import show
 from testbed.spec.yamlread import Problem, Reader, join
 from testbed.spec.schema import FLOW_TARGET, SCENARIO
-from testbed.spec.common import ACTIONS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S, _did_you_mean
+from testbed.spec.common import (ACTIONS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S, SWITCH_ACTIONS,
+                                 _did_you_mean)
 from testbed.spec.model import TimelineEvent, WorkloadSpec
 
 
@@ -58,6 +59,9 @@ def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.
         return None
     action = fields["action"] = actions[0]
     apath = join(path, action)
+    if action in SWITCH_ACTIONS:
+        switch = _switch_ref(r, m[action], apath, topo, fields, workload)
+        return TimelineEvent(link=None, **fields) if ok and switch is not None else None
     if action in ("link_down", "link_up"):
         ref_node, ref_path = m[action], apath
     else:
@@ -183,14 +187,49 @@ def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: rand
     return names[ref]
 
 
+def _switch_ref(r: Reader, node: Node, path: str, topo: Topology | None, fields: dict,
+                workload: WorkloadSpec | None) -> str | None:
+    """A switch name (sets ``fields["switch"]`` and ``fields["links"]``: all its links), or a flow
+    target mapping (sets ``fields["target"]``: the switch the flows enter at the hop, resolved on
+    the fabric by :func:`testbed.faults.targets.resolve_switch`; returns "")."""
+    if isinstance(node, MappingNode):
+        target = _flow_target(r, node, path, topo, workload, switch=True)
+        if target is None:
+            return None
+        fields["target"] = target
+        return ""
+    name = r.text(node, path)
+    if name is None or topo is None:
+        return None
+    if name not in topo.nodes:
+        switches = [n.name for n in topo.switches]
+        near = _did_you_mean(name, switches) if len(name) <= 64 and len(switches) <= 5000 else ""
+        r.error(node, path, f"unknown switch {show(name)} in topology {show(topo.name)}{near}")
+        return None
+    if not topo.nodes[name].role.is_switch:
+        r.error(node, path, f"{show(name)} is a host, not a switch (a host's link: link_down)")
+        return None
+    fields["switch"] = name
+    fields["links"] = tuple(sorted(l.name for l in topo.links_of[name]))
+    return name
+
+
 def _flow_target(r: Reader, node: Node, path: str, topo: Topology | None,
-                 workload: WorkloadSpec | None) -> FlowTarget | None:
+                 workload: WorkloadSpec | None, switch: bool = False) -> FlowTarget | None:
+    """A flow target; ``switch``: of a switch action (the hop must enter a switch, no ``repairable``)."""
     m = r.mapping(node, path, *SCENARIO[FLOW_TARGET])
     if m is None or "crossed_by" not in m or topo is None or workload is None:
         return None
     hop = r.text(m["hop"], join(path, "hop")) if "hop" in m else UNREPAIRED
     if hop is not None and hop not in HOPS:
         r.error(m["hop"], join(path, "hop"), f"unknown hop {show(hop)} (one of: {', '.join(HOPS)})")
+        return None
+    if switch and hop is not None and hop.endswith("-host"):
+        r.error(m["hop"], join(path, "hop"), f"hop {hop} enters a host: a switch is the node the flows "
+                                             f"enter at the hop")
+        return None
+    if switch and "repairable" in m:
+        r.error(m["repairable"], join(path, "repairable"), "repairable is for a link, not a switch")
         return None
     cb = m["crossed_by"]
     items = r.seq(cb, join(path, "crossed_by")) if not isinstance(cb, ScalarNode) else [cb]
@@ -224,8 +263,9 @@ def _flow_target(r: Reader, node: Node, path: str, topo: Topology | None,
 
 
 def timeline_warnings(r: Reader, timeline: tuple[TimelineEvent, ...], timeout_s: float) -> tuple[Problem, ...]:
-    """Suspicious timelines: two faults on one link at once, a ``link_up`` with no
-    ``link_down`` before it, a fault lasting past the timeout.
+    """Suspicious timelines: two faults on one link at once (a switch's faults count on each of
+    its links), a ``link_up`` (``switch_up``) with no ``link_down`` (``switch_down``) of that link
+    (switch) before it, a fault lasting past the timeout.
 
     ``at`` times and ``at_iteration`` + ``after`` times are not comparable: a pair of one
     of each is never called suspicious; overlaps are checked within ``at`` events and
@@ -233,27 +273,44 @@ def timeline_warnings(r: Reader, timeline: tuple[TimelineEvent, ...], timeout_s:
     Cost: O(n^2) in events, n <= MAX_TIMELINE_EVENTS.
     """
     out: list[Problem] = []
-    spans = []  # (index, base, link, start, end)
+    spans = []  # (index, base, links, start, end)
     for i, e in enumerate(timeline):
-        if e.link is None or e.action.startswith("ev_"):   # controller actions are not link faults
+        subject = _subject(e)
+        if subject is None or e.action.startswith("ev_"):   # controller actions are not link faults
             continue
         base, start = _when(e)
-        if e.action == "link_up":
-            downs = [_when(d) for d in timeline if d.action == "link_down" and d.link == e.link]
+        if e.action in _DOWN_OF:
+            downs = [_when(d) for d in timeline if d.action == _DOWN_OF[e.action] and _subject(d) == subject]
             if all(b[0] == base[0] and (b, t) > (base, start) for b, t in downs):
-                out.append(_warning(r, i, f"link_up {e.link} with no link_down of that link before it"))
+                out.append(_warning(r, i, f"{e.action} {subject} with no {_DOWN_OF[e.action]} of that "
+                                          f"{e.action.split('_')[0]} before it"))
             continue
         end = _fault_end(e, start, base, timeline)
-        for j, other_base, link, o_start, o_end in spans:
-            if link == e.link and other_base == base and None not in (end, o_end) and start < o_end \
-                    and o_start < end:
-                out.append(_warning(r, i, f"{e.action} on {e.link} overlaps timeline[{j}] "
-                                          f"({timeline[j].action} on the same link)"))
+        links = _links(e)
+        for j, other_base, o_links, o_start, o_end in spans:
+            shared = sorted(links & o_links)
+            if shared and other_base == base and None not in (end, o_end) and start < o_end and o_start < end:
+                where = "the same link" if len(links) == len(o_links) == 1 else f"link {shared[0]}"
+                out.append(_warning(r, i, f"{e.action} on {subject} overlaps timeline[{j}] "
+                                          f"({timeline[j].action} on {where})"))
         if base == ("at",) and end is not None and end != float("inf") and end > timeout_s:
-            out.append(_warning(r, i, f"{e.action} on {e.link} lasts until {units.format_duration(end)}, "
+            out.append(_warning(r, i, f"{e.action} on {subject} lasts until {units.format_duration(end)}, "
                                       f"past the timeout ({units.format_duration(timeout_s)})"))
-        spans.append((i, base, e.link, start, end))
+        spans.append((i, base, links, start, end))
     return tuple(out)
+
+
+#: The action that ends each restoring action's fault.
+_DOWN_OF = {"link_up": "link_down", "switch_up": "switch_down"}
+
+
+def _subject(e: TimelineEvent) -> str | None:
+    """The link or switch an event acts on (None: a flow target, resolved on the fabric)."""
+    return e.switch if e.action in SWITCH_ACTIONS else e.link
+
+
+def _links(e: TimelineEvent) -> set[str]:
+    return set(e.links) if e.action in SWITCH_ACTIONS else {e.link}
 
 
 def _when(e: TimelineEvent) -> tuple[tuple, float]:
@@ -264,13 +321,14 @@ def _when(e: TimelineEvent) -> tuple[tuple, float]:
 
 
 def _fault_end(e: TimelineEvent, start: float, base: tuple, timeline: tuple[TimelineEvent, ...]) -> float | None:
-    """When a fault ends: a flap after its cycles, a link_down at the next link_up of the
-    link in the same time base (None, unknown, if the only link_up is in another), other
-    faults after their duration; inf if never."""
+    """When a fault ends: a flap after its cycles, a link_down (switch_down) at the next link_up
+    (switch_up) of the link (switch) in the same time base (None, unknown, if the only one is in
+    another), other faults after their duration; inf if never."""
     if e.action == "flap":
         return start + (e.count or 0) * (e.period_s or 0.0)
-    if e.action == "link_down":
-        ups = [_when(u) for u in timeline if u.action == "link_up" and u.link == e.link]
+    if e.action in _DOWN_OF.values():
+        up = next(u for u, d in _DOWN_OF.items() if d == e.action)
+        ups = [_when(u) for u in timeline if u.action == up and _subject(u) == _subject(e)]
         same = [t for b, t in ups if b == base and t >= start]
         if same:
             return min(same)

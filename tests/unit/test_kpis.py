@@ -184,3 +184,16 @@ def test_an_incomplete_runs_unfinished_rest_is_active_time_so_a_stall_that_never
     assert longest == pytest.approx(7.0, abs=0.03) and start == pytest.approx(3.0, abs=0.03)
     done = open_span(spans, [{"kind": "agent", "status": "done", "rank": 0}], 2, 10.0)
     assert done["by_rank"][0] == (10.0, 10.0)
+
+
+def test_a_switch_up_ends_the_fault_windows_of_its_links():
+    faults = [{"t_s": 1.0, "link": l, "action": "switch_down", "phase": "apply", "disruptive": True}
+              for l in ("a-b", "a-c")] + \
+             [{"t_s": 3.0, "link": l, "action": "switch_up", "phase": "apply", "disruptive": False}
+              for l in ("a-b", "a-c")]
+    assert fault_windows(faults, 8.0) == [{"t_s": 1.0, "link": l, "action": "switch_down", "until_s": 3.0}
+                                          for l in ("a-b", "a-c")]
+    from testbed.metrics.recovery import faults as fault_records
+    recs = fault_records([{"kind": "fault", "t": 101.0, "action": "switch_down", "link": "a-b", "phase": "apply"},
+                          {"kind": "fault", "t": 103.0, "action": "switch_up", "link": "a-b", "phase": "apply"}], 100.0)
+    assert [r["disruptive"] for r in recs] == [True, False]

@@ -151,14 +151,14 @@ BAD = [
     """, ["15: timeline[0]: needs exactly one trigger: 'at' or 'at_iteration'",
           "16: timeline[1]: needs exactly one trigger: 'at' or 'at_iteration'",
           "17: timeline[2].after: 'after' goes with 'at_iteration', not 'at'",
-          "18: timeline[3]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), got none",
-          "19: timeline[4]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), "
+          "18: timeline[3]: needs exactly one action (link_down, link_up, switch_down, switch_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), got none",
+          "19: timeline[4]: needs exactly one action (link_down, link_up, switch_down, switch_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), "
           "got link_down, link_up",
           "20: timeline[5].at: 90s is not before the timeout (60s)",
           "21: timeline[6].at_iteration: iteration 6 never happens: the workload measures 6 iterations (0..5)",
-          "22: timeline[7].crash: unknown key (allowed: at, at_iteration, after, link_down, link_up, flap, loss, "
+          "22: timeline[7].crash: unknown key (allowed: at, at_iteration, after, link_down, link_up, switch_down, switch_up, flap, loss, "
           "rate, blackhole, ev_deny, ev_allow, ev_replace)",
-          "22: timeline[7]: needs exactly one action (link_down, link_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), got none"]),
+          "22: timeline[7]: needs exactly one action (link_down, link_up, switch_down, switch_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), got none"]),
     ("action params", HEAD + """
     timeline:
       - at: 1s

@@ -155,3 +155,75 @@ def test_repairable_excludes_links_any_flow_crosses_at_an_unrepaired_hop():
         resolve(both, [RC_3_4, tcp_15_0, tcp_3_4], TOPO, seed=1, index=0)
     ok = FlowTarget((FlowSelector("rc"),), "aggregation-core", repairable=True)
     assert resolve(ok, [RC_3_4, RC_7_8], TOPO, seed=1, index=0)[0] == "a0_0-c0_0"
+
+
+A2_0 = ["a2_0-c0_0", "a2_0-c0_1", "e2_0-a2_0", "e2_1-a2_0"]
+
+
+def test_a_switch_target_is_a_switch_each_selector_enters_not_one_link():
+    # rc 7->8 enters a2_0 from c0_0, this tcp flow from c0_1: no link is shared, the switch is
+    tcp_into_a2_0 = _flow("tcp", 3, 4, ["h0_1_1", "e0_1", "a0_0", "c0_1", "a2_0", "e2_1", "h2_1_0"])
+    target = FlowTarget((FlowSelector("rc"), FlowSelector("tcp")), "core-aggregation")
+    with pytest.raises(TargetError, match="no link is crossed at hop core-aggregation"):
+        resolve(target, [RC_7_8, tcp_into_a2_0], TOPO, seed=1, index=0)
+    from testbed.faults.targets import resolve_switch
+    assert resolve_switch(target, [RC_7_8, tcp_into_a2_0], TOPO, seed=1, index=0) == \
+        ("a2_0", ["rc 7->8", "tcp 3->4"])
+    with pytest.raises(TargetError, match="no switch is entered at hop core-aggregation by a rc flow and a tcp"):
+        resolve_switch(target, [RC_7_8, TCP_1_2], TOPO, seed=1, index=0)
+
+
+def test_switch_actions_with_one_target_resolve_to_one_switch_and_all_its_links():
+    target = FlowTarget((FlowSelector("rc"),), "core-aggregation")
+    timeline = (TimelineEvent("switch_down", None, at_iteration=2, target=target),
+                TimelineEvent("switch_up", None, at_iteration=4, target=target))
+    picks = set()
+    for seed in range(20):
+        events, records = resolve_timeline(timeline, [RC_3_4, RC_7_8], TOPO, seed=seed)
+        assert events[0].switch == events[1].switch and events[0].link is None
+        assert events[0].links == tuple(sorted(l.name for l in TOPO.links_of[events[0].switch]))
+        assert records[0]["switch"] == events[0].switch and records[0]["links"] == list(events[0].links)
+        picks.add(events[0].switch)
+    assert picks == {"a1_0", "a2_0"}
+
+
+@pytest.mark.parametrize("action, message", [
+    ("switch_down: a2_0", None),
+    ("switch_down: {crossed_by: [rc, tcp], hop: core-aggregation}", None),
+    ("switch_down: a2_9", "timeline[0].switch_down: unknown switch 'a2_9' in topology 'fat-tree-k4' "
+                          "(did you mean 'a2_1'?)"),
+    ("switch_down: h0_0_0", "timeline[0].switch_down: 'h0_0_0' is a host, not a switch"),
+    ("switch_up: {crossed_by: rc, hop: edge-host}", "timeline[0].switch_up.hop: hop edge-host enters a host"),
+    ("switch_down: {crossed_by: rc, repairable: true}",
+     "timeline[0].switch_down.repairable: repairable is for a link, not a switch"),
+    ("switch_down: {link: a2_0}", "timeline[0].switch_down"),
+])
+def test_spec_checks_switch_actions(tmp_path, action, message):
+    from pathlib import Path
+    topo = Path(__file__).resolve().parents[2] / "topologies" / "fat-tree-k4.yaml"
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.format(topo=topo, action=action))
+    if message is None:
+        e = load_scenario(path, features=features()).timeline[0]
+        assert e.link is None
+        if e.target is None:
+            assert (e.switch, list(e.links)) == ("a2_0", A2_0)
+        else:
+            assert (e.switch, e.links) == (None, ())
+        return
+    with pytest.raises(SpecError) as err:
+        load_scenario(path, features=features())
+    assert message in str(err.value) and "s.yaml:11" in str(err.value)
+
+
+def test_switch_actions_are_checked_for_suspicious_timelines(tmp_path):
+    from pathlib import Path
+    topo = Path(__file__).resolve().parents[2] / "topologies" / "fat-tree-k4.yaml"
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.format(topo=topo, action="switch_down: a2_0") +
+                    "  - {at_iteration: 1, after: 1s, link_down: c0_0-a2_0}\n"
+                    "  - {at_iteration: 2, switch_up: a2_0}\n"
+                    "  - {at_iteration: 2, switch_up: c0_1}\n")
+    warnings = [w.message for w in load_scenario(path, features=features()).warnings]
+    assert warnings == ["warning: link_down on a2_0-c0_0 overlaps timeline[0] (switch_down on link a2_0-c0_0)",
+                        "warning: switch_up c0_1 with no switch_down of that switch before it"]

@@ -102,3 +102,16 @@ def test_steps_carry_typed_changes():
         LinkState("a0_0-c0_0", up=False), Reconverge(), LinkState("a0_0-c0_0", up=True),
         Blackhole("a0_0-c0_0", True), Loss("a0_0-c0_0", 3.0), Rate("a0_0-c0_0", 10),
         Blackhole("a0_0-c0_0", False), Rate("a0_0-c0_0", None)]
+
+
+def test_a_switch_action_takes_every_link_of_the_switch_at_once():
+    links = ("a2_0-c0_0", "a2_0-c0_1", "e2_0-a2_0", "e2_1-a2_0")
+    from testbed.faults import LinkState
+    tl = Timeline([TimelineEvent("switch_down", None, at_s=1.0, switch="a2_0", links=links),
+                   TimelineEvent("switch_up", None, at_s=3.0, switch="a2_0", links=links)],
+                  sweep_warmups(1, 1, 0), reconverge_after_s=2.0)
+    tl.start(0.0)
+    due = tl.due(10)
+    assert [(s.t, s.change, s.action, s.phase, s.index) for s in due] == \
+        [(1.0, LinkState(l, up=False), "switch_down", "apply", 0) for l in links] + \
+        [(3.0, LinkState(l, up=True), "switch_up", "apply", 1) for l in links]
