@@ -152,16 +152,22 @@ def _action_params(r: Reader, am: dict[str, Node], path: str, action: str, field
     return ok
 
 
+def _target_field(r: Reader, node: Node, path: str, topo: Topology | None, fields: dict,
+                  workload: WorkloadSpec | None, switch: bool = False) -> str | None:
+    """A flow target mapping into ``fields["target"]``: "" (resolved on the fabric), None on error."""
+    target = _flow_target(r, node, path, topo, workload, switch=switch)
+    if target is None:
+        return None
+    fields["target"] = target
+    return ""
+
+
 def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
               fields: dict, workload: WorkloadSpec | None = None, names: dict[str, str] | None = None) -> str | None:
     """A link name, a ``random <role>-<role>`` selector, or a flow target mapping
     (:mod:`testbed.faults.targets`: sets ``fields["target"]`` and returns "" for "resolved later")."""
     if isinstance(node, MappingNode):
-        target = _flow_target(r, node, path, topo, workload)
-        if target is None:
-            return None
-        fields["target"] = target
-        return ""
+        return _target_field(r, node, path, topo, fields, workload)
     ref = r.text(node, path)
     if ref is None or topo is None:
         return None
@@ -193,11 +199,7 @@ def _switch_ref(r: Reader, node: Node, path: str, topo: Topology | None, fields:
     target mapping (sets ``fields["target"]``: the switch the flows enter at the hop, resolved on
     the fabric by :func:`testbed.faults.targets.resolve_switch`; returns "")."""
     if isinstance(node, MappingNode):
-        target = _flow_target(r, node, path, topo, workload, switch=True)
-        if target is None:
-            return None
-        fields["target"] = target
-        return ""
+        return _target_field(r, node, path, topo, fields, workload, switch=True)
     name = r.text(node, path)
     if name is None or topo is None:
         return None
