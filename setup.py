@@ -22,7 +22,9 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
             "-fno-omit-frame-pointer", "-g"] if os.environ.get("MRCN_SANITIZE") == "1" else []
 
 setup(
-    libraries=[("mrcn", {"sources": core_sources, "include_dirs": [CORE], "cflags": CORE_CFLAGS + SANITIZE})],
+    # obj_deps: a changed header recompiles the core (build_clib tracks only the .c files)
+    libraries=[("mrcn", {"sources": core_sources, "include_dirs": [CORE], "obj_deps": {"": core_headers},
+                         "cflags": CORE_CFLAGS + SANITIZE})],
     ext_modules=cythonize(
         [Extension("agents.mrc._core", ["agents/mrc/_core.pyx"], include_dirs=[CORE],
                    # mrcn before isal and m: the static core's ISA-L and libm calls resolve after it
