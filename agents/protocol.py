@@ -17,6 +17,7 @@ Wire format: newline-delimited JSON objects over a Unix stream socket, each with
                       iterations; "seq": index over the whole sweep)
     agent -> runner  {"type": "sample", "rank", "t", "flows": [{"peer", "dir": "tx"|"rx",
                       "bytes", "retransmits", "retransmitted_bytes", "rtt_s", "cwnd_bytes",
+                      "busy" (tx: a posted write not yet acknowledged),
                       "evs": [{"ev_id", "state", "sent", "lost"}]}],
                       "loop": {"timers", "late_sum_s", "late_max_s"}}
                      cumulative counters, at most one per sample_interval_s; "loop": the

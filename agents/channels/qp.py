@@ -312,6 +312,7 @@ class QPChannel:
                    for qp in qps if qp.evs is not None for ev in qp.evs.order if (i := qp.evs.info[ev])]
             out.append({"peer": c.peer.host, "peer_rank": c.peer.rank, "dir": "tx",
                         "bytes": sum(qp.requester.acked_bytes for qp in qps),
+                        "busy": not all(qp.idle for qp in qps),
                         "retransmits": sum(qp.requester.rtx_packets for qp in qps),
                         "retransmitted_bytes": sum(qp.requester.rtx_bytes for qp in qps),
                         "rtt_s": sum(rtts) / len(rtts) if rtts else None,

@@ -351,7 +351,7 @@ class TCPChannel:
         for c in self.tx:
             tx = tcp_info(c.sock) if c.sock is not None and c.connected else {}
             out.append({"peer": c.peer.host, "peer_rank": c.peer.rank, "dir": "tx",
-                        "bytes": max(tx.get("bytes_acked", 1) - 1, 0),
+                        "bytes": max(tx.get("bytes_acked", 1) - 1, 0), "busy": bool(c.out or c.unacked),
                         "retransmits": tx.get("retransmits", 0), "rtt_s": tx.get("rtt_s"),
                         "retransmitted_bytes": tx.get("bytes_retrans", 0),
                         "cwnd_bytes": tx.get("cwnd_bytes"), "evs": []})

@@ -68,7 +68,9 @@ DEFINITIONS = {
                          "during and after faults, and every retirement of a run without faults: count and "
                          "total time until each came back to GOOD; s (every retirement of the run is listed in "
                          "'retirements')",
-    "flow_kpis": "per rx flow r->s, inside its active time (per iteration: sender's start .. receiver's end): "
+    "flow_kpis": "per rx flow r->s, inside its active time (per iteration: sender's start .. receiver's end) "
+                 "while r had a posted write unacknowledged (its samples' 'busy', widened by one sample interval "
+                 "each side; a ring step waiting for its upstream's data is idle, not stalled): "
                  "longest_stall_s = longest gap between the samples that saw its rx counter rise (within one "
                  "sample interval of the true stall; a healthy flow's gaps are one interval); recovery = "
                  f"rate over sliding windows of max({RECOVERY_WINDOW_RTTS} base RTTs, {RECOVERY_WINDOW_MIN_S:g} s) "

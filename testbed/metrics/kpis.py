@@ -93,6 +93,32 @@ def flow_spans(spans: list[dict], src_rank: int, dst_rank: int) -> list[tuple[fl
             for it in spans]
 
 
+def busy_spans(t_s: np.ndarray, busy: np.ndarray) -> list[tuple[float, float]]:
+    """(start, end) of the time a sender had a posted write unacknowledged, from its samples
+    (``t_s`` relative s and ``busy`` bool, shapes (nsamples,), sorted by time): each run of busy
+    samples widened to the samples either side of it, since the write was posted and the last
+    one acknowledged somewhere within those intervals (never shorter than the true busy time)."""
+    t, b = np.asarray(t_s, float), np.asarray(busy, bool)
+    edge = np.diff(np.concatenate([[0], b.astype(int), [0]]))
+    starts, stops = np.nonzero(edge == 1)[0], np.nonzero(edge == -1)[0]
+    n = len(t)
+    return [(float(t[max(i - 1, 0)]), float(t[min(j, n - 1)])) for i, j in zip(starts, stops)]
+
+
+def intersect_spans(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The non-empty overlaps of two lists of (start, end) spans, each sorted and disjoint."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
 def sample_stalls(t_s: np.ndarray, counter: np.ndarray, active: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """(start_s, duration_s) of every stretch of active time between two rises of a cumulative
     counter, as its samples saw them: within each active span ``(a, b)``, the gaps between ``a``,
@@ -240,7 +266,9 @@ def false_retirements(rets: list[dict], windows: list[dict], ev_links_: dict[tup
 
 def flow_kpis(flows: dict, hosts: list[str], spans: list[dict], edges: np.ndarray, windows: list[dict],
               crossing: set[tuple[int, int]], base_rtt_s: float | None) -> list[dict]:
-    """Per rx flow: label, ranks, longest stall (s, start: :func:`sample_stalls`), recovery from
+    """Per rx flow: label, ranks, longest stall (s, start: :func:`sample_stalls`, counted only
+    while its sender had a posted write unacknowledged where the samples say so: a ring step
+    waiting for its upstream's data is idle, not stalled), recovery from
     the first disruptive fault (see :func:`flow_recovery`, on the bins ``edges``), whether its
     traced path crosses a faulted link (its ``(src, dst)`` ranks in ``crossing``), and its gaps
     between rises in fault-free time (``healthy_gaps_s``)."""
@@ -254,7 +282,11 @@ def flow_kpis(flows: dict, hosts: list[str], spans: list[dict], edges: np.ndarra
         src = rank_of[peer]
         progress = binned_increments(fs.t_s, fs.bytes, edges)
         active = flow_active(edges, spans, src, rank)
-        runs = np.array(sample_stalls(fs.t_s, fs.bytes, flow_spans(spans, src, rank))).reshape(-1, 2)
+        within = flow_spans(spans, src, rank)
+        tx = flows.get((src, hosts[rank], "tx"))
+        if tx is not None and tx.busy is not None:   # waiting for its own input is not a stall
+            within = intersect_spans(sorted(within), busy_spans(tx.t_s, tx.busy))
+        runs = np.array(sample_stalls(fs.t_s, fs.bytes, within)).reshape(-1, 2)
         longest = tuple(runs[int(np.argmax(runs[:, 1]))]) if len(runs) else (None, 0.0)
         faulted = np.zeros(len(runs), bool)
         for w in windows:   # a gap touching a fault window is not a healthy one

@@ -82,7 +82,7 @@ EVENT_KINDS = {
 _EV = Obj({"ev_id": KEY}, {"state": Opt(STR), "sent": Opt(COUNTER), "lost": Opt(COUNTER)})
 FLOW = Obj({}, {"peer": KEY, "dir": KEY, "bytes": Opt(COUNTER), "retransmits": Opt(COUNTER),
                 "rtt_s": Opt(NUM), "cwnd_bytes": Opt(NUM), "retransmitted_bytes": Opt(COUNTER),
-                "evs": Opt(ListOf(_EV, 1 << 16))})
+                "busy": Opt(BOOL), "evs": Opt(ListOf(_EV, 1 << 16))})
 SAMPLE = Obj({"t": TIME, "rank": RANK, "flows": ListOf(FLOW, 1 << 16)},
              {"loop": Opt(Obj({}, {"late_max_s": Opt(NUM), "late_sum_s": Opt(NUM), "timers": Opt(NUM)}))})
 """``samples.jsonl`` (:class:`agents.protocol.Sample`)."""

@@ -36,7 +36,7 @@ class _FlowColumns:
     ``evs`` list is dropped as soon as a later sample (not earlier in time) brings the same
     EV ids; ``ev_lists`` keeps the others, ``ev_last`` the newest, with their row indices."""
     __slots__ = ("t", "bytes", "retransmits", "rtt_s", "cwnd_bytes", "retransmitted_bytes", "has_rtx_bytes",
-                 "ev_rows", "ev_lists", "ev_last", "ev_row", "ev_ids", "ev_t")
+                 "busy", "has_busy", "ev_rows", "ev_lists", "ev_last", "ev_row", "ev_ids", "ev_t")
 
     def __init__(self):
         self.t: list = []
@@ -46,6 +46,8 @@ class _FlowColumns:
         self.cwnd_bytes: list = []
         self.retransmitted_bytes: list = []
         self.has_rtx_bytes = False
+        self.busy: list = []
+        self.has_busy = False
         self.ev_rows: list = []
         self.ev_lists: list = []
         self.ev_last: list | None = None
@@ -102,6 +104,10 @@ class SampleTable:
                 c.retransmitted_bytes.append(rb)
                 if rb is not missing:
                     c.has_rtx_bytes = True
+                busy = f.get("busy")
+                c.busy.append(busy)
+                if busy is not None:
+                    c.has_busy = True
                 evs = f.get("evs")
                 if evs:
                     ids = tuple(map(ev_id, evs))
@@ -126,6 +132,9 @@ class SampleTable:
             rb = None
             if c.has_rtx_bytes:
                 rb = take(_floats([None if v is _MISSING else v for v in c.retransmitted_bytes]))
+            busy = None
+            if c.has_busy:   # a sample without the flag counts as busy: never hides a stall
+                busy = take(np.array([b is not False for b in c.busy], dtype=bool))
             ev_lists, ev_rows = c.ev_lists, c.ev_rows
             if c.ev_last is not None:
                 ev_lists, ev_rows = ev_lists + [c.ev_last], ev_rows + [c.ev_row]
@@ -138,7 +147,7 @@ class SampleTable:
                    for ev, v in last.items()}
             out[key] = FlowSeries(take(t), np.nan_to_num(take(_floats(c.bytes))),
                                   np.nan_to_num(take(_floats(c.retransmits))), take(_floats(c.rtt_s)),
-                                  take(_floats(c.cwnd_bytes)), rb, evs)
+                                  take(_floats(c.cwnd_bytes)), rb, evs, busy)
         return out
 
 
@@ -201,3 +210,5 @@ class FlowSeries:
     cwnd_bytes: np.ndarray
     retransmitted_bytes: np.ndarray | None
     evs: dict  # ev_id -> last seen {"state", "sent", "lost"}
+    #: tx flows: whether a posted write was unacknowledged at each sample (None: not recorded)
+    busy: np.ndarray | None = None

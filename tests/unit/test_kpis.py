@@ -197,3 +197,43 @@ def test_a_switch_up_ends_the_fault_windows_of_its_links():
     recs = fault_records([{"kind": "fault", "t": 101.0, "action": "switch_down", "link": "a-b", "phase": "apply"},
                           {"kind": "fault", "t": 103.0, "action": "switch_up", "link": "a-b", "phase": "apply"}], 100.0)
     assert [r["disruptive"] for r in recs] == [True, False]
+
+
+def _ring_step_records(idle_flag: bool | None):
+    """Flow 0->1 over 3 s, sampled every 20 ms: data arrives 0-1 s and 1.5-3 s. From 1.0 to
+    1.5 s rank 0 waits for its upstream (nothing posted: busy False), except from 2.0 to
+    2.3 s, when its write is posted and nothing arrives (busy True: a real stall)."""
+    records, t = [], 0.0
+    got = 0
+    while t < 3.0:
+        t = round(t + 0.02, 4)
+        waiting, stuck = 1.0 <= t < 1.5, 2.0 <= t < 2.3
+        if not (waiting or stuck):
+            got += 4096
+        tx = {"peer": "h1", "dir": "tx", "bytes": got}
+        if idle_flag is not None:
+            tx["busy"] = not waiting if idle_flag else True
+        records.append({"t": T0 + t, "rank": 0, "flows": [tx]})
+        records.append({"t": T0 + t, "rank": 1, "flows": [{"peer": "h0", "dir": "rx", "bytes": got}]})
+    return records
+
+
+@pytest.mark.parametrize("idle_flag, longest", [(True, 0.3), (None, 0.5)])
+def test_a_ring_step_waiting_for_its_upstream_is_not_a_stall(idle_flag, longest):
+    """With the sender's busy flag, its 0.5 s wait for input is cut out and the 0.3 s stall with
+    a write outstanding is the worst; without the flag (older runs) the wait counts, as before."""
+    from testbed.metrics import flow_samples
+    from testbed.metrics.kpis import flow_kpis, worst_stall
+    flows = flow_samples(_ring_step_records(idle_flag), T0)
+    spans = iteration_spans(_its([(0.0, {0: 3.0, 1: 3.0})]), T0)
+    got = worst_stall(flow_kpis(flows, ["h0", "h1"], spans, bin_edges(0.0, 3.0, 0.02), [], set(), 0.02), 0.02)
+    assert got["flow"] == "0->1" and got["s"] == pytest.approx(longest, abs=0.021)
+
+
+def test_busy_spans_widen_each_run_of_busy_samples_by_a_sample_each_side():
+    from testbed.metrics.kpis import busy_spans, intersect_spans
+    t = np.arange(10.0)
+    b = np.array([0, 1, 1, 0, 0, 1, 0, 0, 0, 1], bool)
+    assert busy_spans(t, b) == [(0.0, 3.0), (4.0, 6.0), (8.0, 9.0)]
+    assert busy_spans(t, np.zeros(10, bool)) == []
+    assert intersect_spans([(0.0, 5.0), (6.0, 10.0)], busy_spans(t, b)) == [(0.0, 3.0), (4.0, 5.0), (8.0, 9.0)]

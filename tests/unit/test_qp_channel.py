@@ -114,6 +114,7 @@ def test_all_to_all_messages_land_before_their_arrival(net, transport, qps):
     payload = {(s, d): os.urandom(size) for s in range(n) for d in range(n) if s != d}
     for (s, d), data in payload.items():
         nt.channels[s].post(_Send(d, data, s * size, imm=1000 * s + d))
+    assert [f["busy"] for f in nt.channels[0].flows() if f["dir"] == "tx"] == [True, True]   # posted, unacked
     nt.run(lambda: all(len(a) == n - 1 for a in nt.arrivals) and
            all(len(c) == n - 1 for c in nt.completions) and all(ch.idle for ch in nt.channels))
     for d in range(n):
@@ -126,6 +127,7 @@ def test_all_to_all_messages_land_before_their_arrival(net, transport, qps):
     assert [(f["dir"], f["peer"]) for f in flows] == [("tx", "h1"), ("tx", "h2"),
                                                       ("rx", "h1"), ("rx", "h2")]
     assert all(f["bytes"] >= size for f in flows)
+    assert [f["busy"] for f in flows if f["dir"] == "tx"] == [False, False]   # every write acknowledged
     if transport == "rc":
         assert all([e["ev_id"] for e in f["evs"]] == list(range(qps)) for f in flows
                    if f["dir"] == "tx")
