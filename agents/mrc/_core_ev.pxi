@@ -87,7 +87,7 @@ cdef extern from "mrcn_ev.h":
     int mrcn_ev_expire_skips(mrcn_ev_set *set, double now)
     int mrcn_ev_skip_deadline(const mrcn_ev_set *set, double *deadline)
     int mrcn_ev_pick(mrcn_ev_set *set, double now, bint has_exclude, uint32_t exclude,
-                     uint32_t *ev)
+                     uint64_t alive_since_ns, uint32_t *ev)
     int64_t mrcn_ev_pick_many(mrcn_ev_set *set, double now, uint32_t n, uint32_t *out)
     uint32_t mrcn_ev_probe_targets(const mrcn_ev_set *set, uint32_t *out, uint32_t cap)
     int mrcn_ev_probe_result(mrcn_ev_set *set, uint32_t ev, bint ok, double now,
@@ -533,10 +533,10 @@ cdef class EVSet:
         cdef double t
         return t if mrcn_ev_skip_deadline(self.s, &t) else None
 
-    def pick(self, now, exclude=None):
+    def pick(self, now, exclude=None, alive_since_ns=0):
         cdef uint32_t ev = 0
         cdef bint has = _ev_id(exclude) >= 0   # an exclude no EV can equal excludes nothing
-        rc = mrcn_ev_pick(self.s, now, has, exclude if has else 0, &ev)
+        rc = mrcn_ev_pick(self.s, now, has, exclude if has else 0, alive_since_ns, &ev)
         self._drain()
         _ev_check(rc)
         return ev if rc == 1 else None

@@ -84,6 +84,7 @@ class EVStateError(RuntimeError):
 
 
 G, B, D, S, U = EVState.GOOD, EVState.ASSUMED_BAD, EVState.DENIED, EVState.SKIP, EVState.UNKNOWN
+_PICKABLE = (EVState.GOOD, EVState.SKIP)
 C = EVCause
 TRANSITIONS: dict[tuple[EVState, EVCause], EVState] = {
     (G, C.LOSS): B, (G, C.CONGESTION): S, (G, C.PROBES_OK): G,
@@ -348,27 +349,36 @@ class EVSet:
         return t
 
     # ---- spraying ------------------------------------------------------
-    def pick(self, now: float, exclude: int | None = None) -> int | None:
+    def pick(self, now: float, exclude: int | None = None, alive_since_ns: int = 0) -> int | None:
         """Next GOOD EV in a seeded randomised rotation, avoiding ``exclude`` if another exists.
 
+        ``alive_since_ns``: a retransmission's lost stamp; then only an EV known to have
+        delivered a transmission sent no earlier (``delivered_ts_ns``) is taken, if any usable
+        one has: a path that failed with the lost packet has not been retired yet when the
+        packet is found lost (the run of losses that retires it is still short), and a
+        retransmission sent there is lost again and waits for a backed-off RTO.
         Returns None when no EV is usable. A SKIP EV is skipped; if nothing
         is GOOD a SKIP EV is used rather than nothing.
         """
         info = self.info
         n = len(self.order)
+        if alive_since_ns and not any(i.delivered_ts_ns >= alive_since_ns and ev != exclude and i.state in _PICKABLE
+                                      for ev, i in info.items()):
+            alive_since_ns = 0
         for _ in range(2 * n + 1):
             if self._pos >= len(self._rotation):
                 self._rotation = self._new_rotation()
                 self._pos = 0
             ev = self._rotation[self._pos]
             self._pos += 1
-            st = info[ev].state
-            if st is EVState.GOOD and ev != exclude:
+            i = info[ev]
+            st = i.state
+            if st is EVState.GOOD and ev != exclude and i.delivered_ts_ns >= alive_since_ns:
                 self._picks += 1
                 return ev
-            if st is EVState.SKIP and self.skip_over(info[ev], now):
+            if st is EVState.SKIP and self.skip_over(i, now):
                 self.apply(ev, EVCause.SKIP_EXPIRED, now)
-                if ev != exclude:
+                if ev != exclude and i.delivered_ts_ns >= alive_since_ns:
                     self._picks += 1
                     return ev
         for ev in self.order:

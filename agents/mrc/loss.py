@@ -102,6 +102,7 @@ class LossDetector:
         self.sent_order: deque = deque()
         self.hi_acked_gseq = -1
         self.hi_acked_sent_at = -_INF
+        self.hi_acked_at = -_INF          # when hi_acked_gseq last moved (s)
         self.rtt_min_s = _INF             # lowest echoed-timestamp RTT over all EVs
         self.timeouts = 0
         self.loss_retries = 0             # retries spent on RETRY_SPENT evidence
@@ -150,7 +151,7 @@ class LossDetector:
                             not self.lose(tx, now, LossCause.EV_THRESHOLD):   # acked: ev_seq -1
                         return                   # retries exhausted: the QP is in ERR
         if hi_gseq > self.hi_acked_gseq:
-            self.hi_acked_gseq, self.hi_acked_sent_at = hi_gseq, hi_sent_at
+            self.hi_acked_gseq, self.hi_acked_sent_at, self.hi_acked_at = hi_gseq, hi_sent_at, now
             self.ooo_scan(now)
 
     def charge_ev(self, tx, info, now: float, cause: LossCause = LossCause.TIMEOUT) -> None:
@@ -355,6 +356,8 @@ class LossDetector:
                 continue
             if not self._timeout(tx, now):
                 return
+        if self.transport is Transport.MRC:
+            self.ooo_scan(now)
 
     def deadline(self) -> float | None:
         timers = self.timers
@@ -375,7 +378,29 @@ class LossDetector:
                 d = self._ev_deadline(ev, tx)
                 if t is None or d < t:
                     t = d
+        if self.transport is Transport.MRC:
+            d = self._ooo_deadline()
+            if d is not None and (t is None or d < t):
+                t = d
         return t
+
+    def _ooo_deadline(self) -> float | None:
+        """When the first transmission the cross-EV rule waits on is lost by time alone (RACK's
+        reordering timer, :meth:`ooo_scan`), or None (none waits, or no RTT sample yet)."""
+        q = self.sent_order
+        limit_seq = self.hi_acked_gseq - self.config.ooo_threshold
+        while q:
+            g, tx = q[0]
+            if tx.gseq != g or tx.ev_seq < 0 or tx.lost:    # resent, acked or lost already
+                q.popleft()
+                continue
+            if g > limit_seq:
+                return None
+            guard = self.ooo_guard_s()
+            if guard == _INF:
+                return None
+            return tx.sent_at + ((self.hi_acked_at - self.hi_acked_sent_at) + guard)
+        return None
 
     def ooo_guard_s(self) -> float:
         """The time guard of the cross-EV rule in seconds (inf before any RTT sample).
@@ -417,7 +442,15 @@ class LossDetector:
         transmissions sent after it, on any EV, have been acknowledged
         (the latest-sent acknowledged one is ``ooo_threshold`` or more
         transmissions later in send order), and (2) it was sent at least
-        :meth:`ooo_guard_s` before that latest-sent acknowledged one.
+        :meth:`ooo_guard_s` before that latest-sent acknowledged one, or
+        ``now`` is at least its send time + that one's RTT (its ACK's
+        arrival - its send time) + the guard: RACK's reordering timer (RFC
+        8985 sections 6.2 step 5 and 6.3), which :meth:`deadline` arms, so
+        that the tail of a write lost on a dead EV is found an RTT and a
+        guard after it left instead of at the RTO, when no later ACK comes
+        to run this scan. Such a loss is charged to its EV as any other
+        (:meth:`charge_ev`: excused if its EV has delivered anything sent
+        since).
         (1) is UET's out-of-order threshold as uet-htsim models it
         (``UecSrc::runSleek`` in ``htsim/sim/src/protocols/uec.cpp``:
         retransmit from the cumulative ACK once the SACK's out-of-order count
@@ -444,8 +477,10 @@ class LossDetector:
             if g > limit_seq:
                 return
             if limit_t is None:
-                limit_t = self.hi_acked_sent_at - self.ooo_guard_s()
-            if tx.sent_at > limit_t:
+                guard = self.ooo_guard_s()
+                limit_t = self.hi_acked_sent_at - guard
+                wait = (self.hi_acked_at - self.hi_acked_sent_at) + guard
+            if tx.sent_at > limit_t and now < tx.sent_at + wait:
                 return
             q.popleft()
             self.ooo_losses += 1

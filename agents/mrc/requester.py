@@ -245,7 +245,7 @@ class Requester:
                     continue
                 if not cc.can_send(inflight_bytes=self._inflight_bytes, size_bytes=tx.length):
                     return
-                ev = self.evs.pick(now, exclude=None if rc else tx.ev)
+                ev = self.evs.pick(now, exclude=None if rc else tx.ev, alive_since_ns=0 if rc else tx.ts_ns)
                 if ev is None:
                     self.loss.on_no_path(tx, now)
                     return

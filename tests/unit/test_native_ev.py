@@ -108,6 +108,7 @@ ops = st.one_of(
     st.tuples(st.just("replace"), ev_ids, ev_ids),
     st.tuples(st.just("pick"), st.one_of(st.none(), ev_ids)),
     st.tuples(st.just("pick"), st.none()),
+    st.tuples(st.just("pick_alive"), st.one_of(st.none(), ev_ids), st.integers(1, 1 << 40)),
     st.tuples(st.just("pick_many"), st.integers(0, 12)),
     st.tuples(st.just("expire_skips")),
     st.tuples(st.just("probe_result"), ev_ids, st.booleans(), st.integers(0, 3)),
@@ -123,12 +124,12 @@ ops = st.one_of(
 def step(p: Pair, now: float, op) -> float:
     """Apply one operation to both sets; returns the (possibly advanced) clock."""
     kind = op[0]
-    if kind not in ("advance", "srtt", "pick", "pick_many", "expire_skips", "event_mask"):
+    if kind not in ("advance", "srtt", "pick", "pick_alive", "pick_many", "expire_skips", "event_mask"):
         op = (kind, pick_ev(p, op[1])) + op[2:]
     if kind == "replace":   # the new EV: any id, fresh, replaced-out or in the order
         op = (kind, op[1], UNIVERSE[op[2] % len(UNIVERSE)])
-    elif kind == "pick" and op[1] is not None:
-        op = (kind, pick_ev(p, op[1]))
+    elif kind in ("pick", "pick_alive") and op[1] is not None:
+        op = (kind, pick_ev(p, op[1])) + op[2:]
     if kind == "advance":
         return now + op[1]
     if kind == "srtt":
@@ -142,6 +143,8 @@ def step(p: Pair, now: float, op) -> float:
         p.call("replace", op[1], op[2], now)
     elif kind == "pick":
         p.call("pick", now, exclude=op[1])
+    elif kind == "pick_alive":   # a retransmission: only EVs that delivered since its lost stamp
+        p.call("pick", now, exclude=op[1], alive_since_ns=op[2])
     elif kind == "pick_many":
         p.call("pick_many", now, op[1])
     elif kind == "expire_skips":

@@ -408,15 +408,25 @@ static void new_rotation(mrcn_ev_set *set)
 }
 
 int mrcn_ev_pick(mrcn_ev_set *set, double now, bool has_exclude, uint32_t exclude,
-                 uint32_t *ev)
+                 uint64_t alive_since_ns, uint32_t *ev)
 {
+    if (alive_since_ns) {   /* no usable EV has delivered since: no constraint */
+        bool any = false;
+        for (uint32_t i = 0; i < set->n_info && !any; i++) {
+            const mrcn_ev_info *x = &set->info[i];
+            any = x->delivered_ts_ns >= alive_since_ns && !(has_exclude && x->ev == exclude) &&
+                  (x->state == MRCN_EV_GOOD || x->state == MRCN_EV_SKIP);
+        }
+        if (!any)
+            alive_since_ns = 0;
+    }
     uint64_t tries = 2 * (uint64_t)set->n + 1;
     for (uint64_t k = 0; k < tries; k++) {
         if (set->pos >= set->rot_len)
             new_rotation(set);
         uint32_t i = set->rotation[set->pos++];
         mrcn_ev_info *info = &set->info[i];
-        bool excluded = has_exclude && info->ev == exclude;
+        bool excluded = (has_exclude && info->ev == exclude) || info->delivered_ts_ns < alive_since_ns;
         if (info->state == MRCN_EV_GOOD && !excluded) {
             set->picks++;
             *ev = info->ev;
@@ -478,7 +488,7 @@ int64_t mrcn_ev_pick_many(mrcn_ev_set *set, double now, uint32_t n, uint32_t *ou
         return k;
     }
     for (uint32_t j = 0; j < n; j++) {
-        int rc = mrcn_ev_pick(set, now, false, 0, &out[k]);
+        int rc = mrcn_ev_pick(set, now, false, 0, 0, &out[k]);
         if (rc < 0)
             return rc;
         if (rc == 0)

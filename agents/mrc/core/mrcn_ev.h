@@ -190,10 +190,11 @@ int mrcn_ev_expire_skips(mrcn_ev_set *set, double now);
 int mrcn_ev_skip_deadline(const mrcn_ev_set *set, double *deadline);
 
 /* The next EV of the seeded rotation (ev.py pick), avoiding ``exclude`` (when
- * ``has_exclude``) if another is usable. Returns 1 with *ev set, 0 when no EV is usable
- * (Python None), or a negative status. */
+ * ``has_exclude``) if another is usable and, when ``alive_since_ns`` is not 0 and a usable
+ * EV has delivered a transmission stamped no earlier, every EV that has not. Returns 1 with
+ * *ev set, 0 when no EV is usable (Python None), or a negative status. */
 int mrcn_ev_pick(mrcn_ev_set *set, double now, bool has_exclude, uint32_t exclude,
-                 uint32_t *ev);
+                 uint64_t alive_since_ns, uint32_t *ev);
 
 /* The next ``n`` picks into out[0..n) (ev.py pick_many): returns how many were written
  * (fewer when no EV is usable), or a negative status. */

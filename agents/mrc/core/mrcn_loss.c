@@ -99,6 +99,7 @@ void mrcn_loss_init(mrcn_loss *l)
     memset(l, 0, sizeof *l);
     l->hi_acked_gseq = -1;
     l->hi_acked_sent_at = -INFINITY;
+    l->hi_acked_at = -INFINITY;
     l->rtt_min_s = INFINITY;
 }
 
@@ -205,6 +206,7 @@ int mrcn_loss_on_acked(mrcn_req *r, const uint32_t *touched, uint32_t n_touched,
     if (hi_gseq > l->hi_acked_gseq) {
         l->hi_acked_gseq = hi_gseq;
         l->hi_acked_sent_at = hi_sent_at;
+        l->hi_acked_at = now;
         return mrcn_loss_ooo_scan(r, now);
     }
     return MRCN_OK;
@@ -441,7 +443,34 @@ int mrcn_loss_on_timer(mrcn_req *r, double now)
         if (rc <= 0)
             return rc < 0 ? rc : MRCN_OK;
     }
+    if (!r->cfg->rc)
+        return mrcn_loss_ooo_scan(r, now);
     return MRCN_OK;
+}
+
+/* LossDetector._ooo_deadline: RACK's reordering timer for the first transmission the
+ * cross-EV rule waits on; 0 when none waits or no RTT sample yet. */
+static int ooo_deadline(mrcn_req *r, double *out)
+{
+    mrcn_loss *l = &r->loss;
+    mrcn_deque *q = &l->sent_order;
+    int64_t limit_seq = l->hi_acked_gseq - r->cfg->ooo_threshold;
+    while (q->n) {
+        int64_t g = mrcn_deque_front(q)->a;
+        mrcn_tx *tx = mrcn_req_tx(r, (uint32_t)mrcn_deque_front(q)->b);
+        if (tx == NULL || tx->gseq != g || tx->ev_seq < 0 || tx->lost) {   /* resent, acked, lost */
+            mrcn_deque_pop(q);
+            continue;
+        }
+        if (g > limit_seq)
+            return 0;
+        double guard = mrcn_loss_ooo_guard_s(r);
+        if (guard == INFINITY)
+            return 0;
+        *out = tx->sent_at + ((l->hi_acked_at - l->hi_acked_sent_at) + guard);
+        return 1;
+    }
+    return 0;
 }
 
 int mrcn_loss_deadline(mrcn_req *r, double *out)
@@ -471,6 +500,11 @@ int mrcn_loss_deadline(mrcn_req *r, double *out)
             }
         }
     }
+    double d;
+    if (!r->cfg->rc && ooo_deadline(r, &d) && (!has || d < t)) {
+        t = d;
+        has = 1;
+    }
     *out = t;
     return has;
 }
@@ -499,7 +533,7 @@ int mrcn_loss_ooo_scan(mrcn_req *r, double now)
     mrcn_deque *q = &l->sent_order;
     int64_t limit_seq = l->hi_acked_gseq - r->cfg->ooo_threshold;
     bool has_limit_t = false;
-    double limit_t = 0.0;
+    double limit_t = 0.0, wait = 0.0;
     while (q->n) {
         int64_t g = mrcn_deque_front(q)->a;
         uint32_t psn = (uint32_t)mrcn_deque_front(q)->b;
@@ -511,10 +545,12 @@ int mrcn_loss_ooo_scan(mrcn_req *r, double now)
         if (g > limit_seq)
             return MRCN_OK;
         if (!has_limit_t) {
-            limit_t = l->hi_acked_sent_at - mrcn_loss_ooo_guard_s(r);
+            double guard = mrcn_loss_ooo_guard_s(r);
+            limit_t = l->hi_acked_sent_at - guard;
+            wait = (l->hi_acked_at - l->hi_acked_sent_at) + guard;   /* RACK's reordering timer */
             has_limit_t = true;
         }
-        if (tx->sent_at > limit_t)
+        if (tx->sent_at > limit_t && now < tx->sent_at + wait)
             return MRCN_OK;
         mrcn_deque_pop(q);
         l->ooo_losses++;

@@ -95,6 +95,7 @@ typedef struct mrcn_loss {
     mrcn_deque sent_order;     /* (gseq, psn), MRC only */
     int64_t hi_acked_gseq;     /* -1 before any */
     double hi_acked_sent_at;   /* s, -inf before any */
+    double hi_acked_at;        /* s, when hi_acked_gseq last moved; -inf before any */
     double rtt_min_s;          /* s, +inf before any sample */
     uint64_t timeouts, ooo_losses, ev_losses_excused, ev_losses_stalled, no_path_timeouts;
     uint64_t ev_losses_confirmed; /* stalled timeouts charged once a later send arrived */

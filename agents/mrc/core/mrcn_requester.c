@@ -485,7 +485,7 @@ int mrcn_req_send_data(mrcn_req *r, double now, mrcn_txq *out, size_t base, int6
             if (!mrcn_cc_can_send(r->cc, (uint64_t)r->inflight_bytes, tx->length))
                 return MRCN_OK;
             uint32_t ev = 0;
-            int got = mrcn_ev_pick(r->evs, now, !rc_mode, tx->ev, &ev);
+            int got = mrcn_ev_pick(r->evs, now, !rc_mode, tx->ev, rc_mode ? 0 : tx->ts_ns, &ev);
             rc = mrcn_req_drain_ev(r);
             if (got < 0)
                 return got;
