@@ -384,23 +384,28 @@ class LossDetector:
                 t = d
         return t
 
-    def _ooo_deadline(self) -> float | None:
-        """When the first transmission the cross-EV rule waits on is lost by time alone (RACK's
-        reordering timer, :meth:`ooo_scan`), or None (none waits, or no RTT sample yet)."""
+    def _ooo_head(self):
+        """The first transmission in send order still waiting (stale entries dropped), if
+        ``config.ooo_threshold`` transmissions sent after it are acknowledged; else None."""
         q = self.sent_order
-        limit_seq = self.hi_acked_gseq - self.config.ooo_threshold
         while q:
             g, tx = q[0]
             if tx.gseq != g or tx.ev_seq < 0 or tx.lost:    # resent, acked or lost already
                 q.popleft()
                 continue
-            if g > limit_seq:
-                return None
-            guard = self.ooo_guard_s()
-            if guard == _INF:
-                return None
-            return tx.sent_at + ((self.hi_acked_at - self.hi_acked_sent_at) + guard)
+            return tx if g <= self.hi_acked_gseq - self.config.ooo_threshold else None
         return None
+
+    def _ooo_deadline(self) -> float | None:
+        """When the first transmission the cross-EV rule waits on is lost by time alone (RACK's
+        reordering timer, :meth:`ooo_scan`), or None (none waits, or no RTT sample yet)."""
+        tx = self._ooo_head()
+        if tx is None:
+            return None
+        guard = self.ooo_guard_s()
+        if guard == _INF:
+            return None
+        return tx.sent_at + ((self.hi_acked_at - self.hi_acked_sent_at) + guard)
 
     def ooo_guard_s(self) -> float:
         """The time guard of the cross-EV rule in seconds (inf before any RTT sample).
@@ -466,23 +471,15 @@ class LossDetector:
         transmission that is not yet lost: both conditions are monotone in
         send order.
         """
-        q = self.sent_order
-        limit_seq = self.hi_acked_gseq - self.config.ooo_threshold
         limit_t = None
-        while q:
-            g, tx = q[0]
-            if tx.gseq != g or tx.ev_seq < 0 or tx.lost:    # resent, acked or lost already
-                q.popleft()
-                continue
-            if g > limit_seq:
-                return
+        while (tx := self._ooo_head()) is not None:
             if limit_t is None:
                 guard = self.ooo_guard_s()
                 limit_t = self.hi_acked_sent_at - guard
                 wait = (self.hi_acked_at - self.hi_acked_sent_at) + guard
             if tx.sent_at > limit_t and now < tx.sent_at + wait:
                 return
-            q.popleft()
+            self.sent_order.popleft()
             self.ooo_losses += 1
             if not self.lose(tx, now, LossCause.OOO):
                 return

@@ -448,29 +448,39 @@ int mrcn_loss_on_timer(mrcn_req *r, double now)
     return MRCN_OK;
 }
 
+/* LossDetector._ooo_head: the first transmission in send order still waiting (stale
+ * entries dropped), if ooo_threshold sent after it are acknowledged; else NULL. */
+static mrcn_tx *ooo_head(mrcn_req *r, uint32_t *psn)
+{
+    mrcn_loss *l = &r->loss;
+    mrcn_deque *q = &l->sent_order;
+    while (q->n) {
+        int64_t g = mrcn_deque_front(q)->a;
+        *psn = (uint32_t)mrcn_deque_front(q)->b;
+        mrcn_tx *tx = mrcn_req_tx(r, *psn);
+        if (tx == NULL || tx->gseq != g || tx->ev_seq < 0 || tx->lost) {   /* resent, acked, lost */
+            mrcn_deque_pop(q);
+            continue;
+        }
+        return g <= l->hi_acked_gseq - r->cfg->ooo_threshold ? tx : NULL;
+    }
+    return NULL;
+}
+
 /* LossDetector._ooo_deadline: RACK's reordering timer for the first transmission the
  * cross-EV rule waits on; 0 when none waits or no RTT sample yet. */
 static int ooo_deadline(mrcn_req *r, double *out)
 {
     mrcn_loss *l = &r->loss;
-    mrcn_deque *q = &l->sent_order;
-    int64_t limit_seq = l->hi_acked_gseq - r->cfg->ooo_threshold;
-    while (q->n) {
-        int64_t g = mrcn_deque_front(q)->a;
-        mrcn_tx *tx = mrcn_req_tx(r, (uint32_t)mrcn_deque_front(q)->b);
-        if (tx == NULL || tx->gseq != g || tx->ev_seq < 0 || tx->lost) {   /* resent, acked, lost */
-            mrcn_deque_pop(q);
-            continue;
-        }
-        if (g > limit_seq)
-            return 0;
-        double guard = mrcn_loss_ooo_guard_s(r);
-        if (guard == INFINITY)
-            return 0;
-        *out = tx->sent_at + ((l->hi_acked_at - l->hi_acked_sent_at) + guard);
-        return 1;
-    }
-    return 0;
+    uint32_t psn;
+    mrcn_tx *tx = ooo_head(r, &psn);
+    if (tx == NULL)
+        return 0;
+    double guard = mrcn_loss_ooo_guard_s(r);
+    if (guard == INFINITY)
+        return 0;
+    *out = tx->sent_at + ((l->hi_acked_at - l->hi_acked_sent_at) + guard);
+    return 1;
 }
 
 int mrcn_loss_deadline(mrcn_req *r, double *out)
@@ -530,20 +540,11 @@ double mrcn_loss_ooo_guard_s(mrcn_req *r)
 int mrcn_loss_ooo_scan(mrcn_req *r, double now)
 {
     mrcn_loss *l = &r->loss;
-    mrcn_deque *q = &l->sent_order;
-    int64_t limit_seq = l->hi_acked_gseq - r->cfg->ooo_threshold;
     bool has_limit_t = false;
     double limit_t = 0.0, wait = 0.0;
-    while (q->n) {
-        int64_t g = mrcn_deque_front(q)->a;
-        uint32_t psn = (uint32_t)mrcn_deque_front(q)->b;
-        mrcn_tx *tx = mrcn_req_tx(r, psn);
-        if (tx == NULL || tx->gseq != g || tx->ev_seq < 0 || tx->lost) {   /* resent, acked, lost */
-            mrcn_deque_pop(q);
-            continue;
-        }
-        if (g > limit_seq)
-            return MRCN_OK;
+    uint32_t psn;
+    mrcn_tx *tx;
+    while ((tx = ooo_head(r, &psn)) != NULL) {
         if (!has_limit_t) {
             double guard = mrcn_loss_ooo_guard_s(r);
             limit_t = l->hi_acked_sent_at - guard;
@@ -552,7 +553,7 @@ int mrcn_loss_ooo_scan(mrcn_req *r, double now)
         }
         if (tx->sent_at > limit_t && now < tx->sent_at + wait)
             return MRCN_OK;
-        mrcn_deque_pop(q);
+        mrcn_deque_pop(&l->sent_order);
         l->ooo_losses++;
         int rc = mrcn_loss_lose(r, psn, now, MRCN_LOSS_OOO);
         if (rc <= 0)
