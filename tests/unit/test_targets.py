@@ -108,6 +108,15 @@ timeline:
 """
 
 
+def _scenario_file(tmp_path, action: str, more: str = ""):
+    """SCENARIO on fat-tree-k4 with timeline[0] ``action`` (and ``more`` timeline lines), as tmp_path/s.yaml."""
+    from pathlib import Path
+    topo = Path(__file__).resolve().parents[2] / "topologies" / "fat-tree-k4.yaml"
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.format(topo=topo, action=action) + more)
+    return path
+
+
 @pytest.mark.parametrize("action, message", [
     ("link_down: {crossed_by: [rc, tcp]}", None),
     ("flap: {link: {crossed_by: 'rc 3->4', hop: core-aggregation}, period: 1s, count: 2}", None),
@@ -118,10 +127,7 @@ timeline:
     ("link_down: {hop: unrepaired}", "crossed_by"),
 ])
 def test_spec_checks_flow_targets(tmp_path, action, message):
-    from pathlib import Path
-    topo = Path(__file__).resolve().parents[2] / "topologies" / "fat-tree-k4.yaml"
-    path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO.format(topo=topo, action=action))
+    path = _scenario_file(tmp_path, action)
     if message is None:
         s = load_scenario(path, features=features())
         assert s.timeline[0].link is None and s.timeline[0].target is not None
@@ -199,10 +205,7 @@ def test_switch_actions_with_one_target_resolve_to_one_switch_and_all_its_links(
     ("switch_down: {link: a2_0}", "timeline[0].switch_down"),
 ])
 def test_spec_checks_switch_actions(tmp_path, action, message):
-    from pathlib import Path
-    topo = Path(__file__).resolve().parents[2] / "topologies" / "fat-tree-k4.yaml"
-    path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO.format(topo=topo, action=action))
+    path = _scenario_file(tmp_path, action)
     if message is None:
         e = load_scenario(path, features=features()).timeline[0]
         assert e.link is None
@@ -217,13 +220,9 @@ def test_spec_checks_switch_actions(tmp_path, action, message):
 
 
 def test_switch_actions_are_checked_for_suspicious_timelines(tmp_path):
-    from pathlib import Path
-    topo = Path(__file__).resolve().parents[2] / "topologies" / "fat-tree-k4.yaml"
-    path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO.format(topo=topo, action="switch_down: a2_0") +
-                    "  - {at_iteration: 1, after: 1s, link_down: c0_0-a2_0}\n"
-                    "  - {at_iteration: 2, switch_up: a2_0}\n"
-                    "  - {at_iteration: 2, switch_up: c0_1}\n")
+    path = _scenario_file(tmp_path, "switch_down: a2_0", "  - {at_iteration: 1, after: 1s, link_down: c0_0-a2_0}\n"
+                                                         "  - {at_iteration: 2, switch_up: a2_0}\n"
+                                                         "  - {at_iteration: 2, switch_up: c0_1}\n")
     warnings = [w.message for w in load_scenario(path, features=features()).warnings]
     assert warnings == ["warning: link_down on a2_0-c0_0 overlaps timeline[0] (switch_down on link a2_0-c0_0)",
                         "warning: switch_up c0_1 with no switch_down of that switch before it"]
