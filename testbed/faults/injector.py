@@ -230,7 +230,8 @@ class FaultInjector:
     def apply_step(self, step: Step) -> dict:
         """Apply ``step.change`` and journal it: returns the record given to ``record``.
 
-        A fault: ``{"kind": "fault", "action", "link", "phase", "step": kind, "value", "index"}``,
+        A fault: ``{"kind": "fault", "action", "link", "phase", "step": kind, "value", "index",
+        "planned_s"}`` (``planned_s`` only when the step has one: :class:`Step`),
         plus the link's nftables drop counters (``loss_dropped``, ``blackhole_dropped``) read
         just before a loss or blackhole is reverted. A reconvergence: ``{"kind": "reconverge",
         "links_down": [...]}``. Raises as :meth:`apply`; nothing is journaled then.
@@ -243,6 +244,8 @@ class FaultInjector:
         else:
             rec = {"kind": "fault", "action": step.action, "link": change.link, "phase": step.phase,
                    "step": change.kind, "value": change.value, "index": step.index, **drops}
+            if step.planned_s is not None:
+                rec["planned_s"] = step.planned_s
             if isinstance(change, Loss) and change.into:
                 rec["into"] = change.into
         self.record(rec)

@@ -119,13 +119,16 @@ FAULTS = (LinkState, Loss, Rate, Blackhole)
 class Step:
     """``change`` at ``t`` (the runner's clock, s). ``action``/``phase``/``index``: the timeline
     event it comes from (its action, "apply" starts a disruption and "revert" ends it, its
-    index in the file; None for a reconvergence)."""
+    index in the file; None for a reconvergence). ``planned_s``: ``t`` in seconds since the
+    workload start (None before it). Steps of several events scheduled for one instant (same
+    trigger and offset) have equal values: the metrics read them as one fault."""
 
     t: float
     change: Change
     action: str
     phase: str
     index: int | None
+    planned_s: float | None = None
 
     @property
     def kind(self) -> str:
@@ -142,4 +145,4 @@ class Step:
     def record(self) -> dict:
         """The step as the run journal lists it (e.g. steps not reached)."""
         return {"t": self.t, "kind": self.kind, "link": self.link, "value": self.value,
-                "action": self.action, "phase": self.phase, "index": self.index}
+                "action": self.action, "phase": self.phase, "index": self.index, "planned_s": self.planned_s}

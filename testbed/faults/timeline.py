@@ -84,7 +84,8 @@ class Timeline:
     def link_changed(self, now: float) -> None:
         """A link went down or up at ``now``: schedule a reconvergence if configured."""
         if self.reconverge_after_s is not None:
-            self._push(Step(now + self.reconverge_after_s, Reconverge(), "reconverge", "apply", None))
+            t = now + self.reconverge_after_s
+            self._push(Step(t, Reconverge(), "reconverge", "apply", None, self._planned(t)))
 
     # -- outputs ---------------------------------------------------------------
     def due(self, now: float) -> list[Step]:
@@ -106,6 +107,10 @@ class Timeline:
         return [i for i in range(len(self.events)) if i not in self._fired]
 
     # -- expansion ---------------------------------------------------------------
+    def _planned(self, t: float) -> float | None:
+        """``t`` since the workload start, µs-rounded (None before it)."""
+        return None if self.started_at is None else round(t - self.started_at, 6)
+
     def _push(self, step: Step) -> None:
         heapq.heappush(self._heap, (step.t, next(self._seq), step))
 
@@ -114,7 +119,7 @@ class Timeline:
         e = self.events[i]
 
         def step(dt: float, change: Change, phase: str) -> None:
-            self._push(Step(t + dt, change, e.action, phase, i))
+            self._push(Step(t + dt, change, e.action, phase, i, self._planned(t + dt)))
 
         if e.action in ("link_down", "link_up"):
             step(0.0, LinkState(e.link, up=e.action == "link_up"), "apply")

@@ -81,7 +81,7 @@ from testbed.rundir.damage import Damage, collecting
 from testbed.rundir.load import TransportRecords, load_transport
 from testbed.rundir.read import is_run_dir, iter_jsonl, load_jsonl, load_manifest, scenario_name
 from testbed.rundir.tables import FlowKey, LinkTable, SampleTable
-from testbed.metrics.recovery import active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time, time_to_detect
+from testbed.metrics.recovery import active_bins, ev_transitions, fault_instants, faults, iteration_gaps, longest_stall, recovery_time, time_to_detect
 from testbed.metrics.series import FlowSeries, aggregate_goodput_bps, bin_edges, binned_increments, flow_samples, last_in_bin, link_series, rolling_median
 from testbed.metrics.summary import TransportAnalysis, analyze_run, analyze_transport, comparison_row, run_t0, workload_window
 
@@ -91,7 +91,8 @@ __all__ = [
     "RunDirError", "Damage", "FlowKey", "FlowSeries", "LinkTable", "SampleTable", "TransportAnalysis",
     "TransportRecords", "active_bins", "aggregate_goodput_bps", "analyze_run", "analyze_transport",
     "bandwidths", "bin_edges", "binned_increments", "bus_factor", "busiest_links", "comparison_row",
-    "collecting", "completion", "cpu_fidelity", "ev_transitions", "expected_measured_iterations", "faults",
+    "collecting", "completion", "cpu_fidelity", "ev_transitions", "expected_measured_iterations",
+    "fault_instants", "faults",
     "flow_samples", "is_run_dir", "iter_jsonl", "iteration_gaps", "last_in_bin",
     "link_series", "load_jsonl", "load_manifest", "load_transport", "longest_stall", "recovery_time",
     "rolling_median", "run_t0", "scenario_name", "size_table", "time_to_detect", "workload_window",

@@ -61,8 +61,9 @@ DEFINITIONS = {
     "wrong": "elements differing from the expected sum, summed over ranks and all iterations (warm-up too)",
     "qp_errors": "qp_error events (retries exhausted: the job would crash); count",
     "detect_s": "first disruptive fault apply -> first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN transition of an EV "
-                "whose path (job spec links, SRv6) crosses the faulted link; s; null without EVs or if no such EV "
-                "was retired",
+                "whose path (job spec links, SRv6) crosses a faulted link; s; null without EVs or if no such EV "
+                "was retired. A fault is every disruptive apply the timeline planned for one instant (a switch's "
+                "links, a plane's entries with one trigger and offset: journal 'planned_s')",
     "false_retirements": "retirements (GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN) of EVs whose path crosses no "
                          "link that is faulted at that moment (fault apply .. its revert or link_up), before, "
                          "during and after faults, and every retirement of a run without faults: count and "

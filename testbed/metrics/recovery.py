@@ -12,11 +12,32 @@ from testbed.metrics.series import rolling_median
 
 
 def faults(events: list[dict], t0_s: float) -> list[dict]:
-    """Fault events (apply and revert) as ``{t_s, action, link, phase, disruptive}``, by time."""
+    """Fault events (apply and revert) as ``{t_s, action, link, phase, disruptive, index,
+    planned_s}``, by time (``index``, ``planned_s``: None in runs journaled without them)."""
     out = [{"t_s": e["t"] - t0_s, "action": e.get("action"), "link": e.get("link"), "phase": e.get("phase"),
-            "disruptive": e.get("action") in DISRUPTIVE and e.get("phase") == "apply"}
+            "disruptive": e.get("action") in DISRUPTIVE and e.get("phase") == "apply",
+            "index": e.get("index"), "planned_s": e.get("planned_s")}
            for e in events if e.get("kind") == "fault"]
     return sorted(out, key=lambda f: f["t_s"])
+
+
+def fault_instants(faults_: list[dict]) -> list[dict]:
+    """The disruptive applies of :func:`faults` grouped into the faults a user scheduled: those
+    planned for one instant (equal ``planned_s``: a plane's 16 ``link_down`` entries with one
+    trigger and offset) are one fault, as are a ``switch_down``'s links in runs journaled
+    without ``planned_s`` (one ``index``). Each: the first apply's keys (``t_s``: when the
+    first link went) plus ``links``, all of the group's links in apply order; by time."""
+    groups: dict[tuple, dict] = {}
+    for n, f in enumerate(x for x in faults_ if x["disruptive"]):
+        key = (("planned", f["planned_s"]) if f.get("planned_s") is not None
+               else ("switch", f.get("index"), f["action"]) if f["action"] == "switch_down" and f.get("index") is not None
+               else ("one", n))
+        g = groups.get(key)
+        if g is None:
+            groups[key] = {**f, "links": [f["link"]]}
+        else:
+            g["links"].append(f["link"])
+    return sorted(groups.values(), key=lambda g: g["t_s"])
 
 
 def ev_transitions(events: list[dict], t0_s: float) -> list[dict]:

@@ -18,7 +18,7 @@ from testbed.metrics.kpis import boundary_warnings, ev_links, ev_retirements, fa
 from testbed.rundir.load import TransportRecords, job_names, load_transport
 from testbed.rundir.read import load_manifest, scenario_name
 from testbed.rundir.tables import FlowKey
-from testbed.metrics.recovery import active_bins, ev_transitions, faults, iteration_gaps, longest_stall, recovery_time, time_to_detect
+from testbed.metrics.recovery import active_bins, ev_transitions, fault_instants, faults, iteration_gaps, longest_stall, recovery_time, time_to_detect
 from testbed.metrics.series import FlowSeries, aggregate_goodput_bps, bin_edges, flow_samples, link_series
 
 RESYNC_KEYS = tuple(f.name for f in dataclasses.fields(Synced))
@@ -87,12 +87,12 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     goodput = aggregate_goodput_bps(flows, edges)
     fl, trans = faults(tr.events, t0), ev_transitions(tr.events, t0)
     has_evs = bool(trans) or any(fs.evs for fs in flows.values())
-    disruptive = [f for f in fl if f["disruptive"]]
+    disruptive = fault_instants(fl)
     t_first = disruptive[0]["t_s"] if disruptive else window[1]
     active = active_bins(edges, iteration_gaps(tr.events, t0))
     pre = (edges[:-1] >= window[0] - 1e-9) & (edges[1:] <= t_first + 1e-9) & active
     baseline = float(np.median(goodput[pre])) if pre.any() else 0.0
-    fk = _fault_kpis(tr, t0, window, fl, trans, flows, edges)
+    fk = _fault_kpis(tr, t0, window, fl, disruptive, trans, flows, edges)
     per_fault = [{**f, "detect_s": fk["detect"][i] if has_evs else None,
                   "recovery_s": recovery_time(edges, goodput, f["t_s"], baseline, window[1], active)}
                  for i, f in enumerate(disruptive)]
@@ -191,9 +191,11 @@ def path_delay_s(jobs: list[dict]) -> float | None:
                 for peer in job.get(side, ()) for ev in peer.get("evs", ())), default=0.0)
 
 
-def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl: list[dict], trans: list[dict],
-                flows: dict, edges: np.ndarray) -> dict:
-    """Per-flow and per-EV failover KPIs (:mod:`testbed.metrics.kpis`) of one transport."""
+def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl: list[dict], instants: list[dict],
+                trans: list[dict], flows: dict, edges: np.ndarray) -> dict:
+    """Per-flow and per-EV failover KPIs (:mod:`testbed.metrics.kpis`) of one transport;
+    ``detect``: one per fault of ``instants`` (:func:`fault_instants`), the first retirement of
+    an EV crossing any of its links."""
     jobs = tr.jobs
     hosts = list(jobs[0].get("world", [])) if jobs else []
     base_rtt = (jobs[0].get("qp", {}).get("cc_params", {}).get("base_rtt_s") if jobs else None)
@@ -214,12 +216,13 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
     crossing_evs = {k for k, links in evl.items() if faulted & set(links)}
     rets = ev_retirements(trans, crossing_evs, window[1])
     detect = []
-    for w in windows:
+    for f in instants:
         if not evl:   # no job specs (a synthetic run): EV paths unknown, any EV counts
-            detect.append(time_to_detect(trans, w["t_s"]))
+            detect.append(time_to_detect(trans, f["t_s"]))
             continue
-        mine = {k for k, links in evl.items() if w["link"] in links}
-        detect.append(next((r["t_s"] - w["t_s"] for r in rets if r["t_s"] >= w["t_s"] - 1e-9
+        down = set(f["links"])
+        mine = {k for k, links in evl.items() if down & set(links)}
+        detect.append(next((r["t_s"] - f["t_s"] for r in rets if r["t_s"] >= f["t_s"] - 1e-9
                             and (r["rank"], r["dir"], r["peer"], r["ev_id"]) in mine), None))
     false = false_retirements(rets, windows, evl) if evl else []
     gaps = [g for k in kp for g in k["healthy_gaps_s"]]

@@ -15,9 +15,10 @@ seconds. Counters are cumulative (readers take differences).
   ``t`` = ``t_end``);
 * ``ev_state`` / ``qp_error`` / ``ev_command`` / ``ev_query``: an agent's event
   (:class:`agents.protocol.Event` fields; ``ev_query``: its answer to a restarted controller);
-* ``fault`` ``{"action", "link", "phase": "apply" | "revert", "step", "value", "index"}`` (+ the nft
-  drop counters when a loss or blackhole ends; ``action`` "end" and ``step`` "link" / "all"
-  with ``nft_drops`` when everything still applied is reverted at the end),
+* ``fault`` ``{"action", "link", "phase": "apply" | "revert", "step", "value", "index", "planned_s"}``
+  (``planned_s``: when the timeline scheduled it, s since the workload start; + the nft drop
+  counters when a loss or blackhole ends; ``action`` "end" and ``step`` "link" / "all" with
+  ``nft_drops`` when everything still applied is reverted at the end),
   ``reconverge`` ``{"links_down"}``: written by :class:`testbed.faults.FaultInjector`;
 * ``controller`` (``phase`` spawned, connected, ``restart`` ``{"pid", "attempt", "after"}``,
   ``resynced`` (:class:`agents.protocol.Synced` fields), ``not_restarted`` ``{"reason"}``; timeline
@@ -73,7 +74,8 @@ EVENT_KINDS = {
     "qp_error": EVENT.extend({"rank": RANK}, _EV_FIELDS),
     "agent": EVENT.extend({"rank": RANK}, {"status": Opt(STR)}),
     "run": EVENT.extend({}, {"phase": Opt(STR), "status": Opt(STR), "reason": Opt(STR)}),
-    "fault": EVENT.extend({}, {"action": Opt(STR), "link": Opt(STR), "phase": Opt(STR)}),
+    "fault": EVENT.extend({}, {"action": Opt(STR), "link": Opt(STR), "phase": Opt(STR), "index": Opt(Int()),
+                               "planned_s": Opt(NUM)}),
     "controller_lost": EVENT.extend({"reason": STR}, {"exit": Opt(Int()), "pid": Opt(Int())}),
     "relay": EVENT.extend({"to": STR, "dropped_ev_stats": COUNTER}),
 }

@@ -252,7 +252,7 @@ def test_typed_changes_name_their_kind_value_and_description():
         ("blackhole", LINK, False, "blackhole off"), ("reconverge", None, None, "routing reconverged")]
     step = Step(1.5, Rate(LINK, 7), "rate", "apply", 3)
     assert step.record() == {"t": 1.5, "kind": "rate", "link": LINK, "value": 7, "action": "rate",
-                             "phase": "apply", "index": 3}
+                             "phase": "apply", "index": 3, "planned_s": None}
 
 
 def test_steps_are_applied_and_journaled_with_drop_counters_on_revert():
@@ -264,14 +264,14 @@ def test_steps_are_applied_and_journaled_with_drop_counters_on_revert():
     fabric.run = lambda fd, cmds: (0, listing, "") if "list" in cmds[0] else run(fd, cmds)
     lf.apply_step(Step(1.0, LinkState(LINK, False), "flap", "apply", 0))
     lf.apply_step(Step(1.1, Reconverge(), "reconverge", "apply", None))
-    lf.apply_step(Step(2.0, Loss("h0_0_0-e0_0", 10.0), "loss", "apply", 1))
+    lf.apply_step(Step(2.0, Loss("h0_0_0-e0_0", 10.0), "loss", "apply", 1, planned_s=0.75))
     lf.apply_step(Step(3.0, Loss("h0_0_0-e0_0", None), "loss", "revert", 1))
     assert recs == [
         {"kind": "fault", "action": "flap", "link": LINK, "phase": "apply", "step": "link", "value": False,
          "index": 0},
         {"kind": "reconverge", "links_down": [LINK]},
         {"kind": "fault", "action": "loss", "link": "h0_0_0-e0_0", "phase": "apply", "step": "loss",
-         "value": 10.0, "index": 1},
+         "value": 10.0, "index": 1, "planned_s": 0.75},
         {"kind": "fault", "action": "loss", "link": "h0_0_0-e0_0", "phase": "revert", "step": "loss",
          "value": None, "index": 1, "loss_dropped": 8, "blackhole_dropped": 0}]   # both ends summed
     assert fabric.reconverged == 1 and lf.active == {}

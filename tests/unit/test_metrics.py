@@ -103,6 +103,38 @@ def test_goodput_stall_recovery_and_detection(summary):
     assert mrc["workload_window_s"] == pytest.approx([0.0, END_T])
 
 
+@pytest.mark.parametrize("planned, detect", [((1.0, 1.0), 0.05), ((1.0, 1.1), None)])
+def test_links_the_timeline_planned_for_one_instant_are_one_fault(tmp_path, planned, detect):
+    """Two link_down applies 1 ms apart; only the second link's EV (rank 0's EV 3) retires, 50 ms
+    after the first apply. Planned for one instant (equal ``planned_s``) they are one fault,
+    detected by that retirement; planned apart, the first fault's own EVs never retire."""
+    tr = metrics.load_transport(make_run(tmp_path), "mrc")
+    tr.events = [e for e in tr.events if e["kind"] != "fault"] + [
+        {"t": T0 + FAULT_T + 0.001 * i, "kind": "fault", "action": "link_down", "link": link, "phase": "apply",
+         "index": i, "planned_s": at} for i, (link, at) in enumerate(zip(("e0_0-a0_1", "a0_0-c0_0"), planned))]
+    evs = [{"ev_id": 2, "links": ["h0-e0_0", "e0_0-a0_1"]}, {"ev_id": 3, "links": ["h0-e0_0", "a0_0-c0_0"]}]
+    tr.jobs = [{"rank": 0, "world": ["h0", "h1"], "send_to": [{"host": "h1", "evs": evs}]},
+               {"rank": 1, "world": ["h0", "h1"], "recv_from": [{"host": "h0", "evs": []}]}]
+    s = metrics.analyze_transport(tr, 2).summary
+    assert [len(f["links"]) for f in s["per_fault"]] == ([2] if detect else [1, 1])
+    assert s["detect_s"] == (pytest.approx(detect, abs=1e-6) if detect else None)
+
+
+def test_fault_instants_group_by_planned_time_else_by_switch():
+    from testbed.metrics.recovery import fault_instants
+
+    def f(t, link, action="link_down", **kw):
+        return {"t_s": t, "link": link, "action": action, "phase": "apply", "disruptive": True, **kw}
+    flaps = [f(1.0, "a-b", "flap", index=0, planned_s=1.0), f(1.5, "a-b", "flap", index=0, planned_s=1.5)]
+    assert [g["links"] for g in fault_instants(flaps)] == [["a-b"], ["a-b"]]
+    old_switch = [f(1.0, "a-c", "switch_down", index=3), f(1.001, "a-d", "switch_down", index=3),
+                  f(1.002, "x-y", index=4), f(1.003, "x-z", index=5)]
+    assert [g["links"] for g in fault_instants(old_switch)] == [["a-c", "a-d"], ["x-y"], ["x-z"]]
+    plane = [f(2.0 + i / 1000, f"l{i}", index=i, planned_s=2.0) for i in range(16)]
+    (g,) = fault_instants(plane + [{**plane[0], "disruptive": False, "phase": "revert"}])
+    assert g["t_s"] == 2.0 and g["links"] == [f"l{i}" for i in range(16)]
+
+
 def test_detection_counts_skip_to_bad_but_not_congestion_or_earlier_events():
     tr = [{"t_s": 0.5, "old": "GOOD", "new": "ASSUMED_BAD"}, {"t_s": 1.01, "old": "GOOD", "new": "SKIP"},
           {"t_s": 1.02, "old": "ASSUMED_BAD", "new": "GOOD"}, {"t_s": 1.03, "old": "SKIP", "new": "ASSUMED_BAD"}]

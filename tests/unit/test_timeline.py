@@ -115,3 +115,17 @@ def test_a_switch_action_takes_every_link_of_the_switch_at_once():
     assert [(s.t, s.change, s.action, s.phase, s.index) for s in due] == \
         [(1.0, LinkState(l, up=False), "switch_down", "apply", 0) for l in links] + \
         [(3.0, LinkState(l, up=True), "switch_up", "apply", 1) for l in links]
+
+
+def test_steps_planned_for_one_instant_carry_equal_planned_times():
+    """Two entries with one trigger and offset are planned for the same instant (the metrics'
+    one fault); a flap's cycles and a revert are planned apart; before the start nothing is."""
+    tl = Timeline([ev("link_down", "a-b", at_iteration=1, after_s=0.3), ev("link_down", "c-d", at_iteration=1,
+                                                                          after_s=0.3),
+                   ev("flap", "e-f", at_s=1.0, period_s=0.2, count=2)], sweep_warmups(1, 3, 0))
+    tl.start(100.0)
+    tl.iteration_done(0, 100.4)
+    got = [(s.link, s.phase, s.planned_s) for s in tl.due(200.0)]
+    assert got == [("a-b", "apply", pytest.approx(0.7)), ("c-d", "apply", pytest.approx(0.7)),
+                   ("e-f", "apply", 1.0), ("e-f", "revert", 1.1), ("e-f", "apply", 1.2), ("e-f", "revert", 1.3)]
+    assert got[0][2] == got[1][2]
