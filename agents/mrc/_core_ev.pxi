@@ -37,6 +37,7 @@ cdef extern from "mrcn_ev.h":
         uint64_t probes_sent
         uint64_t probes_ok_total
         uint64_t delivered_ts_ns
+        double delivered_at_s
         uint64_t loss_run
         uint64_t loss_run_ts_ns
         uint64_t losses_excused
@@ -287,6 +288,14 @@ cdef class EVInfoView:
     @delivered_ts_ns.setter
     def delivered_ts_ns(self, uint64_t v):
         self.p.delivered_ts_ns = v
+
+    @property
+    def delivered_at_s(self):
+        return self.p.delivered_at_s
+
+    @delivered_at_s.setter
+    def delivered_at_s(self, double v):
+        self.p.delivered_at_s = v
 
     @property
     def loss_run(self):

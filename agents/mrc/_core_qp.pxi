@@ -47,6 +47,7 @@ cdef extern from "mrcn_loss.h":
         double rtt_min_s
         uint64_t timeouts, ooo_losses, ev_losses_excused, ev_losses_stalled, no_path_timeouts
         uint64_t ev_losses_confirmed
+        uint64_t ev_losses_live
         uint32_t n_stalled
         uint64_t loss_retries
 
@@ -233,6 +234,10 @@ cdef class _QPLossView:
         return self.owner.qp.req.loss.ev_losses_confirmed
 
     @property
+    def ev_losses_live(self):
+        return self.owner.qp.req.loss.ev_losses_live
+
+    @property
     def no_path_timeouts(self):
         return self.owner.qp.req.loss.no_path_timeouts
 
@@ -310,6 +315,7 @@ cdef class _QPRequesterView:
                 "no_path_timeouts": r.loss.no_path_timeouts,
                 "ev_losses_stalled": r.loss.ev_losses_stalled,
                 "ev_losses_confirmed": r.loss.ev_losses_confirmed,
+                "ev_losses_live": r.loss.ev_losses_live,
                 "lost_packets": r.lost_packets, "acked_bytes": r.acked_bytes,
                 "nacks_no_buffer": r.nacks_no_buffer,
                 "inflight_bytes": r.inflight_bytes, "snd_una": r.snd_una,

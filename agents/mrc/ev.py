@@ -150,7 +150,7 @@ class EVInfo:
                  "bytes_sent", "packets_acked", "packets_lost",
                  "retransmits", "seq", "acked_seq", "last_ack_s", "rtt_last_s", "rtt_min_s",
                  "rtt_srtt_s", "rtt_samples", "probes_sent", "probes_ok_total",
-                 "delivered_ts_ns", "loss_run", "loss_run_ts_ns", "losses_excused",
+                 "delivered_ts_ns", "delivered_at_s", "loss_run", "loss_run_ts_ns", "losses_excused",
                  "skip_picks", "always_skip", "skips", "drops_reported")
 
     def __init__(self, ev: int, state: EVState):
@@ -172,6 +172,7 @@ class EVInfo:
         self.rtt_srtt_s: float | None = None  # EWMA (1/8) of the echoed-timestamp RTT
         self.rtt_samples = 0
         self.delivered_ts_ns = 0     # latest send stamp of a transmission on this EV known to arrive
+        self.delivered_at_s = float("-inf")  # when delivered_ts_ns last grew (s)
         self.loss_run = 0            # losses on this EV since its last delivery (see requester)
         self.loss_run_ts_ns = 0      # send stamp of the last loss counted in loss_run
         self.losses_excused = 0      # losses not charged: a later packet on the EV arrived

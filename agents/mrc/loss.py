@@ -110,6 +110,7 @@ class LossDetector:
         self.ev_losses_excused = 0
         self.ev_losses_stalled = 0        # timeouts not charged: nothing sent later had arrived
         self.ev_losses_confirmed = 0      # stalled timeouts charged once something sent later arrived
+        self.ev_losses_live = 0           # out-of-order losses not charged: their EV still delivers
         # Stalled timeouts as (stamp at the timeout, ts_ns, ev), oldest first, until a
         # transmission sent after the timeout is known to arrive (:meth:`delivered`); at most
         # STALLED_KEPT (the oldest is forgotten).
@@ -193,10 +194,27 @@ class LossDetector:
         default 2 tolerates one unexcused loss, e.g. an EV's last packet of
         a write dropped by a full queue, for one more lost packet (one spray
         rotation) on a dead EV, still retired in ~1.3-1.5 base RTTs.
+
+        An out-of-order loss (:meth:`ooo_scan`) is not charged while its EV
+        still delivers: something on it, sent later than all it had
+        delivered before, arrived less than :meth:`ooo_guard_s` ago
+        (``delivered_at_s``; ``ev_losses_live`` counts these). The cross-EV
+        rule reads a packet overtaken on another EV as lost; a path that
+        keeps delivering is queueing behind it, not dead, and its own order
+        (the per-EV threshold) still finds its drops. When a plane came back
+        on leaf-spine-4plane-8-bdp64, its empty paths overtook the 100 ms
+        queues a write's first burst had built on the other planes, and a QP
+        retired all 12 of their EVs at once, 48 ms after readmission (each
+        back 15-30 ms later, cause DELIVERED); 23-34 false retirements per
+        run. A dead EV delivers nothing after its last survivor's ACK, so
+        its losses are charged as before.
         """
         if info.delivered_ts_ns >= tx.ts_ns:     # it, or a later packet on the EV, arrived
             info.losses_excused += 1
             self.ev_losses_excused += 1
+            return
+        if cause is LossCause.OOO and now - info.delivered_at_s < self.ooo_guard_s():
+            self.ev_losses_live += 1       # the EV still delivers: a queue, not a failure
             return
         if cause is LossCause.TIMEOUT and self.hi_acked_gseq < tx.gseq:
             self.ev_losses_stalled += 1
@@ -508,6 +526,7 @@ class LossDetector:
             return
         if ts_ns > info.delivered_ts_ns:
             info.delivered_ts_ns = ts_ns
+            info.delivered_at_s = now
         if info.state is EVState.ASSUMED_BAD and 0 < info.loss_run_ts_ns <= ts_ns \
                 and self.transport is Transport.MRC:
             info.loss_run = 0

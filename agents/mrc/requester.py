@@ -129,6 +129,7 @@ class Requester:
                 "no_path_timeouts": self.loss.no_path_timeouts,
                 "ev_losses_stalled": self.loss.ev_losses_stalled,
                 "ev_losses_confirmed": self.loss.ev_losses_confirmed,
+                "ev_losses_live": self.loss.ev_losses_live,
                 "lost_packets": self.lost_packets, "acked_bytes": self.acked_bytes,
                 "nacks_no_buffer": self.nacks_no_buffer,
                 "inflight_bytes": self._inflight_bytes, "snd_una": self._snd_una,

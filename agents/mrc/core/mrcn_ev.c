@@ -89,6 +89,7 @@ static void info_init(mrcn_ev_info *info, uint32_t ev, mrcn_ev_state state)
     info->probe_outstanding = false;
     info->acked_seq = -1;
     info->last_ack_s = -INFINITY;
+    info->delivered_at_s = -INFINITY;
     info->rtt_last_s = NAN;
     info->rtt_min_s = NAN;
     info->rtt_srtt_s = NAN;

@@ -94,6 +94,7 @@ typedef struct mrcn_ev_info {
     uint64_t probes_sent;
     uint64_t probes_ok_total;
     uint64_t delivered_ts_ns;    /* latest send stamp on this EV known to have arrived */
+    double delivered_at_s;       /* s: when delivered_ts_ns last grew, -inf before */
     uint64_t loss_run;           /* losses since its last delivery (requester/loss.py) */
     uint64_t loss_run_ts_ns;     /* send stamp of the last loss counted in loss_run */
     uint64_t losses_excused;     /* losses not charged: a later packet on the EV arrived */

@@ -245,6 +245,10 @@ int mrcn_loss_charge_ev(mrcn_req *r, uint32_t psn, mrcn_ev_info *info, double no
         l->ev_losses_excused++;
         return MRCN_OK;
     }
+    if (cause == MRCN_LOSS_OOO && now - info->delivered_at_s < mrcn_loss_ooo_guard_s(r)) {
+        l->ev_losses_live++;   /* the EV still delivers: a queue, not a failure */
+        return MRCN_OK;
+    }
     if (cause == MRCN_LOSS_TIMEOUT && l->hi_acked_gseq < tx->gseq) {
         l->ev_losses_stalled++;
         if (l->n_stalled == MRCN_STALLED_KEPT) {   /* forget the oldest */
@@ -580,8 +584,10 @@ int mrcn_loss_delivered(mrcn_req *r, uint32_t ev, uint64_t ts_ns, double now)
     mrcn_ev_info *info = mrcn_ev_get(r->evs, ev);
     if (info == NULL)
         return MRCN_OK;
-    if (ts_ns > info->delivered_ts_ns)
+    if (ts_ns > info->delivered_ts_ns) {
         info->delivered_ts_ns = ts_ns;
+        info->delivered_at_s = now;
+    }
     if (info->state == MRCN_EV_ASSUMED_BAD && 0 < info->loss_run_ts_ns &&
         info->loss_run_ts_ns <= ts_ns && !r->cfg->rc) {
         info->loss_run = 0;

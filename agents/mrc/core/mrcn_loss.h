@@ -99,6 +99,7 @@ typedef struct mrcn_loss {
     double rtt_min_s;          /* s, +inf before any sample */
     uint64_t timeouts, ooo_losses, ev_losses_excused, ev_losses_stalled, no_path_timeouts;
     uint64_t ev_losses_confirmed; /* stalled timeouts charged once a later send arrived */
+    uint64_t ev_losses_live;   /* out-of-order losses not charged: their EV still delivers */
     /* LossDetector.stalled: stalled timeouts (stamp at the timeout, ts_ns, ev), oldest first */
     int64_t stalled_at[MRCN_STALLED_KEPT];
     uint64_t stalled_ts[MRCN_STALLED_KEPT];
