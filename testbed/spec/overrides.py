@@ -182,7 +182,8 @@ def text_of(node: Node) -> str:
     """A value as written (a list or mapping on one line)."""
     if isinstance(node, ScalarNode):
         return str(node.value)
-    return " ".join(yaml.serialize(node, default_flow_style=True).split())
+    value = yaml.safe_load(yaml.serialize(node))
+    return " ".join(yaml.safe_dump(value, default_flow_style=True, sort_keys=False).split())
 
 
 def read_sweep(r: Reader, node: Node) -> Sweep | None:

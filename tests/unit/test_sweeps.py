@@ -95,6 +95,11 @@ def test_apply_replaces_adds_and_copies_only_the_path(tmp_path):
 def test_set_values_are_yaml():
     o = parse_set("workload.hosts=[h0_0_0, h1_0_0]")
     assert o.path == "workload.hosts" and [n.value for n in o.node.value] == ["h0_0_0", "h1_0_0"]
+    import yaml
+    from testbed.spec.overrides import text_of
+    block = yaml.compose("crossed_by:\n  - mrc\n  - rc\nhop: core-aggregation\n")
+    assert text_of(block) == "{crossed_by: [mrc, rc], hop: core-aggregation}"   # one line, in order
+    assert text_of(o.node) == "[h0_0_0, h1_0_0]"
     with pytest.raises(KeyError_, match="KEY=VALUE"):
         parse_set("workload.evs")
 
