@@ -49,7 +49,7 @@ def summarize(obj: Topology | Scenario) -> dict:
            "nodes": len(topo.nodes), "links": len(topo.links), "hosts": len(topo.hosts)}
     if isinstance(obj, Scenario):
         out.update(topology=topo.name, transports=list(obj.transports), timeline=len(obj.timeline),
-                   actions=[f"{e.action} {e.switch or e.link or e.target}" for e in obj.timeline],
+                   actions=[f"{e.action} {e.switch or e.link or e.selector or e.target}" for e in obj.timeline],
                    jobs=[f"{j.name} ({j.collective}, {len(j.hosts)} ranks)" for j in obj.all_jobs])
     return out
 

@@ -23,7 +23,7 @@ ends it; :mod:`testbed.metrics` reads the same words):
   up half a period later (revert).
 * ``loss`` / ``rate`` / ``blackhole``: a :class:`Loss` / :class:`Rate` / :class:`Blackhole`
   apply at T; with ``duration`` a revert at ``T + duration`` (loss None, rate None:
-  the topology's, blackhole off).
+  the topology's, blackhole off); on a link set, one of each per link, in link name order.
 * ``ev_deny`` / ``ev_allow`` / ``ev_replace``: one :class:`EVAction` (apply), for the
   controller (the runner sends it; no link changes).
 * :class:`Reconverge` steps are scheduled by :meth:`Timeline.link_changed`
@@ -133,9 +133,10 @@ class Timeline:
                 step(c * e.period_s, LinkState(e.link, up=False), "apply")
                 step(c * e.period_s + e.period_s / 2, LinkState(e.link, up=True), "revert")
         else:
-            apply, revert = {"loss": (Loss(e.link, e.loss_pct, e.loss_into), Loss(e.link, None)),
-                             "rate": (Rate(e.link, e.rate_bps), Rate(e.link, None)),
-                             "blackhole": (Blackhole(e.link, True), Blackhole(e.link, False))}[e.action]
-            step(0.0, apply, "apply")
-            if e.duration_s is not None:
-                step(e.duration_s, revert, "revert")
+            for link in e.links or (e.link,):
+                apply, revert = {"loss": (Loss(link, e.loss_pct, e.loss_into), Loss(link, None)),
+                                 "rate": (Rate(link, e.rate_bps), Rate(link, None)),
+                                 "blackhole": (Blackhole(link, True), Blackhole(link, False))}[e.action]
+                step(0.0, apply, "apply")
+                if e.duration_s is not None:
+                    step(e.duration_s, revert, "revert")

@@ -139,6 +139,7 @@ class TransportRun:
         self.reason = ""
         self._t_wall_start: float | None = None
         self._cpu_start: float | None = None
+        self._link_set_said: tuple | None = None    # (index, planned_s, phase) of the link set last shown
         self.priority = RunnerPriority()
 
     def _timeline(self, events) -> Timeline:
@@ -438,6 +439,15 @@ class TransportRun:
             self.say(f"routing reconverged around {', '.join(sorted(self.faults.links_down)) or 'no failed link'}")
             return
         self.state.step_applied(step, time.monotonic())
+        event = self.state.timeline.events[step.index] if step.index is not None else None
+        if event is not None and event.selector and event.links:
+            # a link set: one line and one fault for its steps of one instant, not one per link
+            if (key := (step.index, step.planned_s, step.phase)) != self._link_set_said:
+                self._link_set_said = key
+                self.progress.faults += step.phase == "apply"
+                self.say(f"{event.selector} ({len(event.links)} links): {change.describe()} ({step.phase})",
+                         head=step.action)
+            return
         self.progress.faults += step.phase == "apply"
         self.say(f"{change.link}: {change.describe()} ({step.phase})", head=step.action)
 

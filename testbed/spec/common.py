@@ -24,6 +24,9 @@ MAX_HOST_NICS = 0x8000
 ACTIONS = ("link_down", "link_up", "switch_down", "switch_up", "flap", "loss", "rate", "blackhole", "ev_deny",
            "ev_allow", "ev_replace")
 SWITCH_ACTIONS = ("switch_down", "switch_up")
+LINK_SET_ACTIONS = ("loss", "rate", "blackhole")
+"""Timeline actions whose ``link`` may be a link set (``all``, ``all <role>-<role>``): the same
+change on each of its links at once (the paper's random loss on every link)."""
 """Timeline actions on every link of one switch at once (a switch restart)."""
 EV_ACTIONS = ("ev_deny", "ev_allow", "ev_replace")
 """Timeline actions for the MRC controller: deny, allow or replace the EVs that cross a link."""

@@ -79,7 +79,9 @@ class TimelineEvent:
     running fabric (:func:`testbed.faults.targets.resolve`).
     ``switch_down``/``switch_up``: ``link`` is None, ``switch`` names the switch and ``links``
     are all its links (sorted), each taken down or up at once; with a ``target``, both are
-    empty until the runner resolves it (:func:`testbed.faults.targets.resolve_switch`)."""
+    empty until the runner resolves it (:func:`testbed.faults.targets.resolve_switch`).
+    ``loss``/``rate``/``blackhole`` on a link set (``all``, ``all <role>-<role>``): ``link`` is
+    None, ``selector`` the set's text and ``links`` its links (sorted), each changed at once."""
 
     action: str
     link: str | None

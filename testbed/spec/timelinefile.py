@@ -15,7 +15,7 @@ from testbed.model.topology import Role, Topology
 from testbed.model.units import show
 from testbed.spec.yamlread import Problem, Reader, join
 from testbed.spec.schema import FLOW_TARGET, SCENARIO
-from testbed.spec.common import (ACTIONS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S, SWITCH_ACTIONS,
+from testbed.spec.common import (ACTIONS, LINK_SET_ACTIONS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S, SWITCH_ACTIONS,
                                  _did_you_mean)
 from testbed.spec.model import TimelineEvent, WorkloadSpec
 
@@ -73,7 +73,14 @@ def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.
         if action == "loss" and not (feats.nftables or feats.netem):
             r.error(m[action], apath, feats.lacks("loss", "nftables (numgen) or sch_netem"))
             ok = False
-    link = _link_ref(r, ref_node, ref_path, topo, rng, fields, workload, names)
+    link = _link_ref(r, ref_node, ref_path, topo, rng, fields, workload, names,
+                     link_set=action in LINK_SET_ACTIONS)
+    if fields.get("links"):
+        if "direction" in am:
+            r.error(am["direction"], join(apath, "direction"), f"a one-way loss needs one link, not the link set "
+                                                               f"{show(fields['selector'])}")
+            return None
+        return TimelineEvent(link=None, **fields) if ok else None
     if action == "loss" and "direction" in am and link is not None:
         ok = _direction(r, am["direction"], join(apath, "direction"), topo, link, fields) and ok
     return TimelineEvent(link=link or None, **fields) if ok and link is not None else None
@@ -163,34 +170,51 @@ def _target_field(r: Reader, node: Node, path: str, topo: Topology | None, field
 
 
 def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
-              fields: dict, workload: WorkloadSpec | None = None, names: dict[str, str] | None = None) -> str | None:
+              fields: dict, workload: WorkloadSpec | None = None, names: dict[str, str] | None = None,
+              link_set: bool = False) -> str | None:
     """A link name, a ``random <role>-<role>`` selector, or a flow target mapping
-    (:mod:`testbed.faults.targets`: sets ``fields["target"]`` and returns "" for "resolved later")."""
+    (:mod:`testbed.faults.targets`: sets ``fields["target"]`` and returns "" for "resolved later").
+    With ``link_set`` also ``all`` or ``all <role>-<role>``: sets ``fields["links"]`` (sorted
+    names) and ``fields["selector"]``, and returns ""."""
     if isinstance(node, MappingNode):
         return _target_field(r, node, path, topo, fields, workload)
     ref = r.text(node, path)
     if ref is None or topo is None:
         return None
     words = ref.split()
+    if words and words[0] == "all":
+        if not link_set:
+            r.error(node, path, f"{show(ref)}: a link set is for {', '.join(LINK_SET_ACTIONS)}; give one link")
+            return None
+        links = _role_links(r, node, path, topo, ref, words) if len(words) > 1 else list(topo.links)
+        if not links:
+            return None
+        fields["selector"], fields["links"] = ref, tuple(sorted(l.name for l in links))
+        return ""
     if words and words[0] == "random":
         fields["selector"] = ref
-        roles = words[1].split("-") if len(words) == 2 else []
-        valid = [role.value for role in Role]
-        if len(roles) != 2 or not set(roles) <= set(valid):
-            r.error(node, path, f"selector {show(ref)} is not 'random <role>-<role>' (roles: {', '.join(valid)})")
-            return None
-        candidates = [l for l in topo.links if sorted(roles) == sorted(
-            (topo.nodes[l.a.node].role.value, topo.nodes[l.b.node].role.value))]
-        if not candidates:
-            r.error(node, path, f"no {words[1]} link in topology {show(topo.name)}")
-            return None
-        return rng.choice(candidates).name
+        candidates = _role_links(r, node, path, topo, ref, words)
+        return rng.choice(candidates).name if candidates else None
     names = names if names is not None else _link_names(topo)
     if ref not in names:
         near = _did_you_mean(ref, list(names)) if len(ref) <= 64 and len(names) <= 5000 else ""
         r.error(node, path, f"unknown link {show(ref)} in topology {show(topo.name)}{near}")
         return None
     return names[ref]
+
+
+def _role_links(r: Reader, node: Node, path: str, topo: Topology, ref: str, words: list[str]) -> list:
+    """The links of ``<word> <role>-<role>`` (either order of the roles); [] after an error."""
+    roles = words[1].split("-") if len(words) == 2 else []
+    valid = [role.value for role in Role]
+    if len(roles) != 2 or not set(roles) <= set(valid):
+        r.error(node, path, f"selector {show(ref)} is not '{words[0]} <role>-<role>' (roles: {', '.join(valid)})")
+        return []
+    links = [l for l in topo.links if sorted(roles) == sorted(
+        (topo.nodes[l.a.node].role.value, topo.nodes[l.b.node].role.value))]
+    if not links:
+        r.error(node, path, f"no {words[1]} link in topology {show(topo.name)}")
+    return links
 
 
 def _switch_ref(r: Reader, node: Node, path: str, topo: Topology | None, fields: dict,
@@ -308,11 +332,11 @@ _DOWN_OF = {"link_up": "link_down", "switch_up": "switch_down"}
 
 def _subject(e: TimelineEvent) -> str | None:
     """The link or switch an event acts on (None: a flow target, resolved on the fabric)."""
-    return e.switch if e.action in SWITCH_ACTIONS else e.link
+    return e.switch if e.action in SWITCH_ACTIONS else e.link or e.selector
 
 
 def _links(e: TimelineEvent) -> set[str]:
-    return set(e.links) if e.action in SWITCH_ACTIONS else {e.link}
+    return set(e.links) if e.action in SWITCH_ACTIONS or e.links else {e.link}
 
 
 def _when(e: TimelineEvent) -> tuple[tuple, float]:

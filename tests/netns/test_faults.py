@@ -352,3 +352,26 @@ def test_one_way_loss_drops_only_packets_into_the_named_end(k4):
         lf.revert_all()
     for node, _ in link_ends(k4, FABRIC_LINK):
         assert nft_tables(k4, node) == []
+
+
+def test_a_loss_on_every_link_reaches_every_link_end_and_reverts(k4):
+    """The link set ``all``: one Loss step per link from the timeline, one table at each end."""
+    from testbed.faults.timeline import Timeline, sweep_warmups
+    from testbed.spec import TimelineEvent
+    links = tuple(sorted(l.name for l in k4.topo.links))
+    timeline = Timeline([TimelineEvent("loss", None, at_s=0.0, loss_pct=0.5, selector="all", links=links)],
+                        sweep_warmups(1, 1, 0))
+    timeline.start(0.0)
+    lf = FaultInjector(k4)
+    try:
+        recs = [lf.apply_step(step) for step in timeline.due(1.0)]
+        assert sorted(r["link"] for r in recs) == sorted(links) and {r["value"] for r in recs} == {0.5}
+        assert {r["planned_s"] for r in recs} == {0.0}
+        for name in links:
+            for node, _ in link_ends(k4, name):
+                assert nft.table_name(name) in nft_tables(k4, node)
+    finally:
+        lf.revert_all()
+    for name in links:
+        for node, _ in link_ends(k4, name):
+            assert nft_tables(k4, node) == []

@@ -74,6 +74,39 @@ def test_selector_is_deterministic_per_seed(tmp_path):
     assert len(seeds) > 1
 
 
+def test_a_link_set_names_every_link_or_every_link_between_two_roles(tmp_path):
+    text = HEAD + """
+    timeline:
+      - {at: 1s, loss: {link: all, percent: 1%}}
+      - {at: 1s, loss: {link: all edge-aggregation, percent: 0.1%, duration: 2s}}
+      - {at: 1s, rate: {link: all host-edge, rate: 1Mbit}}
+    """
+    s = load_scenario(write(tmp_path, text), features=FEATURES)
+    every, edge_agg, hosts = s.timeline
+    assert every.link is None and every.selector == "all" and len(every.links) == 48
+    assert every.links == tuple(sorted(l.name for l in s.topology.links))
+    roles = {tuple(sorted(s.topology.nodes[n].role.value for n in l.split("-"))) for l in edge_agg.links}
+    assert roles == {("aggregation", "edge")} and len(edge_agg.links) == 16 and edge_agg.duration_s == 2.0
+    assert len(hosts.links) == 16 and hosts.rate_bps == 1_000_000
+    json.dumps(s.to_dict())
+
+
+def test_a_link_set_is_refused_where_one_link_is_meant(tmp_path):
+    text = HEAD + """
+    timeline:
+      - {at: 1s, link_down: all}
+      - {at: 1s, loss: {link: all, percent: 1%, direction: "a0_0->c0_0"}}
+      - {at: 1s, loss: {link: all edge-planet, percent: 1%}}
+    """
+    assert problems(write(tmp_path, text)) == [
+        f"{tmp_path / 's.yaml'}:15: timeline[0].link_down: 'all': a link set is for loss, rate, blackhole; "
+        "give one link",
+        f"{tmp_path / 's.yaml'}:16: timeline[1].loss.direction: a one-way loss needs one link, not the link "
+        "set 'all'",
+        f"{tmp_path / 's.yaml'}:17: timeline[2].loss.link: selector 'all edge-planet' is not 'all <role>-<role>' "
+        "(roles: host, edge, aggregation, core, leaf, spine)"]
+
+
 def test_topology_relative_to_scenario_dir_then_cwd(tmp_path, monkeypatch):
     (tmp_path / "topos").mkdir()
     (tmp_path / "topos" / "t.yaml").write_text(K4.read_text())

@@ -129,3 +129,14 @@ def test_steps_planned_for_one_instant_carry_equal_planned_times():
     assert got == [("a-b", "apply", pytest.approx(0.7)), ("c-d", "apply", pytest.approx(0.7)),
                    ("e-f", "apply", 1.0), ("e-f", "revert", 1.1), ("e-f", "apply", 1.2), ("e-f", "revert", 1.3)]
     assert got[0][2] == got[1][2]
+
+
+def test_a_loss_on_a_link_set_drops_on_every_link_at_once_and_reverts_each():
+    links = ("a0_0-c0_0", "e0_0-a0_0", "h0_0_0-e0_0")
+    from testbed.faults import Loss
+    tl = Timeline([TimelineEvent("loss", None, at_s=1.0, loss_pct=1.0, duration_s=2.0, selector="all",
+                                 links=links)], sweep_warmups(1, 1, 0))
+    tl.start(0.0)
+    got = [(s.t, s.change, s.phase, s.planned_s) for s in tl.due(10)]
+    assert got == [(1.0, Loss(l, 1.0), "apply", 1.0) for l in links] + \
+        [(3.0, Loss(l, None), "revert", 3.0) for l in links]
