@@ -35,7 +35,7 @@ reference simulator (uet-htsim, ``htsim/sim/uec.cpp``,
 ``updateCwndOnAck_NSCC``). The four cases (ECN x delay vs target), the
 multiplicative decrease ``max(1 - gamma (d - target) / d, 0.5)`` at most once
 per base RTT, the NOOP on ECN with low delay, ``max_cwnd = 1.5 BDP``, a
-base RTT that only goes down and quick-adapt on loss/trim are as there.
+base RTT that only goes down and quick-adapt on a trim are as there.
 Simplified:
 
 * per-ACK adjustment: every increase is applied to cwnd on the ACK that
@@ -50,9 +50,12 @@ Simplified:
 * no delay filter: the decrease uses this ACK's delay; uet-htsim's uses a slow
   EWMA of the delay (weight 1/80, high-delay samples without ECN
   discounted), and picks the case from the raw delay, as here;
-* quick-adapt: checked once per base-RTT epoch, on loss or trim only, with
-  "less than half the window acked" as its test; uet-htsim also triggers it
-  on a delay above 4x the target and waits base RTT + target between checks;
+* quick-adapt: checked once per base-RTT epoch, armed by a trim only (as
+  uet-htsim's NACK; a timeout or an inferred loss shrinks the window by its
+  bytes, as its ``mark_packet_for_retransmission``), with "less than half the
+  window acked" as its test; uet-htsim also triggers it on a delay above 4x
+  the target, gates it on ``achieved < maxwnd / 8`` and waits base RTT + target
+  between checks;
 * decrease rate: the UET paper describes the decrease per ACK; here, as in
   uet-htsim, it is rate-limited to once per base RTT.
 """
@@ -149,8 +152,13 @@ class NSCC(CongestionControl):
     * ECN, d < target: no change (the QP skips that EV instead).
 
     Loss or trim: ``cwnd -= lost bytes``; quick-adapt: at the end of an RTT
-    epoch (one base RTT) in which loss was seen, if less than half the
-    window was acked, cwnd = bytes acked in that epoch. Not after an epoch
+    epoch (one base RTT) in which a trim was seen, if less than half the
+    window was acked, cwnd = bytes acked in that epoch. A loss found by a
+    timeout or inferred from later deliveries does not arm it (uet-htsim:
+    ``updateCwndOnNack_NSCC`` sets ``_trigger_qa``, ``mark_packet_for_retransmission``
+    only shrinks the window): a random loss says nothing of the rate the path
+    can carry, and on a 55 ms path a 0.1% loss per link quick-adapted ring QPs
+    to 14-24% of their window. Not after an epoch
     in which the requester ran out of data (:meth:`set_app_limited`): what
     an application-limited sender got acked says nothing of the path (RFC
     7661's rule for windows, BBR's app-limited samples); ``qa_app_limited``
@@ -279,7 +287,8 @@ class NSCC(CongestionControl):
 
     def on_packets_lost(self, *, now: float, lost_bytes: int, trimmed: bool = False) -> None:
         self.cwnd_bytes -= lost_bytes
-        self._epoch_loss = True
+        if trimmed:    # uet-htsim: a NACK (trim) arms quick-adapt; a timeout or inferred loss only shrinks
+            self._epoch_loss = True
         self._clamp()
         self._epoch(now)
 

@@ -25,16 +25,35 @@ def test_starts_at_max_cwnd_of_one_and_a_half_bdp():
     assert c.cwnd_bytes == pytest.approx(1.5e6) == c.max_cwnd_bytes
 
 
-def test_loss_subtracts_lost_bytes_and_quick_adapt_sets_acked():
+def test_loss_subtracts_lost_bytes_and_a_trim_quick_adapts_to_the_acked_bytes():
     c = nscc(quick_adapt=False)
     c.on_packets_lost(now=0.0, lost_bytes=200_000)
     assert c.cwnd_bytes == pytest.approx(1.3e6)
     q = nscc()
-    q.on_packets_lost(now=0.0, lost_bytes=1000)
+    q.on_packets_lost(now=0.0, lost_bytes=1000, trimmed=True)
     q.on_packets_acked(now=0.0005, acked_bytes=50_000, rtt_s=0.001)
     q.on_packets_acked(now=0.0011, acked_bytes=10_000, rtt_s=0.001)   # epoch ends
     # cwnd := bytes acked in the epoch (60 kB), then this ACK's own increase (<= alpha * 10 kB)
     assert q.qa_count == 1 and 60_000 <= q.cwnd_bytes <= 65_000 + 1e-6
+
+
+def test_a_loss_that_is_not_a_trim_only_shrinks_the_window():
+    """uet-htsim: only a NACK arms quick-adapt; a timeout or an inferred loss takes its bytes off.
+    Before, any loss in an epoch with less than half the window acked set cwnd to the acked bytes."""
+    q = nscc()
+    q.on_packets_lost(now=0.0, lost_bytes=4096)
+    q.on_packets_acked(now=0.0005, acked_bytes=50_000, rtt_s=0.001)
+    q.on_packets_acked(now=0.0011, acked_bytes=10_000, rtt_s=0.001)   # epoch ends: no quick-adapt
+    assert q.qa_count == 0 and q.cwnd_bytes == pytest.approx(1.5e6)
+
+
+def test_a_trim_in_an_epoch_the_requester_ran_out_of_data_does_not_quick_adapt():
+    q = nscc()
+    q.set_app_limited(True)
+    q.on_packets_lost(now=0.0, lost_bytes=1000, trimmed=True)
+    q.on_packets_acked(now=0.0005, acked_bytes=50_000, rtt_s=0.001)
+    q.on_packets_acked(now=0.0011, acked_bytes=10_000, rtt_s=0.001)   # epoch ends
+    assert (q.qa_count, q.qa_app_limited) == (0, 1) and q.cwnd_bytes == pytest.approx(1.5e6)   # grown back
 
 
 def test_large_delay_decreases_once_per_rtt_with_floor():

@@ -62,7 +62,7 @@ typedef struct mrcn_nscc {
     double last_md;            /* s, -1.0 before the first decrease */
     double epoch_start;        /* s */
     uint64_t epoch_acked;      /* bytes acked in this epoch */
-    int epoch_loss;
+    int epoch_loss;            /* a trim was seen in this epoch: quick-adapt at its end */
     int app_limited;           /* the requester has no new data to send */
     int epoch_app_limited;     /* ... at some time in this epoch: no quick-adapt */
     uint64_t md_count, qa_count, ecn_count, acks, noop_count, qa_app_limited;

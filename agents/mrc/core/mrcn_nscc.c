@@ -48,7 +48,7 @@ static void clamp(mrcn_cc *cc)
     cc->cwnd_bytes = mrcn_py_min(mrcn_py_max(cc->cwnd_bytes, n->min_cwnd_bytes), n->max_cwnd_bytes);
 }
 
-/* NSCC._epoch: end of a base-RTT epoch, quick-adapt if loss was seen in it and the requester
+/* NSCC._epoch: end of a base-RTT epoch, quick-adapt if a trim was seen in it and the requester
  * had data all along. */
 static void epoch(mrcn_cc *cc, double now)
 {
@@ -149,9 +149,9 @@ void mrcn_nscc_on_packets_acked(mrcn_cc *cc, double now, uint64_t acked_bytes, i
 
 void mrcn_nscc_on_packets_lost(mrcn_cc *cc, double now, uint64_t lost_bytes, int trimmed)
 {
-    (void)trimmed;   /* a trim counts as a loss here (cc.py: trimmed is not read) */
     cc->cwnd_bytes -= (double)lost_bytes;
-    cc->u.nscc.epoch_loss = 1;
+    if (trimmed)     /* cc.py: only a trim arms quick-adapt (uet-htsim's NACK) */
+        cc->u.nscc.epoch_loss = 1;
     clamp(cc);
     epoch(cc, now);
 }
