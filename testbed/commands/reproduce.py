@@ -92,9 +92,10 @@ class Prepared:
         return len(self.scenarios) if self.sweep else 1
 
     def control_transports(self) -> list[str]:
-        """The transports the control runs: its own list, else the scenario's."""
+        """The transports the control runs: its own list, else the scenario's, each replaced by
+        its stand-in."""
         c = self.claim.control
-        return list(c.transports) if c is not None and c.transports else list(self.scenario.transports)
+        return c.runs(self.scenario.transports) if c is not None else list(self.scenario.transports)
 
 
 def _claim_args(claim: Claim, plots: bool = False, fixed=()) -> argparse.Namespace:
@@ -256,7 +257,8 @@ def _plan(suite: Suite, out: Path, console: Console) -> int:
                  else f"not runnable: {p.not_runnable}" if p.not_runnable else "to run")
         ctl = "none: cannot count as holding"
         if c.control is not None:
-            ctl = (f"{c.control.removes}; " + ", ".join(f"{k}: {v}" for k, v in c.control.set_texts().items())
+            ctl = (f"{c.control.removes}; " + ", ".join([f"{k}: {v}" for k, v in c.control.set_texts().items()]
+                                                        + [f"{b} in place of {a}" for a, b in c.control.stand_in])
                    + (f"; runs {', '.join(p.control_transports())}" if p.scenario else "")
                    + ("; resumed" if (out / c.id / CONTROL_RESULTS_NAME).is_file() else ""))
         rows.append([c.id, c.scenario.name, ", ".join(p.scenario.transports) if p.scenario else "-",

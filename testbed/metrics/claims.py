@@ -138,19 +138,23 @@ def judge(claim: Claim, doc: dict | None, not_run: str | None = None, control_do
     return out
 
 
-def merge_control(doc: dict | None, control_doc: dict, transports) -> dict:
+def merge_control(doc: dict | None, control_doc: dict, transports, stand_in=()) -> dict:
     """The results the control is judged on: ``doc`` (the claim's) with, at every point, the
     ``transports`` the control ran (None: every transport of ``control_doc``) replaced by the
     control's (matched by point label; a transport the control lacks is removed, so a rule on
-    it cannot be judged); without ``doc``, ``control_doc`` alone."""
+    it cannot be judged); ``stand_in`` pairs (claim's transport, transport the control ran in
+    its place): the latter's results are the former's. Without ``doc``, ``control_doc`` alone."""
+    stands_for = {run: name for name, run in stand_in}
     if doc is None:
-        return control_doc
+        if not stands_for:
+            return control_doc
+        doc = {"points": [{**q, "transports": {}} for q in control_doc.get("points") or []]}
     out = copy.deepcopy(doc)
     ctl_points = control_doc.get("points") or []
     for p in out.get("points") or []:
         cp = (ctl_points[0] if len(ctl_points) == 1 and len(out["points"]) == 1
               else next((q for q in ctl_points if q.get("label") == p.get("label")), None))
-        ctl_t = (cp or {}).get("transports") or {}
+        ctl_t = {stands_for.get(k, k): v for k, v in ((cp or {}).get("transports") or {}).items()}
         names = list(transports) if transports is not None else list(ctl_t)
         for name in names:
             p["transports"].pop(name, None)
@@ -167,11 +171,12 @@ def judge_control(claim: Claim, doc: dict | None, control_doc: dict | None,
     c = claim.control
     if c is None:
         return None
-    head = {"removes": c.removes, "set": c.set_texts(), "transports": list(c.transports) if c.transports else None}
+    head = {"removes": c.removes, "set": c.set_texts(), "transports": list(c.transports) if c.transports else None,
+            **({"stand_in": dict(c.stand_in)} if c.stand_in else {})}
     if control_doc is None:
         return {**head, "outcome": COULD_NOT_RUN, "verdict": NOT_RUNNABLE,
                 "reason": control_not_run or "no results", "rules": [], "terms": []}
-    v = judge_rules(claim, merge_control(doc, control_doc, c.transports))
+    v = judge_rules(claim, merge_control(doc, control_doc, c.transports, c.stand_in))
     outcome = {NO: FAILS, YES: PASSES, INVALID: CONTROL_INVALID}.get(v["verdict"], COULD_NOT_RUN)
     return {**head, "outcome": outcome, "verdict": v["verdict"], "reason": v["reason"], "rules": v["rules"],
             "terms": v["terms"]}

@@ -118,7 +118,8 @@ def claim_entry(claim, results: str | None, scenarios=(), doc: dict | None = Non
             "results": results, "regime": claim_regime(claim, scenarios, doc),
             "control": None if ctl is None else {
                 "removes": ctl.removes, "set": ctl.set_texts(),
-                "transports": list(ctl.transports) if ctl.transports else None, "results": control_results}}
+                "transports": list(ctl.transports) if ctl.transports else None, "results": control_results,
+                **({"stand_in": dict(ctl.stand_in)} if getattr(ctl, "stand_in", ()) else {})}}
 
 
 def regime_row(claim: dict) -> list[str]:
@@ -188,8 +189,10 @@ def markdown(doc: dict) -> str:
             lines.append(f"  - `{text}`: {state}")
         ctl = c["verdict"].get("control")
         if ctl:
-            ran = ", ".join(ctl.get("transports") or ()) or "every transport"
-            sets = ", ".join(f"`{k}: {v}`" for k, v in (ctl.get("set") or {}).items())
+            stand = ctl.get("stand_in") or {}
+            ran = ", ".join(stand.get(t, t) for t in ctl.get("transports") or ()) or "every transport"
+            sets = ", ".join([f"`{k}: {v}`" for k, v in (ctl.get("set") or {}).items()]
+                             + [f"{b} in place of {a}" for a, b in (ctl.get("stand_in") or {}).items()])
             lines.append(f"  - control ({ctl['removes']}; {sets}; runs {ran}; results: "
                          f"{(c.get('control') or {}).get('results') or '-'}): **{ctl['outcome']}**"
                          + (f" ({ctl['reason']})" if ctl.get("reason") and not ctl.get("rules") else ""))

@@ -61,7 +61,7 @@ RULE_FORMS = ("TRANSPORT KPI[@POINT] OP NUMBER, or TRANSPORT KPI[@POINT] OP [K *
               "(OP: >=, <=, >, <)")
 _CLAIM_KEYS = (["id", "section", "figure", "scenario", "rules", "scaling", "estimate"],
                ["trials", "regime", "control"])
-_CONTROL_KEYS = (["removes", "set"], ["transports"])
+_CONTROL_KEYS = (["removes"], ["set", "transports", "stand_in"])
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,19 @@ class Control:
     overrides: tuple[Override, ...]
     transports: tuple[str, ...] | None
     line: int
+    #: ``stand_in: {mrc: rc}``: the control runs rc where it would run mrc, and rc's results
+    #: stand for mrc's in the rules (a mechanism only another transport can remove)
+    stand_in: tuple[tuple[str, str], ...] = ()
 
     def set_texts(self) -> dict[str, str]:
         """``{key path: value as written}``."""
         return {o.path: o.text for o in self.overrides}
+
+    def runs(self, scenario_transports) -> list[str]:
+        """The transports the control runs: its ``transports`` (else ``scenario_transports``),
+        each replaced by its stand-in."""
+        sub = dict(self.stand_in)
+        return [sub.get(t, t) for t in (self.transports or scenario_transports)]
 
 
 @dataclass(frozen=True)
@@ -244,9 +253,10 @@ def _claim(r: Reader, node, where: str, base: Path, default_trials: int,
 
 
 def _control(r: Reader, node, where: str) -> Control | None:
-    """``control: {removes: TEXT, set: {KEY.PATH: VALUE, ...}, transports: [T, ...]}``: the key
-    paths' syntax and the transports' names are checked here; that the paths name places in
-    the scenario and that it loads with the values, by :func:`control_problems`."""
+    """``control: {removes: TEXT, set: {KEY.PATH: VALUE, ...}, transports: [T, ...],
+    stand_in: {T: T2, ...}}`` (``set`` or ``stand_in`` or both): the key paths' syntax and the
+    transports' names are checked here; that the paths name places in the scenario and that it
+    loads with the values, by :func:`control_problems`."""
     m = r.mapping(node, where, *_CONTROL_KEYS)
     if m is None:
         return None
@@ -255,13 +265,16 @@ def _control(r: Reader, node, where: str) -> Control | None:
     if removes is not None and not removes.strip():
         r.error(m["removes"], join(where, "removes"), "must not be empty: say what the control removes")
     overrides = []
-    for key, key_node, value in r.entries(m["set"], join(where, "set")) or ():
+    if "set" not in m and "stand_in" not in m:
+        r.error(node, where, "needs set: (key paths to change) or stand_in: (a transport to run in "
+                             "another's place): a control changes the scenario")
+    for key, key_node, value in (r.entries(m["set"], join(where, "set")) or ()) if "set" in m else ():
         try:
             overrides.append(Override(parse_key(key), value, text_of(value), key_node.start_mark.line + 1,
                                       origin=f"control.set.{key}"))
         except KeyError_ as exc:
             r.error(key_node, join(join(where, "set"), key), str(exc))
-    if isinstance(m["set"], MappingNode) and not m["set"].value:
+    if isinstance(m.get("set"), MappingNode) and not m["set"].value:
         r.error(m["set"], join(where, "set"), "expected at least one key path: a control changes the scenario")
     transports = None
     if "transports" in m:
@@ -277,9 +290,23 @@ def _control(r: Reader, node, where: str) -> Control | None:
         if isinstance(m["transports"], SequenceNode) and not items:
             r.error(m["transports"], join(where, "transports"), "expected at least one transport (or no key: all)")
         transports = tuple(n for n in names if n is not None)
+    stand_in = []
+    for key, key_node, value in (r.entries(m["stand_in"], join(where, "stand_in")) or ()) if "stand_in" in m else ():
+        run = r.text(value, join(join(where, "stand_in"), key))
+        for name, at in ((key, key_node), (run, value)):
+            if name is None:
+                continue
+            try:
+                parse_transport(name)
+            except ValueError as exc:
+                r.error(at, join(join(where, "stand_in"), key), str(exc))
+        if run is not None and run == key:
+            r.error(value, join(join(where, "stand_in"), key), f"{key} cannot stand in for itself")
+        if run is not None:
+            stand_in.append((key, run))
     if len(r.problems) > before:
         return None
-    return Control(removes, tuple(overrides), transports, node.start_mark.line + 1)
+    return Control(removes, tuple(overrides), transports, node.start_mark.line + 1, tuple(stand_in))
 
 
 def rule_problems(claims_file: Path, claim: Claim, transports: list[str], kpis: list[str],
@@ -327,6 +354,9 @@ def control_problems(claims_file: Path, claim: Claim, transports: list[str], loa
     out = [Problem(str(claims_file), c.line, f"{where}.transports",
                    f"transport {t} is not in {claim.scenario.name}'s list ({', '.join(transports)})")
            for t in c.transports or () if t not in transports]
+    out += [Problem(str(claims_file), c.line, f"{where}.stand_in.{t}",
+                    f"transport {t} is not one the control runs ({', '.join(c.transports or transports)})")
+            for t, _ in c.stand_in if t not in (c.transports or transports)]
 
     def tried(overrides, line: int, key: str) -> bool:
         try:

@@ -273,3 +273,37 @@ def test_an_incomplete_run_fails_the_rules_it_feeds(tmp_path):
     assert v["verdict"] == "yes" and v["control"]["outcome"] == "fails as it should"
     assert "mrc: did not complete 1 of 1 trials (rank 11 failed" in v["control"]["rules"][0]["reason"]
     assert verdicts.judge_rules(claim, doc)["verdict"] == "not runnable"    # rc is not in it
+
+
+def _stand_in_file(tmp_path: Path, stand_in: str, transports: str = "[mrc]") -> Path:
+    p = tmp_path / "claims.yaml"
+    p.write_text(CLAIM.format(scenario=PAPER / "failover.yaml", set="        workload.evs_per_qp: 1",
+                              transports=transports) + f"      stand_in: {stand_in}\n")
+    return p
+
+
+def test_a_stand_in_runs_another_transport_and_is_judged_as_the_one_it_replaces(tmp_path):
+    """A mechanism only another transport lacks (selective repeat: rc's go-back-N) is removed by
+    running that transport in the claim transport's place; its results stand for it."""
+    claim = load_claims(_stand_in_file(tmp_path, "{mrc: rc}")).claims[0]
+    assert claim.control.stand_in == (("mrc", "rc"),) and claim.control.runs(["mrc", "rc", "tcp"]) == ["rc"]
+    v = verdicts.judge(claim, _doc([_stall(0.1, 2.5)]), None, _doc([{"rc": {"worst_stall": {"s": 3.0},
+                                                                           "valid": True}}]))
+    assert v["verdict"] == "yes" and v["control"]["outcome"] == "fails as it should"
+    assert v["control"]["rules"][0]["left"]["median"] == 3.0 and v["control"]["rules"][0]["bound"] == 0.625
+    assert v["control"]["stand_in"] == {"mrc": "rc"}
+    passes = verdicts.judge(claim, _doc([_stall(0.1, 2.5)]), None, _doc([{"rc": {"worst_stall": {"s": 0.1},
+                                                                               "valid": True}}]))
+    assert passes["control"]["outcome"] == "passes: claim does not discriminate"
+
+
+def test_a_stand_in_names_transports_the_control_runs(tmp_path):
+    with pytest.raises(SpecError) as exc:
+        load_claims(_stand_in_file(tmp_path, "{mrc: roce}"))
+    assert "'roce' is not a transport" in str(exc.value.problems[0])
+    with pytest.raises(SpecError) as exc:
+        load_claims(_stand_in_file(tmp_path, "{mrc: mrc}"))
+    assert "mrc cannot stand in for itself" in str(exc.value.problems[0])
+    path = _stand_in_file(tmp_path, "{rc: rc-dcqcn}")
+    assert _plan_problems(path) == [f"{path}:11: claims.fo.control.stand_in.rc: transport rc is not one the "
+                                    "control runs (mrc)"]
