@@ -145,16 +145,18 @@ def merge_control(doc: dict | None, control_doc: dict, transports, stand_in=()) 
     it cannot be judged); ``stand_in`` pairs (claim's transport, transport the control ran in
     its place): the latter's results are the former's. Without ``doc``, ``control_doc`` alone."""
     stands_for = {run: name for name, run in stand_in}
+    if stands_for:
+        control_doc = {**control_doc, "points": [
+            {**q, "transports": {stands_for.get(k, k): v for k, v in (q.get("transports") or {}).items()}}
+            for q in control_doc.get("points") or []]}
     if doc is None:
-        if not stands_for:
-            return control_doc
-        doc = {"points": [{**q, "transports": {}} for q in control_doc.get("points") or []]}
+        return control_doc
     out = copy.deepcopy(doc)
     ctl_points = control_doc.get("points") or []
     for p in out.get("points") or []:
         cp = (ctl_points[0] if len(ctl_points) == 1 and len(out["points"]) == 1
               else next((q for q in ctl_points if q.get("label") == p.get("label")), None))
-        ctl_t = {stands_for.get(k, k): v for k, v in ((cp or {}).get("transports") or {}).items()}
+        ctl_t = (cp or {}).get("transports") or {}
         names = list(transports) if transports is not None else list(ctl_t)
         for name in names:
             p["transports"].pop(name, None)

@@ -281,12 +281,7 @@ def _control(r: Reader, node, where: str) -> Control | None:
         items = r.seq(m["transports"], join(where, "transports")) or []
         names = [r.text(t, join(join(where, "transports"), i)) for i, t in enumerate(items)]
         for i, (t, name) in enumerate(zip(items, names)):
-            if name is None:
-                continue
-            try:
-                parse_transport(name)
-            except ValueError as exc:
-                r.error(t, join(join(where, "transports"), i), str(exc))
+            _check_transport(r, t, join(join(where, "transports"), i), name)
         if isinstance(m["transports"], SequenceNode) and not items:
             r.error(m["transports"], join(where, "transports"), "expected at least one transport (or no key: all)")
         transports = tuple(n for n in names if n is not None)
@@ -294,12 +289,7 @@ def _control(r: Reader, node, where: str) -> Control | None:
     for key, key_node, value in (r.entries(m["stand_in"], join(where, "stand_in")) or ()) if "stand_in" in m else ():
         run = r.text(value, join(join(where, "stand_in"), key))
         for name, at in ((key, key_node), (run, value)):
-            if name is None:
-                continue
-            try:
-                parse_transport(name)
-            except ValueError as exc:
-                r.error(at, join(join(where, "stand_in"), key), str(exc))
+            _check_transport(r, at, join(join(where, "stand_in"), key), name)
         if run is not None and run == key:
             r.error(value, join(join(where, "stand_in"), key), f"{key} cannot stand in for itself")
         if run is not None:
@@ -307,6 +297,16 @@ def _control(r: Reader, node, where: str) -> Control | None:
     if len(r.problems) > before:
         return None
     return Control(removes, tuple(overrides), transports, node.start_mark.line + 1, tuple(stand_in))
+
+
+def _check_transport(r: Reader, node, path: str, name: str | None) -> None:
+    """Record a problem at ``node`` if ``name`` (None: already reported) is not a transport."""
+    if name is None:
+        return
+    try:
+        parse_transport(name)
+    except ValueError as exc:
+        r.error(node, path, str(exc))
 
 
 def rule_problems(claims_file: Path, claim: Claim, transports: list[str], kpis: list[str],

@@ -295,6 +295,9 @@ def test_a_stand_in_runs_another_transport_and_is_judged_as_the_one_it_replaces(
     passes = verdicts.judge(claim, _doc([_stall(0.1, 2.5)]), None, _doc([{"rc": {"worst_stall": {"s": 0.1},
                                                                                "valid": True}}]))
     assert passes["control"]["outcome"] == "passes: claim does not discriminate"
+    alone = verdicts.merge_control(None, _doc([{"rc": {"worst_stall": {"s": 3.0}, "valid": True}}]), ["mrc"],
+                                   claim.control.stand_in)     # the claim's runs missing: the control's renamed
+    assert list(alone["points"][0]["transports"]) == ["mrc"]
 
 
 def test_a_stand_in_names_transports_the_control_runs(tmp_path):
