@@ -13,7 +13,11 @@ Under ``--out`` (default ``runs/reproduce`` or ``runs/reproduce-quick``) each cl
 directory: ``<id>/runs-<stamp>/`` (its trials or sweep directory) and ``<id>/results.json`` (the
 results document, :mod:`testbed.metrics.results`), written when the claim's runs finished. A
 claim whose ``results.json`` exists is not run again: an interrupted suite resumes where it
-stopped (delete the file to rerun a claim). A claim's ``control:`` (its scenario with the
+stopped (delete the file to rerun a claim). The file records what it was made from (``inputs``:
+digests of every point's resolved scenario and topology file, and of the agents' and testbed's
+sources; the transports, trials and the control's overrides); when any of them changed since,
+the claim runs again and the old file is kept beside it as ``results.stale-<stamp>.json``, so
+that one table never mixes code or scenario versions. A claim's ``control:`` (its scenario with the
 mechanism under test removed: overrides and transports) runs after it, with the same trials,
 under ``<id>/control-runs-<stamp>/`` into ``<id>/control-results.json`` (resumed the same way).
 Then ``reproduce.json`` and ``reproduce.md``: one row per claim, "holds?" yes (the rules hold
@@ -33,6 +37,8 @@ run the same command again to resume).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -144,6 +150,46 @@ def prepare(claims_file: Path, claims: list[Claim]) -> tuple[list[Prepared], lis
     return out, problems
 
 
+def code_sha256(root: Path | None = None) -> str:
+    """sha256 over the agents' and the testbed's sources (path and bytes of every ``.py``,
+    ``.pyx``, ``.pxi``, ``.c`` and ``.h`` under ``agents/`` and ``testbed/``; Cython's generated
+    ``_core.c`` left out): what a result depends on besides its scenario."""
+    root = root or Path(__file__).resolve().parents[2]
+    h = hashlib.sha256()
+    for top in ("agents", "testbed"):
+        for f in sorted((root / top).rglob("*")):
+            if (f.suffix in (".py", ".pyx", ".pxi", ".c", ".h") and "__pycache__" not in f.parts
+                    and f.name != "_core.c" and f.is_file()):
+                h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def unit_inputs(scenarios: list, transports: list[str], trials: int, fixed=(), code: str = "") -> dict:
+    """What a claim's (or its control's) results are made from: ``scenario_sha256`` over every
+    point's resolved scenario (:meth:`Scenario.to_dict`) and its topology file's bytes, the
+    ``transports``, ``trials``, the control's overrides (``set``), and ``code_sha256``."""
+    h = hashlib.sha256()
+    for s in scenarios:
+        h.update(json.dumps(s.to_dict(), sort_keys=True, default=str).encode())
+        topo = Path(s.topology_path)
+        h.update(topo.read_bytes() if topo.is_file() else b"")
+    return {"scenario_sha256": h.hexdigest(), "transports": list(transports), "trials": trials,
+            "set": {o.path: o.text for o in fixed}, "code_sha256": code}
+
+
+_INPUT_NAMES = {"scenario_sha256": "the scenario or its topology", "transports": "the transports",
+                "trials": "the trials", "set": "the control's overrides", "code_sha256": "the code"}
+
+
+def changed_inputs(doc: dict, want: dict) -> list[str]:
+    """What differs between a results document's ``inputs`` and ``want`` (names for a message;
+    ``["its inputs (not recorded)"]`` for a file written before they were)."""
+    have = doc.get("inputs")
+    if not isinstance(have, dict):
+        return ["its inputs (not recorded)"]
+    return [_INPUT_NAMES[k] for k in want if have.get(k) != want[k]]
+
+
 def _select(claims, ids: str | None, claims_file: Path) -> tuple[list[Claim], list[str]]:
     if not ids:
         return list(claims), []
@@ -175,6 +221,30 @@ class Suite:
         self.current: str | None = None
         self.progress = 0.0          # fraction of the current claim's runs started before this one
         self.t_claim = 0.0
+        self.code = code_sha256()
+
+    def inputs(self, p: Prepared, control: bool = False) -> dict | None:
+        """:func:`unit_inputs` of a claim's runs or its control's (None: not runnable)."""
+        if p.scenario is None:
+            return None
+        if control:
+            return unit_inputs(p.control_scenarios or [p.control_scenario], p.control_transports(),
+                               self.trials_of(p.claim), p.claim.control.overrides, self.code)
+        return unit_inputs(p.scenarios or [p.scenario], list(p.scenario.transports), self.trials_of(p.claim),
+                           (), self.code)
+
+    def resume_state(self, path: Path, p: Prepared, control: bool = False) -> str | None:
+        """"resumed" when ``path`` holds results of these inputs, "runs again: ... changed" when
+        it holds others', None when there is none (or it does not load: it runs again)."""
+        if not path.is_file():
+            return None
+        try:
+            doc = results.load(path)
+        except results.ResultsError:
+            return None
+        want = self.inputs(p, control)
+        changed = changed_inputs(doc, want) if want is not None else []
+        return f"runs again: {', '.join(changed)} changed" if changed else "resumed"
 
     def trials_of(self, c: Claim) -> int:
         return self.trials or (1 if self.quick else c.trials)
@@ -253,14 +323,14 @@ def _plan(suite: Suite, out: Path, console: Console) -> int:
     rows = []
     for p in suite.prepared:
         c = p.claim
-        state = ("resumed: results exist" if (out / c.id / RESULTS_NAME).is_file()
-                 else f"not runnable: {p.not_runnable}" if p.not_runnable else "to run")
+        state = (suite.resume_state(out / c.id / RESULTS_NAME, p)
+                 or (f"not runnable: {p.not_runnable}" if p.not_runnable else "to run"))
         ctl = "none: cannot count as holding"
         if c.control is not None:
             ctl = (f"{c.control.removes}; " + ", ".join([f"{k}: {v}" for k, v in c.control.set_texts().items()]
                                                         + [f"{b} in place of {a}" for a, b in c.control.stand_in])
                    + (f"; runs {', '.join(p.control_transports())}" if p.scenario else "")
-                   + ("; resumed" if (out / c.id / CONTROL_RESULTS_NAME).is_file() else ""))
+                   + (f"; {st}" if (st := suite.resume_state(out / c.id / CONTROL_RESULTS_NAME, p, True)) else ""))
         rows.append([c.id, c.scenario.name, ", ".join(p.scenario.transports) if p.scenario else "-",
                      str(p.points), str(suite.trials_of(c)), _fmt_s(suite.estimate(c)),
                      "; ".join(r.text for r in c.rules), ctl, state])
@@ -321,11 +391,19 @@ def _run_unit(args, suite: Suite, p: Prepared, n: int, what: str, res_path: Path
     from testbed.rundir.errors import RunDirWriteError
 
     c = p.claim
+    want = suite.inputs(p, control=what == "control")
     if res_path.is_file():
         try:
-            store[c.id] = (results.load(res_path), None, str(res_path))
-            suite.status[c.id] = f"{what} done (resumed)"
-            return 0, False
+            old = results.load(res_path)
+            changed = changed_inputs(old, want) if want is not None else []
+            if not changed:
+                store[c.id] = (old, None, str(res_path))
+                suite.status[c.id] = f"{what} done (resumed)"
+                return 0, False
+            stale = res_path.with_name(f"{res_path.stem}.stale-{time.strftime('%Y%m%d-%H%M%S')}{res_path.suffix}")
+            res_path.rename(stale)
+            err.print(f"[yellow]warning[/] {escape(str(res_path))}: {', '.join(changed)} changed since it was "
+                      f"made: running the {what} of {c.id} again (the old results kept as {escape(stale.name)})")
         except results.ResultsError as exc:
             err.print(f"[yellow]warning[/] {escape(str(exc))}: running the {what} of {c.id} again")
     if p.not_runnable:
@@ -361,6 +439,7 @@ def _run_unit(args, suite: Suite, p: Prepared, n: int, what: str, res_path: Path
         pt["dir"] = f"{parent.name}/{pt['dir']}" if pt.get("dir") else parent.name
     if fixed:
         doc["control"] = {"set": {o.path: o.text for o in fixed}, "transports": transports}
+    doc["inputs"] = want
     results.write(res_path, doc)
     store[c.id] = (doc, None, str(res_path))
     suite.status[c.id] = f"{what} done"

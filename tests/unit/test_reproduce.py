@@ -269,10 +269,14 @@ def test_resume_skips_claims_with_results(tmp_path, monkeypatch):
     claims_file = _claims(tmp_path, GOOD.format(scenario=PAPER / "p2p-bandwidth.yaml"))
     out = tmp_path / "out"
     doc = _doc([{"mrc": {"busbw_fraction_of_host": 0.94, "valid": True}}], "paper-p2p-bandwidth")
+    cdoc = _doc([{"mrc": {"busbw_fraction_of_host": 0.3, "valid": True}}], "paper-p2p-bandwidth")
+    prepared, _ = cmd.prepare(claims_file, load_claims(claims_file).claims)
+    suite = cmd.Suite(prepared, quick=True, trials=None)
+    doc["inputs"], cdoc["inputs"] = suite.inputs(prepared[0]), suite.inputs(prepared[0], control=True)
+    assert doc["inputs"]["set"] == {} and cdoc["inputs"]["set"] == {"workload.evs": "1"}
     (out / "bw").mkdir(parents=True)
     results.write(out / "bw" / "results.json", doc)
-    results.write(out / "bw" / "control-results.json",
-                  _doc([{"mrc": {"busbw_fraction_of_host": 0.3, "valid": True}}], "paper-p2p-bandwidth"))
+    results.write(out / "bw" / "control-results.json", cdoc)
 
     def no_runs(*a, **k):
         raise AssertionError("a claim with results was run again")
@@ -306,8 +310,51 @@ def test_runs_a_claim_without_results_and_keeps_them(tmp_path, monkeypatch):
     assert results.load(out / "bw" / "control-results.json")["control"] == {"set": {"workload.evs": "1"},
                                                                              "transports": ["mrc"]}
     assert json.loads((out / "reproduce.json").read_text())["claims"][0]["verdict"]["verdict"] == "no"
-    assert cmd.run(_args(claims_file, out, quick=False, trials=None)) == 0   # resumed: not run again
+    assert cmd.run(_args(claims_file, out)) == 0   # resumed: not run again
     assert len(calls) == 2
+
+
+def test_results_of_other_inputs_are_run_again_and_kept(tmp_path, monkeypatch, capsys):
+    """A results file made from another scenario, other trials or other code is not resumed: the
+    claim runs again, and the old file is kept beside the new one."""
+    claims_file = _claims(tmp_path, GOOD.format(scenario=PAPER / "p2p-bandwidth.yaml"))
+    out = tmp_path / "out"
+    calls = []
+
+    def fake(args, scenario, sweep, scenarios, transports, trials, parent, console, err, before_trial=None):
+        calls.append(trials)
+        return _doc([{"mrc": {"busbw_fraction_of_host": 0.5, "valid": True}}] * trials, scenario.name), 0
+    monkeypatch.setattr("testbed.commands.run.run_many", fake)
+    assert cmd.run(_args(claims_file, out)) == 0 and calls == [1, 1]
+    assert cmd.run(_args(claims_file, out, trials=2)) == 0 and calls == [1, 1, 2, 2]     # trials changed
+    assert "the trials changed since it was made" in capsys.readouterr().err
+    stale = sorted(p.name for p in (out / "bw").glob("*.stale-*.json"))
+    assert len(stale) == 2 and stale[0].startswith("control-results.stale-") and stale[1].startswith("results.stale-")
+    assert results.load(out / "bw" / "results.json")["inputs"]["trials"] == 2
+
+    monkeypatch.setattr(cmd, "code_sha256", lambda root=None: "other code")
+    assert cmd.run(_args(claims_file, out, plan=True, trials=2)) == 0
+    plan = " ".join(capsys.readouterr().out.split())
+    assert "runs again: the code changed" in plan.replace("│", "").replace("  ", " ")
+    assert cmd.run(_args(claims_file, out, trials=2)) == 0 and calls == [1, 1, 2, 2, 2, 2]
+    doc = results.load(out / "bw" / "results.json")
+    del doc["inputs"]                                  # written before inputs were recorded
+    results.write(out / "bw" / "results.json", doc)
+    assert cmd.run(_args(claims_file, out, trials=2)) == 0 and calls == [1, 1, 2, 2, 2, 2, 2]
+    assert "its inputs (not recorded) changed" in capsys.readouterr().err
+
+
+def test_code_digest_follows_the_sources(tmp_path):
+    (tmp_path / "agents" / "mrc" / "core").mkdir(parents=True)
+    (tmp_path / "testbed").mkdir()
+    (tmp_path / "agents" / "mrc" / "core" / "a.c").write_text("int a;")
+    (tmp_path / "testbed" / "b.py").write_text("b = 1")
+    first = cmd.code_sha256(tmp_path)
+    (tmp_path / "agents" / "mrc" / "_core.c").write_text("generated")       # Cython's output is not a source
+    (tmp_path / "testbed" / "notes.md").write_text("x")
+    assert cmd.code_sha256(tmp_path) == first
+    (tmp_path / "agents" / "mrc" / "core" / "a.c").write_text("int a = 1;")
+    assert cmd.code_sha256(tmp_path) != first
 
 
 def test_interrupted_claim_is_not_kept(tmp_path, monkeypatch):
