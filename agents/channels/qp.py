@@ -307,9 +307,7 @@ class QPChannel:
         for c in self.tx:
             qps = c.qps
             rtts = [qp.srtt_s for qp in qps if qp.srtt_s is not None]
-            evs = [{"ev_id": ev, "state": i.state.name, "sent": i.packets_sent,
-                    "lost": i.packets_lost, "rtx": i.retransmits, "skips": i.skips}
-                   for qp in qps if qp.evs is not None for ev in qp.evs.order if (i := qp.evs.info[ev])]
+            evs = [row for qp in qps if qp.evs is not None for row in qp.evs.sample_rows()]
             out.append({"peer": c.peer.host, "peer_rank": c.peer.rank, "dir": "tx",
                         "bytes": sum(qp.requester.acked_bytes for qp in qps),
                         "busy": not all(qp.idle for qp in qps),

@@ -1,10 +1,11 @@
 """Rank data, expected results, the check, the size sweep, the immediate and bus factors.
 
 Data and check (nccl-tests style): rank data are integer-valued float32 in
-[-8, 8] from ``np.random.default_rng((seed, rank, iteration))`` (a pattern of
-:data:`DATA_PERIOD` elements, repeated), so every summation order gives the
-exact sum, a result is bit-exact or wrong, and the expected result of any
-collective costs ``O(n * DATA_PERIOD + count)``. all_gather's input is chunk
+[-8, 8]: a pattern of :data:`DATA_PERIOD` elements from
+``np.random.default_rng((seed, rank))``, rotated by :data:`ITERATION_SHIFT` elements per
+iteration, repeated; so every summation order gives the exact sum, a result is bit-exact
+or wrong, an iteration's data differ from the one before, and the expected result of any
+collective costs ``O(DATA_PERIOD + count)`` once each rank's pattern is made. all_gather's input is chunk
 ``r`` of that data. ``#wrong`` counts elements outside ``atol + rtol*|expected|``.
 
 Sizes are nccl-tests' ``size`` column: all_reduce the buffer; all_gather the
@@ -71,10 +72,16 @@ def bus_bandwidth(size_bytes: int, time_s: float, world_size: int,
     algbw = size_bytes / time_s if time_s > 0 else 0.0
     return algbw, algbw * bus_factor(collective, world_size)
 
+ITERATION_SHIFT = 40503
+"""Elements a rank's pattern is rotated by from one iteration to the next (coprime with
+DATA_PERIOD, a prime): a rotation costs ~1/8 of drawing a new pattern, and the all-reduce
+result of an iteration is the rotated sum of the ranks' patterns."""
 PATTERN_CACHE = 256
 """Patterns kept per process (256 KiB each: 64 MiB at most)."""
 _PATTERNS: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
 _TOTALS: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_BASES: "OrderedDict[tuple, np.ndarray]" = OrderedDict()       # (seed, rank, period) -> unrotated
+_BASE_TOTALS: "OrderedDict[tuple, np.ndarray]" = OrderedDict()  # (seed, world_size, period) -> sum
 _PREFETCHED: dict[tuple, int] = {}   # (seed, iteration, world_size, period) -> ranks prefetched so far
 
 
@@ -85,20 +92,43 @@ def _pattern(seed: int, rank: int, iteration: int, count: int) -> np.ndarray:
     key = (seed, rank, iteration, min(count, DATA_PERIOD))
     out = _PATTERNS.get(key)
     if out is None:
-        rng = np.random.default_rng((seed, rank, iteration))
-        out = rng.integers(-DATA_MAX_ABS, DATA_MAX_ABS + 1, size=key[3], dtype=np.int8).astype(DTYPE)
-        out.flags.writeable = False
+        out = _rotated(_base(seed, rank, key[3]), iteration)
         _PATTERNS[key] = out
         if len(_PATTERNS) > PATTERN_CACHE:
             _PATTERNS.popitem(last=False)
     return out
 
 
+def _cached(cache: OrderedDict, key: tuple, make) -> np.ndarray:
+    out = cache.get(key)
+    if out is None:
+        out = cache[key] = make()
+        out.flags.writeable = False
+        if len(cache) > PATTERN_CACHE:
+            cache.popitem(last=False)
+    return out
+
+
+def _base(seed: int, rank: int, period: int) -> np.ndarray:
+    """Iteration 0's pattern of ``rank`` (``period`` elements, read-only, cached)."""
+    return _cached(_BASES, (seed, rank, period), lambda: np.random.default_rng((seed, rank)).integers(
+        -DATA_MAX_ABS, DATA_MAX_ABS + 1, size=period, dtype=np.int8).astype(DTYPE))
+
+
+def _rotated(base: np.ndarray, iteration: int) -> np.ndarray:
+    """``base`` rotated left by ``iteration`` * :data:`ITERATION_SHIFT` elements (read-only)."""
+    p = base.size
+    k = iteration * (ITERATION_SHIFT % p or 1) % p
+    out = np.concatenate((base[k:], base[:k]))
+    out.flags.writeable = False
+    return out
+
+
 def prefetch(seed: int, iteration: int, world_size: int, count: int) -> bool:
     """Make at most one of ``iteration``'s patterns (ranks in order) that is not made yet;
     True if it made one. Called once per arrival, it spreads the patterns' cost (~0.2 ms
-    each) over an iteration instead of paying them all in the check at its end, where they
-    would delay every timer of the loop."""
+    for a rank's first, then a rotation) over an iteration instead of paying them all in the
+    check at its end, where they would delay every timer of the loop."""
     period = min(count, DATA_PERIOD)
     key = (seed, iteration, world_size, period)
     rank = _PREFETCHED.get(key, 0)          # ranks below it are made (or were, and may be made again)
@@ -144,10 +174,12 @@ def pattern_total(seed: int, iteration: int, world_size: int, count: int) -> np.
     key = (seed, iteration, world_size, min(count, DATA_PERIOD))
     total = _TOTALS.get(key)
     if total is None:
-        total = np.zeros(key[3], dtype=DTYPE)
-        for rank in range(world_size):
-            total += _pattern(seed, rank, iteration, count)
-        total.flags.writeable = False
+        def unrotated():
+            t = np.zeros(key[3], dtype=DTYPE)
+            for rank in range(world_size):
+                t += _base(seed, rank, key[3])
+            return t
+        total = _rotated(_cached(_BASE_TOTALS, (seed, world_size, key[3]), unrotated), iteration)
         _TOTALS[key] = total
         if len(_TOTALS) > 16:
             _TOTALS.popitem(last=False)

@@ -159,6 +159,17 @@ cdef class Endpoint:
         """The largest QP timer lateness (s) since the previous call; resets it."""
         return mrcn_ep_take_timer_late_max_s(self.ep)
 
+    @property
+    def timer_fires(self):
+        """QP timers run so far (``counters()["timer_fires"]`` without the dict: every agent's
+        sample reads it of every endpoint of its runtime)."""
+        return mrcn_ep_counters_get(self.ep).timer_fires
+
+    @property
+    def timer_late_sum_s(self):
+        """The sum of those timers' lateness, s (``counters()["timer_late_sum_s"]``)."""
+        return mrcn_ep_counters_get(self.ep).timer_late_sum_s
+
     def counters(self):
         cdef const mrcn_ep_counters *c = mrcn_ep_counters_get(self.ep)
         return {"rx_datagrams": c.rx_datagrams, "rx_unknown_qpn": c.rx_unknown_qpn,

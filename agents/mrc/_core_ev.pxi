@@ -124,6 +124,9 @@ cdef int64_t _ev_id(object ev):
     return -1
 
 
+cdef dict _STATE_NAMES = {int(v): v.name for v in _EVState}
+
+
 cdef mrcn_ev_info *_ev_rec(mrcn_ev_set *s, object ev):
     """The record of ``ev`` in ``s`` or NULL (the Python dict lookup)."""
     cdef int64_t i = _ev_id(ev)
@@ -487,6 +490,18 @@ cdef class EVSet:
         """(current rotation as EV ids, next position): the Python ``_rotation, _pos``."""
         return ([self.s.info[self.s.rotation[j]].ev for j in range(self.s.rot_len)],
                 self.s.pos)
+
+    def sample_rows(self):
+        """agents.mrc.ev.EVSet.sample_rows, read straight off the C records (every agent's
+        sample builds these for every EV of every QP)."""
+        cdef list out = []
+        cdef const mrcn_ev_info *p
+        cdef uint32_t j
+        for j in range(self.s.n):
+            p = &self.s.info[self.s.order[j]]
+            out.append({"ev_id": p.ev, "state": _STATE_NAMES[p.state], "sent": p.seq,
+                        "lost": p.packets_lost, "rtx": p.retransmits, "skips": p.skips})
+        return out
 
     def usable_count(self):
         return mrcn_ev_usable_count(self.s)

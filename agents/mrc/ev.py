@@ -231,6 +231,14 @@ class EVSet:
         self._all_good = initial_state is EVState.GOOD
 
     # ---- state machine -------------------------------------------------
+    def sample_rows(self) -> list[dict]:
+        """Per EV in spray order, what an agent's sample reports of it: ``ev_id``, ``state``
+        (the :class:`EVState` name), ``sent`` (transmissions), ``lost``, ``rtx``
+        (retransmissions) and ``skips`` (entries into SKIP)."""
+        info = self.info
+        return [{"ev_id": ev, "state": (i := info[ev]).state.name, "sent": i.seq, "lost": i.packets_lost,
+                 "rtx": i.retransmits, "skips": i.skips} for ev in self.order]
+
     def usable_count(self) -> int:
         info = self.info
         return sum(1 for ev in self.order if info[ev].state in USABLE)

@@ -167,11 +167,11 @@ class NativeEndpoint:
     @property
     def timers_fired(self) -> int:
         """QP timers the C endpoint ran (an :class:`EventLoop` timer source)."""
-        return self._ep.counters()["timer_fires"]
+        return self._ep.timer_fires
 
     @property
     def timer_late_sum_s(self) -> float:
-        return self._ep.counters()["timer_late_sum_s"]
+        return self._ep.timer_late_sum_s
 
     def take_timer_late_max_s(self) -> float:
         return self._ep.take_timer_late_max_s()

@@ -86,7 +86,7 @@ CATEGORIES = ("syscalls", "event loop", "timers", "protocol", "samples and loggi
 _SYSCALLS = frozenset({"send", "sendto", "sendmsg", "sendmmsg", "recv", "recvfrom", "recvmsg", "recvmmsg",
                        "write", "read", "__write", "__read", "setns", "clock_gettime", "__clock_gettime",
                        "epoll_ctl", "close", "ioctl", "fstat", "openat"})
-_WAITS = frozenset({"epoll_wait", "epoll_pwait", "select", "poll", "ppoll", "pselect", "clock_nanosleep",
+_WAITS = frozenset({"epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "poll", "ppoll", "pselect", "clock_nanosleep",
                     "nanosleep", "__clock_nanosleep"})
 
 # (category, substrings of a collapsed-stack frame "function (file:line)"), tried from the leaf

@@ -464,3 +464,17 @@ def test_prefetch_makes_one_pattern_a_call_then_nothing():
     assert made == [True] * n + [False, False]
     assert all((seed, r, it, count) in data._PATTERNS for r in range(n))
     assert data._pattern(seed, 2, it, count) is data._PATTERNS[(seed, 2, it, count)]   # what the check uses
+
+
+@pytest.mark.parametrize("count", [1, 17, 4096, 65521, 200_000])
+def test_each_iteration_has_other_data_and_its_sum_is_the_rotated_total(count):
+    from agents.collectives import data
+    seed, n = 4242, 5
+    for it in (0, 1, 7):
+        datas = [co.rank_data(seed, r, it, count) for r in range(n)]
+        assert np.array_equal(np.sum(datas, axis=0, dtype=np.float32), co.expected_sum(seed, it, n, count))
+    if count > 1:
+        a, b = co.rank_data(seed, 2, 3, count), co.rank_data(seed, 2, 4, count)
+        assert np.count_nonzero(a != b) > count // 2          # about 16 of 17 elements differ
+    assert not np.array_equal(co.rank_data(seed, 0, 0, count), co.rank_data(seed, 1, 0, count)) or count == 1
+    assert data.ITERATION_SHIFT % data.DATA_PERIOD != 0

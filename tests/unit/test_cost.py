@@ -94,6 +94,9 @@ def test_categorize_knows_the_native_engine():
         # a timer's work in the loss detector is protocol work, as loss.py's is in Python
         f"NativeEndpoint._on_timer (agents/net/native_udp.py:140);mrcn_ep_on_timer ({so});"
         f"mrcn_qp_handle_timer ({so});mrcn_loss_on_timer ({so}) 2",
+        # the native loop's wait (epoll_pwait2 for nanosecond timeouts) is waiting, not work
+        f"EventLoop._run_once_native (agents/net/loop.py:240);wait (agents/mrc/_core_poller.pxi:73);"
+        f"mrcn_poller_wait ({so});epoll_until ({so});epoll_pwait2 (libc.so.6) 8",
     ])
     c = categorize(raw)
-    assert (c["syscalls"], c["protocol"], c["event loop"], c["timers"]) == (6, 15, 5, 3)
+    assert (c["syscalls"], c["protocol"], c["event loop"], c["timers"], c["waiting"]) == (6, 15, 5, 3, 8)

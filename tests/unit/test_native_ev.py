@@ -71,6 +71,7 @@ class Pair:
             assert pi.state is ci.state
         assert [i.ev for i in py.probe_targets()] == [i.ev for i in c.probe_targets()]
         assert py.stats() == c.stats() and same(py.stats(), c.stats())
+        assert same(py.sample_rows(), c.sample_rows())
         assert py.events == c.events
         assert [(e.old, e.new, e.cause) for e in py.events] == \
             [(e.old, e.new, e.cause) for e in c.events]
