@@ -39,10 +39,12 @@ QP_CONFIG_KEYS = {"time_scale": float, "min_rto_s": float, "initial_rto_s": floa
                   "probe_timeout_s": float, "probe_successes": int, "skip_timeout_s": float,
                   "cc": str, "cc_params": dict, "max_burst": int, "cnp_interval_s": float}
 """Job-spec ``qp`` keys -> :class:`agents.mrc.QPConfig` fields (emulation parameters)."""
-QP_CHANNEL_KEYS = {"ev_min_active": int, "ecn": bool}
-"""Job-spec ``qp`` keys the channel applies itself: ``ev_min_active`` (INIT's EV floor) and
+QP_CHANNEL_KEYS = {"ev_min_active": int, "ecn": bool, "control_priority": int}
+"""Job-spec ``qp`` keys the channel applies itself: ``ev_min_active`` (INIT's EV floor),
 ``ecn`` (default false: ECT(0) on MRC packets, CE read per datagram and passed to the QP,
-NSCC built ``ecn_capable``; see :mod:`agents.net.udp` and :mod:`agents.channels.qp`)."""
+NSCC built ``ecn_capable``; see :mod:`agents.net.udp` and :mod:`agents.channels.qp`) and
+``control_priority`` (u32, default 0: none; the ``skb->priority`` of every control packet,
+which puts it in the host NIC's strict-priority HTB class; see :mod:`agents.net.udp`)."""
 
 
 ENGINES = ("python", "native")
@@ -208,6 +210,11 @@ class JobSpec:
         """``qp.ecn``: the job's MRC/RC packets are ECT(0) and CE marks reach the QPs."""
         return self.qp.get("ecn", False)
 
+    @property
+    def control_priority(self) -> int:
+        """``qp.control_priority``: the skb->priority of the job's control packets (0: none)."""
+        return self.qp.get("control_priority", 0)
+
 
 class _Checker:
     def __init__(self):
@@ -332,6 +339,8 @@ def _qp_keys(c: _Checker, qp: dict) -> None:
         c.problems.append(f"qp.ev_min_active: expected int >= 1, got {qp['ev_min_active']!r}")
     if "ecn" in qp and not isinstance(qp["ecn"], bool):
         c.problems.append(f"qp.ecn: expected bool, got {qp['ecn']!r}")
+    if "control_priority" in qp and not (_is_int(qp["control_priority"]) and 0 <= qp["control_priority"] < 2**32):
+        c.problems.append(f"qp.control_priority: expected a u32, got {qp['control_priority']!r}")
 
 
 def _targets(c: _Checker, raw: dict, collective: str | None, n: int | None):

@@ -145,7 +145,8 @@ class QPChannel:
         self.attr = QPAttr(**spec.qp_attr_kwargs())
         self.attr.validate()
         self._qp_class, endpoint_class = engine_classes(spec.engine)
-        self.endpoint = endpoint_class(loop, bind_addr=spec.bind_addr, port=spec.port, ecn=spec.ecn)
+        self.endpoint = endpoint_class(loop, bind_addr=spec.bind_addr, port=spec.port, ecn=spec.ecn,
+                                       control_priority=spec.control_priority)
         self.profiles = ProfileTable()
         try:
             self.tx = [self._connect(p, "tx", recv_region) for p in spec.send_to]
@@ -335,7 +336,7 @@ class QPChannel:
                 "engine": self.spec.engine,
                 "udp": {"rx_datagrams": ep.rx_datagrams, "tx_datagrams": ep.tx_datagrams,
                         "tx_errors": ep.tx_errors, "rx_unknown_qpn": ep.rx_unknown_qpn,
-                        "ecn": ep.ecn, "rx_ce": ep.rx_ce}}
+                        "ecn": ep.ecn, "rx_ce": ep.rx_ce, "control_priority": ep.control_priority}}
 
     def close(self) -> None:
         self.endpoint.close()

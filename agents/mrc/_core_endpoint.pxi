@@ -47,6 +47,7 @@ cdef extern from "mrcn_endpoint.h":
     const mrcn_ep_counters *mrcn_ep_counters_get(const mrcn_endpoint *ep)
     double mrcn_ep_take_timer_late_max_s(mrcn_endpoint *ep)
     void mrcn_ep_use_monotonic_clock(mrcn_endpoint *ep, int on)
+    void mrcn_ep_set_control_priority(mrcn_endpoint *ep, uint32_t priority)
 
 
 cdef _ep_check(int rc, what):
@@ -150,6 +151,10 @@ cdef class Endpoint:
         """The earliest QP deadline (s), or None."""
         cdef double at
         return at if mrcn_ep_next_deadline(self.ep, &at) else None
+
+    def set_control_priority(self, uint32_t priority):
+        """Every control packet (not DATA) leaves with SO_PRIORITY ``priority`` (0: none)."""
+        mrcn_ep_set_control_priority(self.ep, priority)
 
     def use_monotonic_clock(self, bint on):
         """Timers run after a receive batch read CLOCK_MONOTONIC (the loop's time.monotonic)."""

@@ -35,7 +35,7 @@ from typing import Mapping
 from ..mrc import native
 from ..protocol import UDP_PORT as ROCEV2_PORT
 from .loop import EventLoop, TimerHandle, rearmed
-from .udp import ECT0, RECV_BATCH, Route, _udp6_socket, connected
+from .udp import ECT0, RECV_BATCH, Route, _udp6_socket, connected, control_cmsg
 
 MAX_DATAGRAM_BYTES = 65535
 
@@ -58,7 +58,7 @@ class NativeEndpoint:
 
     def __init__(self, loop: EventLoop, *, bind_addr: str = "::", port: int = ROCEV2_PORT,
                  zero_checksum: bool = True, connected_send: bool = False, ecn: bool = False,
-                 send_tclass: int | None = None):
+                 send_tclass: int | None = None, control_priority: int = 0):
         if send_tclass is not None and not 0 <= send_tclass <= 255:
             raise ValueError(f"send_tclass {send_tclass!r} is not an IPv6 traffic class (0..255)")
         core = native.load(require=True)
@@ -71,6 +71,8 @@ class NativeEndpoint:
         self._ep = core.Endpoint(RECV_BATCH, MAX_DATAGRAM_BYTES)
         # the QP timers it runs after a receive batch read the loop's own clock
         self._ep.use_monotonic_clock(loop.time is time.monotonic)
+        self.control_priority = control_priority if control_cmsg(control_priority) else 0
+        self._ep.set_control_priority(self.control_priority)
         loop.add_timer_source(self)
         # a native loop serves the sockets and timers in C (agents.net.loop, mrcn_poller.h)
         self._tag = (loop.add_native_endpoint(self._ep, self._on_events)

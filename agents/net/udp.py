@@ -47,6 +47,13 @@ later. One :class:`DelayLine` per distinct delay and one loop timer at the earli
 a release that runs late counts in the loop's timer lateness like any timer. The native
 endpoint (``agents/mrc/core/mrcn_delay.h``) does the same.
 
+Control priority (``Endpoint(control_priority=P)``, the job spec's ``qp.control_priority``):
+every control packet (SACK, NACK, probe, CNP: any type but DATA) is sent with ``SO_PRIORITY``
+P as a control message, so that the host NIC's HTB (a link with ``control_priority``,
+:mod:`testbed.fabric.shaping`) puts it in its strict-priority class ahead of the data it has
+queued, as a RoCE or UET NIC schedules its ACKs. A kernel that refuses the message
+(:func:`priority_cmsg`) gets none (``control_priority`` reads 0 and a warning is logged).
+
 Route modes (``enum mrc_ctl_ev_fmt_mode``):
 
 * SRv6: ``Route(addr=<uSID address>, port=4791)`` per EV — the destination
@@ -58,13 +65,16 @@ Route modes (``enum mrc_ctl_ev_fmt_mode``):
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import socket
+import struct
 import sys
 from collections import deque
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..mrc.packet import PacketType
 from ..protocol import UDP_PORT as ROCEV2_PORT
 from .loop import EventLoop, TimerHandle, rearmed
 
@@ -121,6 +131,31 @@ class DelayLine:
         self.held: deque = deque()
 
 
+@functools.cache
+def priority_cmsg() -> bool:
+    """Whether this kernel's UDPv6 ``sendmsg`` takes ``SO_PRIORITY`` as a control message
+    (``__sock_cmsg_send``; Linux 6.x). Probed once per process: a refused message fails with
+    EINVAL before any route lookup, so an unreachable probe address still answers."""
+    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+        try:
+            s.sendmsg([b""], [(socket.SOL_SOCKET, socket.SO_PRIORITY, struct.pack("i", 0))], 0,
+                      ("::1", 9, 0, 0))
+        except OSError as exc:
+            return exc.errno != errno.EINVAL
+    return True
+
+
+def control_cmsg(priority: int) -> list | None:
+    """The ancillary data that gives a datagram ``priority`` (u32), or None for 0 or on a
+    kernel without :func:`priority_cmsg` (logged)."""
+    if not priority:
+        return None
+    if not priority_cmsg():
+        log.warning("this kernel refuses SO_PRIORITY control messages: control packets get no priority")
+        return None
+    return [(socket.SOL_SOCKET, socket.SO_PRIORITY, struct.pack("I", priority))]
+
+
 def _udp6_socket(bind_addr: str, port: int, zero_checksum: bool, *, tclass: int | None = None,
                  recv_tclass: bool = False) -> socket.socket:
     sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
@@ -164,13 +199,14 @@ class Endpoint:
     (module docstring); ``rx_ce`` counts the CE datagrams received.
     ``send_tclass``: the IPv6 traffic class (0..255) of every datagram sent,
     overriding ECT(0) (None: ECT(0) with ``ecn``, else the kernel's 0); tests
-    send CE (3) with it, standing in for a marking switch. Raises OSError if a
+    send CE (3) with it, standing in for a marking switch. ``control_priority``: the
+    SO_PRIORITY of every control packet (module docstring; 0: none). Raises OSError if a
     socket cannot be bound, ValueError for a traffic class outside 0..255.
     """
 
     def __init__(self, loop: EventLoop, *, bind_addr: str = "::", port: int = ROCEV2_PORT,
                  zero_checksum: bool = True, connected_send: bool = True, ecn: bool = False,
-                 send_tclass: int | None = None):
+                 send_tclass: int | None = None, control_priority: int = 0):
         if send_tclass is not None and not 0 <= send_tclass <= 255:
             raise ValueError(f"send_tclass {send_tclass!r} is not an IPv6 traffic class (0..255)")
         self.loop = loop
@@ -179,6 +215,8 @@ class Endpoint:
         self.connected_send = connected_send
         self.ecn = ecn
         self.send_tclass = send_tclass if send_tclass is not None else (ECT0 if ecn else None)
+        self._ctl = control_cmsg(control_priority)
+        self.control_priority = control_priority if self._ctl else 0
         self._dest_socks: dict[tuple, socket.socket] = {}
         self._rx: dict[bytes, object] = {}   # QPN as 4 network-order bytes -> QP
         self.sock = self._socket(port, receive=True)
@@ -373,7 +411,9 @@ class Endpoint:
 
     def _send(self, send, data, addr) -> None:
         try:
-            if addr is None:
+            if self._ctl is not None and data[1] != PacketType.DATA:   # byte 1: the type
+                send.__self__.sendmsg((data,), self._ctl, 0, *(() if addr is None else (addr,)))
+            elif addr is None:
                 send(data)
             else:
                 send(data, addr)

@@ -119,8 +119,7 @@ class Fabric(LocalOps):
     def start(self) -> "Fabric":
         """Build everything; on any error tear down what was built and re-raise."""
         tc_plans = {l.name: shaping.plan(l.params, have_netem=self.have_netem,
-                                         header_queue_pkts=l.params.trim_header_queue_pkts
-                                         if l.params.trim_threshold_pkts else None)
+                                         header_queue_pkts=l.params.header_class_pkts(shaping.CONTROL_QUEUE_PKTS))
                     for l in self.topo.links}
         if self.shard is not None:
             from testbed.fabric.vxlan import mtu_problems

@@ -19,7 +19,7 @@ def set_port_rate(fabric, lk: Link, node: str, rate_bps: int, nsfd: int) -> None
     switch program (if any) to drain at that rate. Raises NetlinkBatchError if the kernel
     refuses, OSError if the namespace is gone."""
     tc = shaping.plan(dataclasses.replace(lk.params, rate_bps=rate_bps), have_netem=fabric.have_netem,
-                      header_queue_pkts=lk.params.trim_header_queue_pkts if lk.params.trim_threshold_pkts else None)
+                      header_queue_pkts=lk.params.header_class_pkts(shaping.CONTROL_QUEUE_PKTS))
     batch = Batch(f"{lk.name}: rate {rate_bps} bit/s on {node}")
     shaping.compile_into(batch, routing.port_ifindex(fabric.topo, node, lk), tc, replace=True)
     batch.send(nsfd)

@@ -44,6 +44,8 @@ HEADER_CLASS = "1:20"
 HEADER_LEAF_HANDLE = "20:"
 #: The data class's own (non-borrowed) rate next to a header class: R / this.
 DATA_GUARANTEE_DIVISOR = 1000
+#: Queue (packets) of class 1:20 on a link with ``control_priority`` and no trimming.
+CONTROL_QUEUE_PKTS = 64
 
 
 class ShapingError(InputError):

@@ -52,6 +52,11 @@ class Role(str, Enum):
         return self is not Role.HOST
 
 
+CONTROL_PRIORITY = 0x0001_0020
+"""skb->priority of a control packet on a ``control_priority`` link: HTB class 1:20's id (HTB
+classifies a packet whose priority equals one of its class ids into that class)."""
+
+
 @dataclass(frozen=True)
 class LinkParams:
     """Shaping of one link, applied in both directions.
@@ -65,6 +70,9 @@ class LinkParams:
     above that many MTU-sized packets queued; ``trim_threshold_pkts`` trims MRC data
     packets to their header above it (sent at high priority; dropped only when
     ``trim_header_queue_pkts`` headers are queued). None: off.
+    ``control_priority``: a host's NIC on this link sends the transports' control packets
+    (SACK, NACK, probes, CNP) in a strict-priority class ahead of its own queued data, as a
+    RoCE or UET NIC schedules its ACKs (the agents set their ``skb->priority``).
     """
 
     rate_bps: int
@@ -75,6 +83,15 @@ class LinkParams:
     ecn_threshold_pkts: int | None = None
     trim_threshold_pkts: int | None = None
     trim_header_queue_pkts: int | None = None
+    control_priority: bool = False
+
+    def header_class_pkts(self, control_queue_pkts: int) -> int | None:
+        """The queue (packets) of the link ends' strict-priority class 1:20: the trimmed
+        headers' with trimming on, ``control_queue_pkts`` with only ``control_priority``;
+        None: no such class."""
+        if self.trim_threshold_pkts:
+            return self.trim_header_queue_pkts
+        return control_queue_pkts if self.control_priority else None
 
     @property
     def switch_features(self) -> bool:

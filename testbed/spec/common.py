@@ -16,7 +16,7 @@ from testbed.spec.yamlread import Problem, Reader
 KINDS = ("fat-tree", "leaf-spine", "explicit")
 _KIND_KEYS = {"fat-tree": (["k"], []), "leaf-spine": (["leaves", "spines", "hosts_per_leaf"], ["planes"]),
               "explicit": (["nodes", "links"], [])}
-_CLASS_KEYS = ["rate", "queue", "delay", "loss", "mtu", "ecn", "trim"]
+_CLASS_KEYS = ["rate", "queue", "delay", "loss", "mtu", "ecn", "trim", "control_priority"]
 #: Default queue of trimmed headers (packets) when ``trim`` gives no ``header_queue``.
 TRIM_HEADER_QUEUE_PKTS = 64
 #: Host NIC uSIDs 0x1000.. are limited to 0x8000 NICs (topology.py's plan).

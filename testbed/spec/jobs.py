@@ -45,7 +45,7 @@ from agents.mrc.types import MAX_ACK_DELAY_RTO_FRACTION
 from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT  # noqa: F401 (re-exported)
 
 from testbed.spec import Scenario
-from testbed.model.topology import EV, Topology
+from testbed.model.topology import CONTROL_PRIORITY, EV, Role, Topology
 
 QP_DEFAULTS = {"retry_linear": 7, "retry_exp": 7, "cc": "uet-1.0-nscc", "initial_rto_s": 1.0}
 """QP attributes every job gets (mrc.h names; see the module docstring); ``timeout`` comes
@@ -354,6 +354,9 @@ def build_job_specs(scenario: Scenario, transport: str, *, run_id: str, control_
           **(dcqcn_qp(rate, base_rtt, mtu) if name.cc == "dcqcn" else {}), **(qp_overrides or {})}
     if base in ("mrc", "rc") and any(link.params.ecn_threshold_pkts for link in topo.links):
         qp.setdefault("ecn", True)   # switches mark CE: send ECT(0), read CE, NSCC takes ECN
+    if base in ("mrc", "rc") and any(link.params.control_priority and topo.nodes[end.node].role is Role.HOST
+                                     for link in topo.links for end in (link.a, link.b)):
+        qp.setdefault("control_priority", CONTROL_PRIORITY)   # the NICs' high class (LinkParams)
 
     # Ring order first (connection r = rank r -> its first peer), so a ring keeps its ports.
     order = sorted(sends, key=lambda c: (peer_sets[c[0]][0].index(c[1]), c[0]))

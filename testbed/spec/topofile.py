@@ -134,6 +134,8 @@ def _link_params(r: Reader, m: dict[str, Node], path: str, base: LinkParams | No
     if "mtu" in m:
         fields["mtu"] = r.integer(m["mtu"], join(path, "mtu"), minimum=1280, maximum=65535,
                                   why="the largest IPv6 MTU without jumbograms")
+    if "control_priority" in m:
+        fields["control_priority"] = r.boolean(m["control_priority"], join(path, "control_priority"))
     if fields.get("loss_pct") and not feats.netem:
         r.error(m["loss"], join(path, "loss"), feats.lacks("loss", "sch_netem"))
         fields["loss_pct"] = None

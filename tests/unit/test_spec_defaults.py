@@ -110,7 +110,7 @@ def test_suggestions_in_timelines_and_topologies(tmp_path):
         load_topology(topo, features=FEATURES)
     assert [str(p) for p in info.value.problems] == [
         f"{topo}:4: link_classes.host.queu: unknown key; did you mean 'queue'? "
-        "(allowed: rate, queue, delay, loss, mtu, ecn, trim)"]
+        "(allowed: rate, queue, delay, loss, mtu, ecn, trim, control_priority)"]
 
 
 def test_the_report_prints_the_defaults_a_run_took():

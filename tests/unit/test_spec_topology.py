@@ -209,7 +209,7 @@ BAD = [
         hosts_per_leaf: 1
         link_classes: {host: {rate: 1Gbit, queue: lots}, fabric: {rate: 1Gbit, mtu: 1000, jitter: 1ms}}
         """, ["3: spines: must be >= 1, got 0", "5: link_classes.host.queue: expected an integer, got 'lots'",
-              "5: link_classes.fabric.jitter: unknown key (allowed: rate, queue, delay, loss, mtu, ecn, trim)",
+              "5: link_classes.fabric.jitter: unknown key (allowed: rate, queue, delay, loss, mtu, ecn, trim, control_priority)",
               "5: link_classes.fabric.mtu: must be >= 1280, got 1000"]),
     ("loss without netem", """
         kind: fat-tree

@@ -66,6 +66,8 @@ struct mrcn_endpoint {
     size_t scap;
     mrcn_ep_counters c;
     int monotonic;                  /* read CLOCK_MONOTONIC after a receive batch */
+    int ctl_priority;               /* control packets carry ctl_cmsg (SO_PRIORITY) */
+    union { struct cmsghdr h; uint8_t b[CMSG_SPACE(sizeof(int))]; } ctl_cmsg;
 };
 
 #define RCMSG_BYTES CMSG_SPACE(sizeof(int))
@@ -279,6 +281,12 @@ static int send_grouped(mrcn_endpoint *ep, size_t n)
             if (!r->connected) {
                 ep->smsg[m].msg_hdr.msg_name = &r->addr;
                 ep->smsg[m].msg_hdr.msg_namelen = sizeof r->addr;
+            }
+            /* a control packet (not DATA: byte 1 is the type) goes in the NIC's high class */
+            if (ep->ctl_priority && ep->sdat[i].iov_len > 1 &&
+                ((const uint8_t *)ep->sdat[i].iov_base)[1] != MRCN_PT_DATA) {
+                ep->smsg[m].msg_hdr.msg_control = ep->ctl_cmsg.b;
+                ep->smsg[m].msg_hdr.msg_controllen = sizeof ep->ctl_cmsg.b;
             }
             ep->sidx[i] = NO_POS;
             m++;
@@ -553,6 +561,17 @@ int mrcn_ep_kick(mrcn_endpoint *ep, uint32_t qpn, double now)
     if (v == NULL)
         return MRCN_EINVAL;
     return flush(ep, (size_t)v->a, now);
+}
+
+void mrcn_ep_set_control_priority(mrcn_endpoint *ep, uint32_t priority)
+{
+    ep->ctl_priority = priority != 0;
+    memset(&ep->ctl_cmsg, 0, sizeof ep->ctl_cmsg);
+    ep->ctl_cmsg.h.cmsg_level = SOL_SOCKET;
+    ep->ctl_cmsg.h.cmsg_type = SO_PRIORITY;
+    ep->ctl_cmsg.h.cmsg_len = CMSG_LEN(sizeof(int));
+    int p = (int)priority;
+    memcpy(CMSG_DATA(&ep->ctl_cmsg.h), &p, sizeof p);
 }
 
 int mrcn_ep_next_deadline(const mrcn_endpoint *ep, double *at)

@@ -105,5 +105,9 @@ double mrcn_ep_take_timer_late_max_s(mrcn_endpoint *ep);
 /* Read CLOCK_MONOTONIC (the caller's loop clock: Python's time.monotonic) for timers run
  * after a receive batch (on != 0), or only ever use the caller's `now` (0, the default). */
 void mrcn_ep_use_monotonic_clock(mrcn_endpoint *ep, int on);
+/* Send every control packet (any type but DATA) with SO_PRIORITY `priority` as a control
+ * message, so that a host NIC's HTB puts it in the class of that id, ahead of queued data
+ * (0: none, the default). The caller checks that the kernel takes the message. */
+void mrcn_ep_set_control_priority(mrcn_endpoint *ep, uint32_t priority);
 
 #endif
