@@ -89,22 +89,19 @@ def _pattern(seed: int, rank: int, iteration: int, count: int) -> np.ndarray:
     """The ``min(count, DATA_PERIOD)``-element pattern of (seed, rank, iteration), read-only
     and cached (every rank's is needed to check an all-reduce; a host runtime's agents
     share them)."""
-    key = (seed, rank, iteration, min(count, DATA_PERIOD))
-    out = _PATTERNS.get(key)
-    if out is None:
-        out = _rotated(_base(seed, rank, key[3]), iteration)
-        _PATTERNS[key] = out
-        if len(_PATTERNS) > PATTERN_CACHE:
-            _PATTERNS.popitem(last=False)
-    return out
+    period = min(count, DATA_PERIOD)
+    return _cached(_PATTERNS, (seed, rank, iteration, period),
+                   lambda: _rotated(_base(seed, rank, period), iteration))
 
 
-def _cached(cache: OrderedDict, key: tuple, make) -> np.ndarray:
+def _cached(cache: OrderedDict, key: tuple, make, limit: int = PATTERN_CACHE) -> np.ndarray:
+    """``cache[key]``, made read-only by ``make()`` when absent; the oldest of more than
+    ``limit`` entries is dropped."""
     out = cache.get(key)
     if out is None:
         out = cache[key] = make()
         out.flags.writeable = False
-        if len(cache) > PATTERN_CACHE:
+        if len(cache) > limit:
             cache.popitem(last=False)
     return out
 
@@ -116,12 +113,10 @@ def _base(seed: int, rank: int, period: int) -> np.ndarray:
 
 
 def _rotated(base: np.ndarray, iteration: int) -> np.ndarray:
-    """``base`` rotated left by ``iteration`` * :data:`ITERATION_SHIFT` elements (read-only)."""
+    """``base`` rotated left by ``iteration`` * :data:`ITERATION_SHIFT` elements (a copy)."""
     p = base.size
     k = iteration * (ITERATION_SHIFT % p or 1) % p
-    out = np.concatenate((base[k:], base[:k]))
-    out.flags.writeable = False
-    return out
+    return np.concatenate((base[k:], base[:k]))
 
 
 def prefetch(seed: int, iteration: int, world_size: int, count: int) -> bool:
@@ -171,19 +166,16 @@ def _sum_slice(seed: int, iteration: int, world_size: int, count: int, start: in
 def pattern_total(seed: int, iteration: int, world_size: int, count: int) -> np.ndarray:
     """The sum of every rank's pattern of ``iteration`` (read-only, cached): one period of the
     all-reduce result."""
-    key = (seed, iteration, world_size, min(count, DATA_PERIOD))
-    total = _TOTALS.get(key)
-    if total is None:
-        def unrotated():
-            t = np.zeros(key[3], dtype=DTYPE)
-            for rank in range(world_size):
-                t += _base(seed, rank, key[3])
-            return t
-        total = _rotated(_cached(_BASE_TOTALS, (seed, world_size, key[3]), unrotated), iteration)
-        _TOTALS[key] = total
-        if len(_TOTALS) > 16:
-            _TOTALS.popitem(last=False)
-    return total
+    period = min(count, DATA_PERIOD)
+
+    def unrotated():
+        t = np.zeros(period, dtype=DTYPE)
+        for rank in range(world_size):
+            t += _base(seed, rank, period)
+        return t
+    return _cached(_TOTALS, (seed, iteration, world_size, period),
+                   lambda: _rotated(_cached(_BASE_TOTALS, (seed, world_size, period), unrotated), iteration),
+                   limit=16)
 
 
 def count_wrong_periodic(result: np.ndarray, period: np.ndarray, start: int) -> int:

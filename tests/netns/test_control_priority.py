@@ -14,13 +14,13 @@ import random
 import pytest
 from pyroute2 import IPRoute
 
-from agents.mrc import QP, QPAttr, QPConfig, WCOpcode, WorkCompletion, connect_pair, native
-from agents.net import Endpoint, EventLoop, Route
-from agents.net.native_udp import NativeEndpoint
+from agents.mrc import QPAttr, QPConfig, connect_pair
+from agents.net import EventLoop, Route
 from agents.net.udp import priority_cmsg
 from testbed.fabric.local import Fabric
 from testbed.model.generators import fat_tree
 from testbed.model.topology import CONTROL_PRIORITY, LinkParams
+from tests.netns.qp_pair import engine_classes, write_and_wait
 
 SRC, DST = "h0_0_0", "h3_1_1"
 WRITES = 5
@@ -48,20 +48,9 @@ def class_packets(fabric, host: str) -> dict[str, int]:
     return out
 
 
-def engine(name):
-    if name == "python":
-        return QP, Endpoint
-    core = native.load()
-    if core is None or not hasattr(core, "QP"):
-        if native.required():
-            pytest.fail("the native engine is required but not built")
-        pytest.skip("native engine not built")
-    return core.QP, NativeEndpoint
-
-
 def run_writes(fabric, name: str, priority: int) -> tuple[dict, dict]:
     """Class packet deltas (SRC's NIC, DST's NIC) over :data:`WRITES` 64 KiB WRITEs SRC -> DST."""
-    qp_cls, ep_cls = engine(name)
+    qp_cls, ep_cls, _ = engine_classes(name)
     before = class_packets(fabric, SRC), class_packets(fabric, DST)
     loop = EventLoop()
     with fabric.inside(SRC):
@@ -80,18 +69,7 @@ def run_writes(fabric, name: str, priority: int) -> tuple[dict, dict]:
         ep_b.attach(b, {ev.ev_id: Route(str(ev.address)) for ev in rev})
     try:
         for i in range(WRITES):
-            done = []
-
-            def until() -> bool:
-                while (event := a.next_event()) is not None:
-                    if isinstance(event, WorkCompletion) and event.opcode is WCOpcode.RDMA_WRITE:
-                        done.append(event)
-                while b.next_event() is not None:
-                    pass
-                return bool(done)
-            a.post_write(wr_id=i, local=bytes(1 << 16), remote_offset=0)
-            ep_a.kick(a)
-            assert loop.run(until=until, timeout_s=10), f"write {i} did not complete"
+            write_and_wait(loop, a, b, ep_a, i, bytes(1 << 16))
     finally:
         ep_a.close()
         ep_b.close()

@@ -16,13 +16,13 @@ import time
 
 import pytest
 
-from agents.mrc import QP, QPAttr, QPConfig, WCOpcode, WorkCompletion, connect_pair, native
-from agents.net import Endpoint, EventLoop, Route
-from agents.net.native_udp import NativeEndpoint
+from agents.mrc import QPAttr, QPConfig, connect_pair
+from agents.net import EventLoop, Route
 from testbed.fabric.local import Fabric
 from testbed.model.generators import fat_tree
 from testbed.model.topology import LinkParams
 from testbed.spec.jobs import path_delay_s
+from tests.netns.qp_pair import engine_classes, write_and_wait
 
 SRC, DST = "h0_0_0", "h3_1_1"   # different pods: 6 links
 WRITES = 15
@@ -35,18 +35,6 @@ def delayed_fabric():
     fabric_link = LinkParams(50_000_000, 100, delay_s=0.002)
     with Fabric(fat_tree(4, host_link=host, fabric_link=fabric_link)) as fabric:
         yield fabric
-
-
-def engine_classes(name):
-    """(QP class, endpoint class, native loop) of ``name``: python, native, native-loop."""
-    if name == "python":
-        return QP, Endpoint, False
-    core = native.load()
-    if core is None or not hasattr(core, "QP"):
-        if native.required():
-            pytest.fail("the native engine is required but not built")
-        pytest.skip("native engine not built")
-    return core.QP, NativeEndpoint, name == "native-loop"
 
 
 def write_times(fabric, engine: str, with_delay: bool) -> list[float]:
@@ -74,21 +62,8 @@ def write_times(fabric, engine: str, with_delay: bool) -> list[float]:
     times = []
     try:
         for i in range(WRITES):
-            done = []
-
-            def until() -> bool:
-                while (event := a.next_event()) is not None:
-                    if isinstance(event, WorkCompletion) and event.opcode is WCOpcode.RDMA_WRITE:
-                        done.append(loop.time())
-                while b.next_event() is not None:
-                    pass
-                return bool(done)
-
             t0 = loop.time()
-            a.post_write(wr_id=i, local=bytes(1024), remote_offset=0)
-            ep_a.kick(a)
-            assert loop.run(until=until, timeout_s=10), f"write {i} did not complete"
-            times.append(done[0] - t0)
+            times.append(write_and_wait(loop, a, b, ep_a, i, bytes(1024)) - t0)
             time.sleep(0.01)   # the next write starts from an idle path
     finally:
         ep_a.close()
