@@ -137,8 +137,13 @@ class EventLoop:
         self._timer_sources.append(source)
 
     def remove_timer_source(self, source) -> None:
+        """Stop asking ``source``; what it counted so far stays in the loop's totals, so that
+        they never go back when an endpoint closes before the final sample."""
         if source in self._timer_sources:
             self._timer_sources.remove(source)
+            self._timers_fired += source.timers_fired
+            self._timer_late_sum_s += source.timer_late_sum_s
+            self._timer_late_max_s = max(self._timer_late_max_s, source.take_timer_late_max_s())
 
     def add_reader(self, fileobj, callback: Callable[[], None]) -> None:
         """Call ``callback()`` whenever ``fileobj`` (socket or fd) is readable."""

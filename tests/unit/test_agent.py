@@ -163,6 +163,7 @@ def test_three_agents_all_reduce_on_loopback(tmp_path, runner_for, transport):
     run.pump(_all(run, "done"), timeout_s=30)
     run.broadcast({"type": "stop"})
     assert run.wait_exit(5) == [0, 0, 0], [p.stderr.read() for p in run.procs]
+    final_timers = {}
     for rank, msgs in run.messages.items():
         types = [m["type"] for m in msgs]
         assert types[0] == "ready" and types[-1] == "done", types
@@ -190,8 +191,11 @@ def test_three_agents_all_reduce_on_loopback(tmp_path, runner_for, transport):
         assert all(lp["late_max_s"] >= 0 for lp in loops)
         assert [lp["timers"] for lp in loops] == sorted(lp["timers"] for lp in loops)
         assert loops[-1]["late_sum_s"] >= max(lp["late_max_s"] for lp in loops)
-        if transport != "tcp":
-            assert loops[-1]["timers"] > 0          # QP timers (RTO, SACK delay) went through the loop
+        final_timers[rank] = loops[-1]["timers"]
+    if transport != "tcp":
+        # QP timers (RTO, SACK delay) went through the loop: a rank on loopback fires only 3-7,
+        # and now and then none, so the three ranks are asked together
+        assert sum(final_timers.values()) > 0, final_timers
 
 
 def test_samples_go_to_the_samples_file_not_the_control_socket(tmp_path, runner_for):

@@ -163,7 +163,7 @@ def test_timer_sources_count_in_the_loops_lateness():
         timers_fired, timer_late_sum_s = 5, 0.02
 
         def __init__(self):
-            self.maxes = [0.004, 0.0]
+            self.maxes = [0.004, 0.0, 0.003]
 
         def take_timer_late_max_s(self):
             return self.maxes.pop(0)
@@ -174,5 +174,7 @@ def test_timer_sources_count_in_the_loops_lateness():
     assert loop.timers_fired == 5 and loop.timer_late_sum_s == pytest.approx(0.02)
     assert loop.take_timer_late_max_s() == pytest.approx(0.004)
     assert loop.take_timer_late_max_s() == 0.0
-    loop.remove_timer_source(src)
-    assert loop.timers_fired == 0
+    loop.remove_timer_source(src)       # what it counted stays; what it counts later does not
+    src.timers_fired, src.timer_late_sum_s = 9, 1.0
+    assert loop.timers_fired == 5 and loop.timer_late_sum_s == pytest.approx(0.02)
+    assert loop.take_timer_late_max_s() == pytest.approx(0.003)
