@@ -27,6 +27,7 @@ ACHIEVED_WINDOW_S = 1.0     # achieved link rate: best sliding window of this le
 BUSIEST_LINKS = 5           # link ends reported in the fidelity section
 CPU_SATURATED_P95 = 0.95    # p95 busy fraction at or above which a run is invalid
 DISRUPTIVE = ("link_down", "switch_down", "flap", "loss", "rate", "blackhole")
+SLOWING = ("rate",)   # disruptive, but the link stays alive: retiring its EVs is a false retirement
 RESTORING = ("link_up", "switch_up")  # actions that end a link's fault (as a revert phase does)
 DETECTED_STATES = ("ASSUMED_BAD", "DENIED", "UNKNOWN")
 
@@ -65,7 +66,8 @@ DEFINITIONS = {
                 "was retired. A fault is every disruptive apply the timeline planned for one instant (a switch's "
                 "links, a plane's entries with one trigger and offset: journal 'planned_s')",
     "false_retirements": "retirements (GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN) of EVs whose path crosses no "
-                         "link that is faulted at that moment (fault apply .. its revert or link_up), before, "
+                         "link that is faulted at that moment (fault apply .. its revert or link_up; a link only "
+                         "slowed by a 'rate' step is alive, so it excuses none), before, "
                          "during and after faults, and every retirement of a run without faults: count and "
                          "total time until each came back to GOOD; s (every retirement of the run is listed in "
                          "'retirements')",

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from testbed.metrics.definitions import DETECTED_STATES, FLOW_DIP_HORIZON_S, FLOW_RECOVERY_FRACTION, RECOVERY_WINDOW_MIN_S, RECOVERY_WINDOW_RTTS, RESTORING
+from testbed.metrics.definitions import DETECTED_STATES, FLOW_DIP_HORIZON_S, FLOW_RECOVERY_FRACTION, RECOVERY_WINDOW_MIN_S, RECOVERY_WINDOW_RTTS, RESTORING, SLOWING
 from testbed.metrics.series import binned_increments
 
 
@@ -257,8 +257,10 @@ def false_retirements(rets: list[dict], windows: list[dict], ev_links_: dict[tup
     """The retirements (:func:`ev_retirements`) no fault explains: all but those of an EV whose
     path (``ev_links_``: (rank, dir, peer, ev_id) -> links) crosses a link that is faulted at
     that moment (a ``windows`` item, apply .. ``until_s``). Before, between and after faults,
-    and in a run without faults, every retirement is false (congestion taken for failure)."""
-    down = [(w, {k for k, links in ev_links_.items() if w["link"] in links}) for w in windows]
+    and in a run without faults, every retirement is false (congestion taken for failure); so
+    is one on a link that is only slowed (a ``rate`` window): a slow path is alive."""
+    down = [(w, {k for k, links in ev_links_.items() if w["link"] in links}) for w in windows
+            if w["action"] not in SLOWING]
     return [r for r in rets if not any(w["t_s"] - 1e-9 <= r["t_s"] <= w["until_s"]
                                        and (r["rank"], r["dir"], r["peer"], r["ev_id"]) in mine
                                        for w, mine in down)]

@@ -103,6 +103,8 @@ def test_false_retirements_are_all_but_evs_through_a_link_down_at_that_moment():
     assert [(r["t_s"], r["ev_id"]) for r in false_retirements(rets, windows, evl)] == [
         (5.0, 1), (12.0, 2), (25.0, 1)]
     assert false_retirements(rets, [], evl) == rets          # no fault: every retirement is false
+    slowed = [{**windows[0], "action": "rate"}]              # a slow link is alive: no excuse
+    assert false_retirements(rets, slowed, evl) == rets
 
 
 def test_samplers_that_miss_their_period_invalidate_the_run():

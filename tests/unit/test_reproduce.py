@@ -384,7 +384,7 @@ def test_shipped_claims_check_and_fit_the_quick_budget():
     claims = load_claims(PAPER / "claims.yaml")
     ids = [c.id for c in claims.claims]
     assert ids == ["p2p-bandwidth", "failover", "load-balance", "incast", "random-loss", "ev-gray-failure",
-                   "link-flap", "plane-failure", "switch-restart"]
+                   "link-flap", "plane-failure", "switch-restart", "degraded-link"]
     prepared, problems = cmd.prepare(PAPER / "claims.yaml", list(claims.claims))
     assert problems == []
     assert sum(c.estimate_quick_s for c in claims.claims) <= 40 * 60
@@ -395,4 +395,4 @@ def test_validate_reads_the_claims_file():
     from testbed.commands.validate import check
     r = check(str(PAPER / "claims.yaml"), None)
     assert r["ok"], r["text"]
-    assert r["summary"]["type"] == "claims" and len(r["summary"]["claims"]) == 9
+    assert r["summary"]["type"] == "claims" and len(r["summary"]["claims"]) == 10
