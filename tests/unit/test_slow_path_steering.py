@@ -4,10 +4,10 @@ A fake clock drives one QP's EV set: 16 EVs, 4 of them through a slow link whose
 every packet; each pick's echo (CE or clean) returns one RTT later, as a SACK would. MRC.md
 (after the spec): a congestion signal puts the EV in SKIP "back to GOOD after one rotation or
 a short timeout", so each echoed mark costs the slow EV about one turn, and the slow EVs' share
-falls from 4/16 to ~0.15, not lower: 4 flows sharing a link at a quarter of the host rate then
-run at 2.5 / 0.15 ~ 17 of 40 Mbit/s (42% of the host; scenarios/paper/degraded-link.yaml
-measured 41.9%). An ALWAYS_SKIP on every mark (held until a clean echo) steers nearly all of
-the traffic away, as adaptive spraying that does not reuse marked paths does.
+falls from 4/16 to ~0.15, not lower. An ALWAYS_SKIP on every mark (held until a clean echo)
+steers nearly all of the traffic away, as adaptive spraying that does not reuse marked paths
+does. (On the fabric, docs/reproducing.md "A degraded link", the share fell to ~0.11 and the
+QP's window, not the share, bound the throughput.)
 """
 from __future__ import annotations
 
