@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from agents.mrc import QP, WCOpcode, WorkCompletion, native
-from agents.net import Endpoint
-from agents.net.native_udp import NativeEndpoint
+from agents.channels import qp as qp_channel
+from agents.mrc import WCOpcode, WorkCompletion, native
 
 
 def engine_classes(name: str):
-    """(QP class, endpoint class, native loop) of ``name``: python, native, native-loop. Skips
-    (fails, when the native engine is required) without a native build."""
-    if name == "python":
-        return QP, Endpoint, False
-    core = native.load()
-    if core is None or not hasattr(core, "QP"):
+    """(QP class, endpoint class, native loop) of ``name``: python, native, native-loop (the
+    agents' :func:`agents.channels.qp.engine_classes`). Skips (fails, when the native engine is
+    required) without a native build."""
+    try:
+        qp_cls, ep_cls = qp_channel.engine_classes("native" if name == "native-loop" else name)
+    except native.NativeEngineMissing:
         if native.required():
             pytest.fail("the native engine is required but not built")
         pytest.skip("native engine not built")
-    return core.QP, NativeEndpoint, name == "native-loop"
+    return qp_cls, ep_cls, name == "native-loop"
 
 
 def write_and_wait(loop, a, b, ep_a, wr_id: int, local: bytes, timeout_s: float = 10.0) -> float:
