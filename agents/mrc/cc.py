@@ -137,7 +137,7 @@ class NSCC(CongestionControl):
       ``initial_window_bytes`` (default 10 packets, RFC 6928's initial
       window of 10 segments);
     * target delay = max(``target_factor`` * base RTT, ``min_target_s``)
-      (``target_factor`` 1.0; 0.75 with trimming). ``min_target_s``
+      (``target_factor`` default 1.0; no caller changes it). ``min_target_s``
       (default 0.5 ms) keeps timer jitter of a Python agent (~0.1-1 ms, see
       QPConfig) from reading as congestion on a path whose base RTT is tiny.
 
