@@ -9,6 +9,7 @@ EV id) so every arrival is attributed exactly.
 
 from __future__ import annotations
 
+import errno
 import json
 import select
 import socket
@@ -22,6 +23,9 @@ from testbed.model.topology import EV
 UDP_NO_CHECK6_TX = 101
 UDP_NO_CHECK6_RX = 102
 PROBE_PORT = 4790
+# A send the kernel refuses is a lost datagram (sent again in the retry round): no usable route
+# (a NIC without carrier, or one the routes do not yet see up just after bring-up), a full queue.
+REFUSED = (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENOBUFS, errno.EAGAIN)
 
 
 @dataclass
@@ -74,7 +78,8 @@ def probe(fabric: FabricBackend, pairs: Iterable[tuple[str, str]] | None = None,
     all its datagrams arrived, or after ``quiet_s`` without an arrival, or
     after ``timeout_s``. A datagram still missing after the rounds is sent again up to
     ``retries`` times and waited for ``timeout_s`` (a probe that arrived after its round's
-    quiet window, on a loaded machine, is not a lost path).
+    quiet window, on a loaded machine, is not a lost path); a send the kernel refuses
+    (``REFUSED``) counts as missing.
     """
     topo = fabric.topo
     hosts = [h.name for h in topo.hosts]
@@ -134,7 +139,11 @@ def _rounds(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
 
 
 def _send(sock: socket.socket, key: tuple[str, str, int], address: str) -> None:
-    sock.sendto(json.dumps(key).encode(), (address, PROBE_PORT))
+    try:
+        sock.sendto(json.dumps(key).encode(), (address, PROBE_PORT))
+    except OSError as exc:
+        if exc.errno not in REFUSED:
+            raise
 
 
 def _collect(rx: dict[str, socket.socket], result: Reachability, timeout_s: float, quiet_s: float) -> None:

@@ -44,6 +44,18 @@ def test_link_down_blackholes_exactly_the_evs_crossing_it(k4):
     assert not probe(k4, ecmp=False).lost  # every EV back once the link is up
 
 
+def test_a_host_without_a_usable_route_is_lost_not_an_error(k4):
+    # A load-balance run once stopped with ENETUNREACH from the probe right after bring-up.
+    host_link = "h0_0_0-e0_0"
+    k4.set_link(host_link, False)
+    try:
+        result = probe(k4, [("h0_0_0", "h1_0_0"), ("h1_0_0", "h2_0_0")], retries=0)
+    finally:
+        k4.set_link(host_link, True)
+    assert {k[:2] for k in result.lost} == {("h0_0_0", "h1_0_0")}
+    assert ("h1_0_0", "h2_0_0", -1) in result.received
+
+
 def test_reconverge_routes_ecmp_around_a_failed_link(k4):
     k4.set_link(FAILED, False)
     try:
