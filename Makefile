@@ -15,7 +15,7 @@ SCENARIO   ?= scenarios/core-link-failure.yaml
 TOPO       ?= topologies/fat-tree-k4.yaml
 PYTEST_ARGS ?=
 
-.PHONY: setup run reproduce reproduce-full report up test test-unit test-netns test-e2e bench validate lint docs sanitize fuzz clean distclean
+.PHONY: setup torch run reproduce reproduce-full report up test test-unit test-netns test-e2e bench validate lint docs sanitize fuzz clean distclean
 
 setup: .stamp-apt .stamp-venv
 
@@ -49,9 +49,24 @@ NATIVE_SRC := setup.py agents/mrc/_core.pyx $(wildcard agents/mrc/_core_*.pxi ag
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
+# PyTorch for the real jobs (a command job run by the testbed's python, and the tests): the CPU
+# build this machine's pip finds; elsewhere e.g. TORCH_SPEC=torch==2.5.1 and
+# TORCH_PIP="--index-url https://download.pytorch.org/whl/cpu" (PyPI's Linux wheel is the CUDA
+# build, several GB). Installed only when a scenario or the tests need it.
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP  ?=
+.stamp-torch: .stamp-venv
+	@echo "make setup: PyTorch for the real jobs ($(TORCH_SPEC) into $(VENV): a command job or the tests need it)"
+	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIP) '$(TORCH_SPEC)'
+	@touch $@
+
+torch: .stamp-torch
+
 # The main job: run a scenario (default: core-link-failure, mrc vs rc vs tcp) and
-# print the side-by-side report; the run directory goes to runs/.
+# print the side-by-side report; the run directory goes to runs/. A scenario whose command job
+# runs the testbed's python gets PyTorch first (testbed validate --needs).
 run: setup
+	@if $(PY) -m testbed validate --needs $(SCENARIO) | grep -qx torch; then $(MAKE) --no-print-directory .stamp-torch; fi
 	$(PY) -m testbed run $(SCENARIO)
 
 # The MRC paper's claims, scaled (scenarios/paper/claims.yaml): the quick suite, 1 trial per
@@ -72,16 +87,16 @@ up: setup
 validate: setup
 	$(PY) -m testbed validate topologies/*.yaml scenarios/*.yaml scenarios/paper/*.yaml
 
-test: setup
+test: setup .stamp-torch
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests
 
-test-unit: setup
+test-unit: setup .stamp-torch
 	$(PY) -m pytest $(PYTEST_ARGS) tests/unit
 
 test-netns: setup
 	$(PY) -m pytest $(PYTEST_ARGS) tests/netns
 
-test-e2e: setup
+test-e2e: setup .stamp-torch
 	$(PY) -m pytest $(PYTEST_ARGS) tests/e2e
 
 # Static checks (pyflakes + pycodestyle errors, see [tool.ruff] in pyproject.toml) and the layers of

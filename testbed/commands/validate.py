@@ -39,7 +39,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from testbed.cluster.placement import PLACERS
     p.add_argument("--placer", default="pods", choices=sorted(PLACERS),
                    help="placement algorithm with --servers (default: pods)")
+    p.add_argument("--needs", action="store_true",
+                   help="print only what the valid files need installed beyond the testbed, one a line "
+                        "(torch: a command job run by the testbed's python); make run reads it")
     p.set_defaults(func=run)
+
+
+def needs(obj: Topology | Scenario) -> list[str]:
+    """What running ``obj`` needs beyond the testbed's own packages: ``torch`` for a command job
+    whose program is the testbed's interpreter (a PyTorch script, :mod:`testbed.spec.commandfile`)."""
+    from testbed.spec.commandfile import PYTHON_NAMES
+    if isinstance(obj, Scenario) and obj.workload.is_command and obj.workload.command[0] in PYTHON_NAMES:
+        return ["torch"]
+    return []
 
 
 def summarize(obj: Topology | Scenario) -> dict:
@@ -48,7 +60,7 @@ def summarize(obj: Topology | Scenario) -> dict:
     out = {"type": "scenario" if isinstance(obj, Scenario) else "topology", "name": obj.name,
            "nodes": len(topo.nodes), "links": len(topo.links), "hosts": len(topo.hosts)}
     if isinstance(obj, Scenario):
-        out.update(topology=topo.name, transports=list(obj.transports), timeline=len(obj.timeline),
+        out.update(needs=needs(obj), topology=topo.name, transports=list(obj.transports), timeline=len(obj.timeline),
                    actions=[f"{e.action} {e.switch or e.link or e.selector or e.target}" for e in obj.timeline],
                    jobs=[f"{j.name} ({j.collective}, {len(j.hosts)} ranks)" for j in obj.all_jobs])
     return out
@@ -154,6 +166,10 @@ def run(args: argparse.Namespace) -> int:
     if not results:
         results = [check(path, feats, cluster, args.placer) for path in args.files]
     failed = any(not r["ok"] for r in results)
+    if getattr(args, "needs", False) and not failed:
+        for item in sorted({n for r in results for n in r["summary"].get("needs", ())}):
+            print(item)
+        return 0
     if args.format == "json":
         for r in results:
             r.pop("text", None)

@@ -27,11 +27,12 @@ def agent_env() -> dict:
 
 
 def agent_command(python: str, fabric, jobs: list[dict], paths: list, members: list[int], *,
-                  runtime: bool) -> list[str]:
+                  runtime: bool, module: str = "agents") -> list[str]:
     """argv of the process that runs ``jobs[m]`` (job files ``paths[m]``) for ``members``: one
     agent (``runtime`` False, one member), or a host runtime, each job with its host's
-    namespace (``/proc/<pid of the host's shell>/ns/net`` on ``fabric``)."""
-    argv = [python, "-m", "agents"]
+    namespace (``/proc/<pid of the host's shell>/ns/net`` on ``fabric``). ``module``: ``agents``, or
+    ``agents.jobs`` for a command job's launchers (one per rank, never a runtime)."""
+    argv = [python, "-m", module]
     for m in members:
         argv += ["--job", str(paths[m])]
         if runtime:
@@ -47,18 +48,18 @@ def runtime_groups(agents: int, processes: int) -> list[list[int]]:
 
 
 def start_local_agents(fabric, jobs: list[dict], paths: list[Path], transport_dir: Path, *, python: str,
-                       processes: int | None, procs: dict, logs: list) -> list[list[int]]:
+                       processes: int | None, procs: dict, logs: list, module: str = "agents") -> list[list[int]]:
     """Start ``jobs``' agents (job files ``paths``) in their hosts' namespaces on ``fabric``: one
     process per agent (``processes`` None) or ``processes`` host runtimes (:func:`runtime_groups`),
     each with its log in ``transport_dir`` (a runtime's agents' logs link to the runtime's).
     ``procs`` ({agent: process}) and ``logs`` (open log files) are filled as processes start, so
     the caller stops and closes what started even if a later start fails. Returns the groups
-    of job indexes, one per process."""
+    of job indexes, one per process. ``module``: see :func:`agent_command`."""
     kw = dict(stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO), env=agent_env())
     groups = [[a] for a in range(len(jobs))] if processes is None else runtime_groups(len(jobs), processes)
     for i, members in enumerate(groups):
         argv = agent_command(python, fabric, jobs, [p.resolve() for p in paths], members,
-                             runtime=processes is not None)
+                             runtime=processes is not None, module=module)
         log_path = (agent_log(transport_dir, jobs[members[0]]["agent"]) if processes is None
                     else transport_dir / AGENT_LOGS_DIR / f"runtime{i}.log")
         logf = open(log_path, "wb", opener=private_opener)

@@ -52,6 +52,7 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
                      collective=wl.collective)
             for t in (transports or scenario.transports)]
     result = RunResult(run_dir, {}, {})
+    resolved_targets: dict = {}   # a command job's targets on Gloo's flows, for the transports after gloo-tcp
     display = Display(rows, console, live=live)
     display.note(f"run directory: {run_dir}")
     old_term = signal.signal(signal.SIGTERM, _sigterm)
@@ -63,7 +64,8 @@ def run_scenario(scenario: Scenario, *, runs_root: Path = Path("runs"), console=
             write_manifest(run_dir, manifest)
             row.t_launch = time.monotonic()
             runner = TransportRun(scenario, t, run_dir, display, row, qp_overrides=qp_overrides,
-                                  fabric_factory=fabric_factory, agent_processes=agent_processes)
+                                  fabric_factory=fabric_factory, agent_processes=agent_processes,
+                                  resolved_targets=resolved_targets)
             try:
                 status = runner.run()
             except (RunDirWriteError, OSError) as exc:   # the run ends; what was written stays readable

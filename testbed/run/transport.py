@@ -42,6 +42,7 @@ tears down and keeps partial results.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import resource
@@ -69,10 +70,11 @@ from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
 from testbed.run.state import (Abort, Action, Apply, Begin, Journal, LoseController, RunState, Say, Send,
                                SpawnController)
 from testbed.rundir.errors import RunDirWriteError
-from testbed.rundir.names import DIR_MODE, PATHS, SAMPLES_DIR
+from testbed.rundir.names import DIR_MODE, JOBS_DIR, PATHS, SAMPLES_DIR
 from testbed.rundir.write import (TransportWriter, agent_log, merge_samples, sample_record, samples_file,
                                   write_atomic, write_jobs)
 from testbed.spec import Scenario, transport_variant
+from testbed.spec.commandjobs import JOB_OUTPUT_DIR, MRC_JOB, build_command_specs, build_mrc_jobs
 from testbed.spec.jobs import build_all_jobs
 from testbed.spec.scenfile import PER_HOST
 
@@ -105,8 +107,13 @@ class TransportRun:
     def __init__(self, scenario: Scenario, transport: str, run_dir: Path, display: Display,
                  progress: Progress, *, python: str = sys.executable, qp_overrides: dict | None = None,
                  fabric_factory: Callable[[Topology, bool], FabricBackend] | None = None,
-                 agent_processes: int | str | None = None):
+                 agent_processes: int | str | None = None, resolved_targets: dict | None = None):
         self.scenario, self.transport, self.display = scenario, transport, display
+        #: timeline index -> (event, record): a command job's targets on Gloo's flows, resolved in
+        #: the gloo-tcp run and reused by the transports after it (one dict for the whole scenario)
+        self.resolved_targets = resolved_targets if resolved_targets is not None else {}
+        self._trace_pending = False   # a command job's TCP flows: traced at its second step report
+        self._tcp_bytes: dict | None = None   # their bytes at the first one
         #: (topology, have_netem) -> an unstarted fabric; default :class:`Fabric` on this machine
         #: (a :class:`testbed.cluster.sharded.ShardedFabric` spreads it over servers)
         self.fabric_factory = fabric_factory or (lambda topo, netem: Fabric(topo, have_netem=netem))
@@ -202,8 +209,16 @@ class TransportRun:
         from testbed.spec.selectors import TargetError
         from testbed.faults.targets import trace_and_resolve
         t0 = time.perf_counter()
+        scenario = self.scenario
+        if scenario.workload.is_command and self.transport != "mrc":
+            # Gloo picks its TCP ports at run time: its flows are traced at the second step report
+            write_atomic(self.dir / PATHS, json.dumps({"transport": self.transport, "flows": []}) + "\n")
+            self._trace_pending = True
+            return
+        if scenario.workload.is_command:
+            scenario = dataclasses.replace(scenario, timeline=self._gloo_targets(scenario.timeline))
         try:
-            events, traced, resolved = trace_and_resolve(self.fabric, self.scenario, self.transport)
+            events, traced, resolved = trace_and_resolve(self.fabric, scenario, self.transport)
         except TargetError as exc:
             raise RunnerError(f"fault target: {exc}") from None
         write_atomic(self.dir / PATHS, json.dumps(
@@ -216,11 +231,83 @@ class TransportRun:
         self.journal({"kind": "paths", "flows": len(traced), "seconds": round(time.perf_counter() - t0, 3)})
         self.state.timeline = self._timeline(events)
 
+    def _gloo_targets(self, timeline) -> tuple:
+        """The timeline with the targets on Gloo's flows replaced by the links the gloo-tcp run
+        resolved them to (journaled); RunnerError if that run has not resolved one."""
+        events = list(timeline)
+        for i, e in enumerate(events):
+            if e.target is None:
+                continue
+            if i not in self.resolved_targets:
+                raise RunnerError(f"timeline[{i}]: its target ({e.target}) names Gloo's TCP flows, which a "
+                                  "gloo-tcp run traces while its job runs: run gloo-tcp before this transport")
+            events[i], rec = self.resolved_targets[i]
+            self.journal({"kind": "target", **rec, "from": "gloo-tcp"})
+            self.say(f"timeline[{i}] {rec['action']}: {rec['target']} -> {rec.get('switch') or rec['link']} "
+                     "(resolved on the gloo-tcp run's traced flows)")
+        return tuple(events)
+
+    def _job_flows_step(self, seq: int) -> None:
+        """A command job's step report: the first one takes the TCP connections' byte counts (the
+        start-up broadcast's), a later one traces the flows busy since then."""
+        from testbed.fabric.hoptrace import job_tcp_bytes
+        if self._tcp_bytes is None:
+            try:
+                self._tcp_bytes = job_tcp_bytes(self.fabric, list(self.scenario.workload.hosts))
+            except OSError as exc:
+                raise RunnerError(f"the job's TCP connections: {exc}") from exc
+        elif seq >= 1:
+            self._trace_pending = False
+            self._trace_job_flows()
+
+    def _trace_job_flows(self) -> None:
+        """A command job's TCP flows, traced on the running fabric (:mod:`testbed.fabric.hoptrace`)
+        into ``paths.json``; the timeline's flow targets not yet fired resolved on them."""
+        from testbed.fabric.hoptrace import HopTracer, job_tcp_flows, unlimit_time_exceeded
+        from testbed.faults.targets import resolve_timeline
+        from testbed.spec.selectors import TargetError
+        t0 = time.perf_counter()
+        wl, timeline = self.scenario.workload, self.state.timeline
+        try:
+            flows = job_tcp_flows(self.fabric, list(wl.hosts), self.transport, wl.name, since=self._tcp_bytes)
+            unlimited = unlimit_time_exceeded(self.fabric)
+            traced = HopTracer(self.fabric).trace(flows)
+        except OSError as exc:
+            raise RunnerError(f"tracing the job's TCP flows: {exc}") from exc
+        write_atomic(self.dir / PATHS, json.dumps(
+            {"transport": self.transport, "flows": [tf.to_dict() for tf in traced]}, indent=1) + "\n")
+        delivered = sum(tf.outcome == "delivered" for tf in traced)
+        self.journal({"kind": "paths", "flows": len(traced), "delivered": delivered,
+                      "data": sum(tf.flow.kind == "data" for tf in traced), "ratemask_switches": unlimited,
+                      "seconds": round(time.perf_counter() - t0, 3)})
+        self.say(f"traced {len(traced)} TCP flows of the job ({delivered} delivered) in "
+                 f"{time.perf_counter() - t0:.1f} s")
+        unfired = set(timeline.unfired())
+        if not any(e.target is not None for i, e in enumerate(timeline.events) if i in unfired):
+            return
+        try:
+            events, resolved = resolve_timeline(timeline.events, traced, self.scenario.topology,
+                                                seed=self.scenario.seed)
+        except TargetError as exc:
+            raise RunnerError(f"fault target: {exc}") from None
+        for rec in resolved:
+            i = rec["index"]
+            if i not in unfired:
+                continue
+            timeline.events[i] = events[i]
+            self.resolved_targets[i] = (events[i], rec)
+            self.journal({"kind": "target", **rec})
+            self.say(f"timeline[{i}] {rec['action']}: {rec['target']} -> {rec.get('switch') or rec['link']} "
+                     f"(crossed by {', '.join(rec['flows'])})")
+
     def _start_agents(self) -> None:
         self.progress.status = "starting agents"
         self.refresh()
         sock = control_socket_path(self.dir, self.transport)
         run_id = f"{self.dir.parent.name}/{self.transport}"
+        if self.scenario.workload.is_command:
+            self._start_command_job(sock, run_id)
+            return
         jobs = build_all_jobs(self.scenario, self.transport, run_id=run_id, control_socket=sock,
                               qp_overrides=self.qp_overrides)
         (self.dir / SAMPLES_DIR).mkdir(DIR_MODE, exist_ok=True)
@@ -252,6 +339,35 @@ class TransportRun:
         self.journal({"kind": "agents", "phase": "spawned", "pids": {r: p.pid for r, p in self.procs.items()},
                       **({"runtimes": [[jobs[a]["agent"] for a in members] for members in groups]}
                          if n is not None else {})})
+
+    def _start_command_job(self, sock: str, run_id: str) -> None:
+        """A command job: one launcher per rank in its host's namespace (:mod:`agents.jobs`), which
+        starts the user's command at ``start``; on mrc, with the backend's ring job specs beside."""
+        if not isinstance(self.fabric, Fabric):
+            raise RunnerError("a command job runs on this machine's fabric only (not over servers)")
+        jobs_dir = self.dir / JOBS_DIR
+        mrc_paths = None
+        if self.transport == "mrc":
+            mrc_jobs = build_mrc_jobs(self.scenario, run_id=run_id, control_socket=sock,
+                                      qp_overrides=self.qp_overrides)
+            (self.dir / SAMPLES_DIR).mkdir(DIR_MODE, exist_ok=True)
+            for job in mrc_jobs:   # the backend samples its QPs as the agents do
+                job["samples_path"] = str(samples_file(self.dir, job["agent"]).resolve())
+                if self.scenario.controller:
+                    job["ev_stats_s"] = EV_STATS_S
+            mrc_paths = write_jobs(mrc_jobs, jobs_dir, name=MRC_JOB)
+        (self.dir / JOB_OUTPUT_DIR).mkdir(DIR_MODE, exist_ok=True)
+        specs = build_command_specs(self.scenario, self.transport, self.dir, run_id=run_id, control_socket=sock,
+                                    python=self.python, mrc_jobs=mrc_paths)
+        paths = write_jobs(specs, jobs_dir)
+        self.server = ControlServer(sock, allowed_pids=lambda: [p.pid for p in self.procs.values()]
+                                    + ([self.controller.pid] if self.controller else []))
+        if self.scenario.controller and self.transport == "mrc":
+            self._start_controller(sock)
+        start_local_agents(self.fabric, specs, paths, self.dir, python=self.python, processes=None,
+                           procs=self.procs, logs=self.logs, module="agents.jobs")
+        self.journal({"kind": "agents", "phase": "spawned", "command": list(specs[0]["argv"]),
+                      "pids": {r: p.pid for r, p in self.procs.items()}})
 
     def _start_controller(self, sock: str, *, restart: str | None = None) -> None:
         """The controller process, its own log ``controller.log`` and decisions ``controller.jsonl``
@@ -323,6 +439,8 @@ class TransportRun:
         if isinstance(msg, Sample) and 0 <= msg.rank < len(self.world):   # an agent without samples_path
             self.samples.write(sample_record(msg))
             return
+        if isinstance(msg, Iteration) and self._trace_pending:   # before it can trigger a targeted fault
+            self._job_flows_step(msg.seq)
         self._do(self.state.on_message(msg, time.monotonic()))
         if isinstance(msg, Iteration) and msg.rank < self.primary:   # the display follows the first job
             self.progress.iteration(msg)
@@ -463,6 +581,7 @@ class TransportRun:
     # -- the end -------------------------------------------------------------------------
     def _finish(self) -> None:
         status = self.status or "interrupted"
+        self._trace_pending = False   # late step reports trace nothing
         if self.ticker is not None and self.ticker.skipped:
             log.warning("%s: the runner missed %d sampling ticks of %g s (starved; the records' t show the gaps)",
                         self.transport, self.ticker.skipped, LINK_SAMPLE_S)

@@ -247,14 +247,14 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
     write_atomic(Path(run_dir) / MANIFEST, json.dumps(manifest, indent=1, default=str), what="the manifest")
 
 
-def write_jobs(jobs: list[dict], directory: Path) -> list[Path]:
+def write_jobs(jobs: list[dict], directory: Path, name: str = "rank{rank}.json") -> list[Path]:
     """Write the agents' job specs (:func:`testbed.spec.jobs.build_all_jobs`) as ``rank<a>.json``
-    files into ``directory`` (``a`` the agent id, the rank for a single job); returns their
-    paths in list order."""
+    files into ``directory`` (``a`` the agent id, the rank for a single job; ``name``: another
+    pattern of ``{rank}``); returns their paths in list order."""
     make_dir(directory, "the job specs' directory")
     paths = []
     for job in jobs:
-        path = Path(directory) / f"rank{job.get('agent', job['rank'])}.json"
+        path = Path(directory) / name.format(rank=job.get('agent', job['rank']))
         write_atomic(path, json.dumps(job, indent=1), what="a job spec")
         paths.append(path)
     return paths

@@ -35,7 +35,14 @@ SCENARIO_KEYS = ("transports", "timeline", "workload", "jobs")
 _ACTION_KEYS = {"flap": (["link", "period", "count"], []), "loss": (["link", "percent"], ["duration", "direction"]),
                 "rate": (["link", "rate"], ["duration"]), "blackhole": (["link"], ["duration"]),
                 **{a: (["link"], []) for a in ("ev_deny", "ev_allow", "ev_replace")}}
-_WORKLOAD_REQUIRED = ["collective", "hosts", "min_bytes", "max_bytes"]
+_WORKLOAD_REQUIRED = ["hosts"]
+#: A collective job's keys beside ``hosts`` (a command job has ``command`` instead).
+COLLECTIVE_REQUIRED = ("collective", "min_bytes", "max_bytes")
+#: Keys of a collective job that a command job does not take, and the other way round.
+COLLECTIVE_ONLY = ("collective", "min_bytes", "max_bytes", "factor", "iterations", "warmup")
+COMMAND_ONLY = ("command", "steps", "env")
+#: Transports of a command job: the torch.distributed backend each runs (agents.jobs.spec.BACKENDS).
+JOB_BACKENDS = {"gloo-tcp": "gloo", "mrc": "mrc"}
 
 #: A scenario name names its run directory: no '/', no '..', nothing a shell would trip on.
 SCENARIO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -73,6 +80,8 @@ class TransportName:
     base: str
     qps: int = 1
     cc: str | None = None
+    #: a command job's torch.distributed backend (``gloo-tcp``: ``"gloo"``), None for the agents'
+    backend: str | None = None
 
 
 def parse_transport(name: str) -> TransportName:
@@ -83,11 +92,13 @@ def parse_transport(name: str) -> TransportName:
     from agents.protocol import TRANSPORTS
     if name in TRANSPORTS:
         return TransportName(name)
+    if name in JOB_BACKENDS:   # Gloo's kernel TCP between the ECMP addresses, as the tcp agents'
+        return TransportName("tcp", backend=JOB_BACKENDS[name])
     m = RC_VARIANT_RE.fullmatch(name)
     if m and (m["dcqcn"] or m["qps"]) and int(m["qps"] or 1) <= MAX_RC_QPS:
         return TransportName("rc", int(m["qps"] or 1), "dcqcn" if m["dcqcn"] else None)
     raise ValueError(f"{name!r} is not a transport ({', '.join(TRANSPORTS)}, or {TRANSPORT_FORMS}, "
-                     f"1 <= N <= {MAX_RC_QPS})")
+                     f"1 <= N <= {MAX_RC_QPS}; a command job's: {', '.join(JOB_BACKENDS)})")
 
 
 def transport_variant(name: str) -> tuple[str, int]:

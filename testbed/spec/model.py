@@ -37,6 +37,19 @@ class WorkloadSpec:
     #: the job's name (``jobs[i].name``; ``job0`` for a scenario's single ``workload``)
     name: str = "job0"
     payload: int | None = None
+    #: a command job (:mod:`agents.jobs`): the command's argv (``python`` as argv[0]: the testbed's
+    #: own interpreter), its working directory (the scenario file's), extra environment (sorted
+    #: (name, value) pairs) and the step reports expected (None: unknown). ``collective`` is then
+    #: ``all_reduce`` with one float32 per rank: the ring the mrc backend's QPs follow.
+    command: tuple[str, ...] | None = None
+    cwd: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    steps: int | None = None
+
+    @property
+    def is_command(self) -> bool:
+        """A command job (a user's script on every host), not a synthetic collective."""
+        return self.command is not None
 
     def peers(self, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(send_to, recv_from) ranks of ``rank`` (:func:`agents.collectives.peers`)."""

@@ -15,7 +15,7 @@ from testbed.model.kernel import KernelFeatures
 from testbed.model.topology import Topology
 from testbed.model.units import show
 from testbed.spec.yamlread import Problem, Reader, SpecError, join, line_of
-from testbed.spec.common import (COLLECTIVES, JOB_NAME_RE, ORDERS, parse_transport, transport_variant, SCENARIO_KEYS,
+from testbed.spec.common import (COLLECTIVE_REQUIRED, COMMAND_ONLY, JOB_BACKENDS, COLLECTIVES, JOB_NAME_RE, ORDERS, parse_transport, transport_variant, SCENARIO_KEYS,
                                  _WORKLOAD_REQUIRED, SCENARIO_NAME_RE, ELEMENT_BYTES, MAX_WORKLOAD_BYTES,
                                  MAX_ITERATIONS, MAX_EVS, MAX_REFERRED_PROBLEMS, _sorted, _not_a_mapping,
                                  _did_you_mean, _explain_missing, CONTROLLER_POLICIES, EV_ACTIONS)
@@ -47,6 +47,9 @@ def load_scenario(path: str | os.PathLike, *, features: KernelFeatures,
 
 
 MAX_AGENT_PROCESSES = 256
+COMMAND_TIMEOUT_S = 600.0
+"""A command job's timeout when the scenario gives none, s: the testbed cannot know how long a
+user's script runs."""
 PER_HOST = "per-host"
 """``agent_processes: per-host``: one process per agent, in its host's namespace."""
 
@@ -132,12 +135,18 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     if timeout_s == 0:
         r.error(m["timeout"], "timeout", "must be > 0")
     reconverge = r.unit(m.get("reconverge_after"), "reconverge_after", units.parse_duration)
-    jobs = _jobs(r, m, topo, seed, defaults)
+    jobs = _jobs(r, m, topo, seed, defaults, path.parent)
     workload = jobs[0] if jobs else None
     if "timeout" not in m and jobs and topo is not None:
-        timeout_s = defaults["timeout"] = derived_timeout_s(jobs, topo)
+        timeout_s = defaults["timeout"] = (COMMAND_TIMEOUT_S if workload.is_command
+                                           else derived_timeout_s(jobs, topo))
+    if workload is not None and transports is not None:
+        _check_transports(r, transports, workload.is_command)
     timeline = _timeline(r, m.get("timeline"), topo, seed, timeout_s, workload, feats)
     controller, controller_restart = _controller(r, m.get("controller"), timeline)
+    if workload is not None and workload.is_command and transports is not None:
+        from testbed.spec.commandfile import command_timeline_problems
+        command_timeline_problems(r, timeline, transports)
     if "agent_processes" in m and agent_processes is None:
         return None
     if r.problems or None in (name, topo, transports, seed, timeout_s, workload, timeline, trials):
@@ -204,7 +213,7 @@ def _controller(r: Reader, node: Node | None, timeline) -> tuple[str | None, boo
 
 
 def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None,
-          defaults: dict[str, object]) -> list[WorkloadSpec] | None:
+          defaults: dict[str, object], scenario_dir: Path = Path(".")) -> list[WorkloadSpec] | None:
     """``workload`` (one job, named job0) or ``jobs`` (a list of workloads with unique
     ``name``s, run at once on disjoint or shared hosts); exactly one of the two."""
     if ("workload" in m) == ("jobs" in m):
@@ -212,7 +221,7 @@ def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None,
                                                             "'jobs' (a list of jobs run at once)")
         return None
     if "workload" in m:
-        wl = _workload(r, m["workload"], topo, seed, defaults)
+        wl = _workload(r, m["workload"], topo, seed, defaults, scenario_dir=scenario_dir)
         return [wl] if wl is not None else None
     items = r.seq(m["jobs"], "jobs")
     if not items:
@@ -234,7 +243,7 @@ def _jobs(r: Reader, m: dict, topo: Topology | None, seed: int | None,
             r.error(keys["name"], join(where, "name"), f"duplicate job name {show(name)}")
             name = None
         names.append(name)
-        out.append(_workload(r, item, topo, seed, defaults, where, name or f"job{i}"))
+        out.append(_workload(r, item, topo, seed, defaults, where, name or f"job{i}", scenario_dir))
     return out if None not in out and None not in names else None
 
 
@@ -275,6 +284,20 @@ def _transports(r: Reader, node: Node | None) -> tuple[str, ...] | None:
     return tuple(out) if None not in out and len(set(out)) == len(out) else None
 
 
+def _check_transports(r: Reader, transports: tuple[str, ...], command: bool) -> None:
+    """A command job runs on its backends' transports (:data:`JOB_BACKENDS`), a collective job on
+    the agents' transports."""
+    for i, t in enumerate(transports):
+        if command and t not in JOB_BACKENDS:
+            r.error(r.line_for(join("transports", i)) or 1, join("transports", i),
+                    f"{t!r} is not a command job's transport: a command job runs on "
+                    f"{' or '.join(JOB_BACKENDS)} (its torch.distributed backend)")
+        elif not command and parse_transport(t).backend is not None:
+            r.error(r.line_for(join("transports", i)) or 1, join("transports", i),
+                    f"{t!r} runs a command job's torch.distributed backend: this workload is a collective "
+                    f"(give 'command' for a real job, or use tcp)")
+
+
 def _dcqcn_warnings(r: Reader, transports: tuple[str, ...], topo: Topology) -> tuple[Problem, ...]:
     """A DCQCN transport cuts its rate only on CNPs, which need CE marks: warn when no link marks."""
     if any(link.params.ecn_threshold_pkts for link in topo.links):
@@ -286,9 +309,21 @@ def _dcqcn_warnings(r: Reader, transports: tuple[str, ...], topo: Topology) -> t
 
 
 def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | None, defaults: dict[str, object],
-              where: str = "workload", name: str = "job0") -> WorkloadSpec | None:
+              where: str = "workload", name: str = "job0", scenario_dir: Path = Path(".")) -> WorkloadSpec | None:
     m = r.mapping(node, where, *SCENARIO["workload" if where == "workload" else "jobs[]"]) if node is not None else None
-    if m is None or not set(_WORKLOAD_REQUIRED) <= m.keys():
+    if m is None:
+        return None
+    if "command" in m:
+        from testbed.spec.commandfile import command_workload
+        return command_workload(r, m, topo, seed, where, name, scenario_dir)
+    for key in COMMAND_ONLY:
+        if key in m:
+            r.error(m[key], f"{where}.{key}", f"{key!r} is a command job's key: this job has no 'command'")
+    missing = [k for k in COLLECTIVE_REQUIRED if k not in m]
+    for key in missing:
+        r.error(node, where, f"missing required key {key!r}"
+                + (" (or 'command' for a command job)" if key == "collective" else ""))
+    if missing or not set(_WORKLOAD_REQUIRED) <= m.keys():
         return None
     collective = r.choice(m["collective"], f"{where}.collective", COLLECTIVES)
     hosts = _hosts(r, m["hosts"], topo, where)

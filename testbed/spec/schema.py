@@ -13,12 +13,13 @@ timeout's is computed: :func:`testbed.spec.scenfile.derived_timeout_s`).
 
 from __future__ import annotations
 
-from testbed.spec.common import _ACTION_KEYS, _CLASS_KEYS, _KIND_KEYS, _WORKLOAD_REQUIRED, ACTIONS
+from testbed.spec.common import _ACTION_KEYS, _CLASS_KEYS, _KIND_KEYS, _WORKLOAD_REQUIRED, ACTIONS, COMMAND_ONLY
 
 #: (required keys, optional keys) of one mapping.
 Keys = tuple[tuple[str, ...], tuple[str, ...]]
 
-WORKLOAD_OPTIONAL = ("factor", "iterations", "warmup", "evs", "evs_per_qp", "mtu", "payload", "order")
+WORKLOAD_OPTIONAL = ("collective", "min_bytes", "max_bytes", "command", "steps", "env", "factor", "iterations",
+                     "warmup", "evs", "evs_per_qp", "mtu", "payload", "order")
 FLOW_TARGET = "<flow target>"
 
 SCENARIO: dict[str, Keys] = {
@@ -27,7 +28,7 @@ SCENARIO: dict[str, Keys] = {
           "agent_processes", "agent_realtime", "engine", "controller", "sweep")),
     "controller": (("policy",), ("restart",)),
     "workload": (tuple(_WORKLOAD_REQUIRED), WORKLOAD_OPTIONAL),
-    "jobs[]": (tuple(_WORKLOAD_REQUIRED), ("name", *WORKLOAD_OPTIONAL)),
+    "jobs[]": (tuple(_WORKLOAD_REQUIRED), ("name", *(k for k in WORKLOAD_OPTIONAL if k not in COMMAND_ONLY))),
     "timeline[]": ((), ("at", "at_iteration", "after", *ACTIONS)),
     **{f"timeline[].{action}": (tuple(req), tuple(opt)) for action, (req, opt) in _ACTION_KEYS.items()},
     FLOW_TARGET: (("crossed_by",), ("hop", "repairable")),

@@ -128,7 +128,14 @@ def _trigger(r: Reader, node: Node, m: dict[str, Node], path: str, fields: dict,
             return False
         return at_s is not None
     fields["at_iteration"] = it = r.integer(m["at_iteration"], join(path, "at_iteration"), minimum=0)
-    if it is not None and workload is not None and it >= workload.measured_iterations:
+    if it is not None and workload is not None and workload.is_command:
+        if workload.steps is None or it >= workload.steps:
+            r.error(m["at_iteration"], join(path, "at_iteration"),
+                    "a command job counts iterations by its step reports: give workload.steps (the steps the "
+                    "script reports with testbed_job.step())" if workload.steps is None else
+                    f"step {it} never happens: the job reports {workload.steps} steps (0..{workload.steps - 1})")
+            return False
+    elif it is not None and workload is not None and it >= workload.measured_iterations:
         r.error(m["at_iteration"], join(path, "at_iteration"),
                 f"iteration {it} never happens: the workload measures {workload.measured_iterations} "
                 f"iterations (0..{workload.measured_iterations - 1})")

@@ -131,7 +131,7 @@ BAD = [
           "reconverge_after, timeline, trials, workload, jobs, agent_processes, agent_realtime, engine, controller, sweep)"]),
     ("transports", HEAD.replace("[mrc, rc]", "[mrc, roce, mrc]"),
      ["2: transports[1]: 'roce' is not a transport (mrc, rc, tcp, or rc-x<N> for RC with N QPs per connection, "
-      "rc-dcqcn[-x<N>] for RC with DCQCN, 1 <= N <= 64)", "2: transports[2]: duplicate transport 'mrc'"]),
+      "rc-dcqcn[-x<N>] for RC with DCQCN, 1 <= N <= 64; a command job's: gloo-tcp, mrc)", "2: transports[2]: duplicate transport 'mrc'"]),
     ("no transports", HEAD.replace("[mrc, rc]", "[]"), ["2: transports: must name at least one of mrc, rc, tcp"]),
     ("units", HEAD.replace("60s", "60").replace("1KiB", "1 KiB"),
      ["4: timeout: 60 is not a duration (examples: 50us, 10ms, 2.5s, 1m)",
@@ -142,8 +142,8 @@ BAD = [
       "9: workload.max_bytes: 512 is below min_bytes (1KiB)", "10: workload.factor: must be >= 2, got 1",
       "12: workload.warmup: must be >= 0, got -1",
       "13: workload.mtu: must be <= 65535, got 9999999",
-      "14: workload.gpus: unknown key (allowed: collective, hosts, min_bytes, max_bytes, factor, iterations, "
-      "warmup, evs, evs_per_qp, mtu, payload, order)"]),
+      "14: workload.gpus: unknown key (allowed: hosts, collective, min_bytes, max_bytes, command, steps, env, "
+      "factor, iterations, warmup, evs, evs_per_qp, mtu, payload, order)"]),
     ("unknown host", HEAD.replace("hosts: all", "hosts: [h0_0_0, h0_0_9, h0_0_0]"),
      ["7: workload.hosts[1]: unknown host 'h0_0_9' (did you mean 'h0_0_1'?)",
       "7: workload.hosts[2]: duplicate host 'h0_0_0'"]),
