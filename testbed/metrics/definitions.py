@@ -26,6 +26,9 @@ LINK_BIN_S = 0.100          # link throughput bin width, s
 ACHIEVED_WINDOW_S = 1.0     # achieved link rate: best sliding window of this length, s
 BUSIEST_LINKS = 5           # link ends reported in the fidelity section
 CPU_SATURATED_P95 = 0.95    # p95 busy fraction at or above which a run is invalid
+HOST_LINK_IDLE_FRACTION = 0.05  # a command job's host link is idle in a counter interval carrying less
+                                # than this share of its configured rate (both directions together): a
+                                # few retransmissions or probes per 100 ms at 10 Mbit/s stay below it
 DISRUPTIVE = ("link_down", "switch_down", "flap", "loss", "rate", "blackhole")
 SLOWING = ("rate",)   # disruptive, but the link stays alive: retiring its EVs is a false retirement
 RESTORING = ("link_up", "switch_up")  # actions that end a link's fault (as a revert phase does)
@@ -113,6 +116,30 @@ DEFINITIONS = {
                 f"{SCHED_DELAY_MAX_RTT:g} base RTT, p99 timer lateness "
                 f"(agent event loop) < {TIMER_LATE_MAX_RTT:g} base RTT, and the runner's link samplers covered >= "
                 f"{SAMPLER_COVERAGE_MIN:.0%} of their 100 ms periods; a measure not recorded is null and not judged",
+    "job": "a command job (an unmodified training script per host, launcher job specs kind 'command'; "
+           "testbed/metrics/steps.py): ranks, steps_expected (the scenario's; null: unknown), steps_done (the "
+           "fewest steps any rank reported), complete (every rank done with exit 0) and completion (why "
+           "not), exit_codes per rank, window_s (first step start .. last step end, else the run's start .. "
+           "end; relative s); busbw, sizes and the nccl-tests figures are null or empty for it, iteration_s "
+           "is over every step (step_s)",
+    "step_s": "a command job's step time: per step the slowest rank's seconds (DDP steps are synchronous: "
+              "every rank waits for the gradients' all-reduce), over the steps every rank reported; p50/p99 "
+              "by nearest rank with n, max and mean over the healthy steps (span first start .. last end "
+              "overlapping no fault window: apply .. revert or link_up, else the run's end); step_times_s "
+              "lists every step's (null: not reported by every rank); s",
+    "faulted_step": "the step in progress on the slowest rank at the first disruptive fault (per rank its "
+                    "first step ending at or after the fault, or the one after its last if it is not done; "
+                    "the lowest): its time (null: not finished by every rank) vs the median healthy step; "
+                    "slowdown_pct = time / median - 1, percent; fault_t_s relative s",
+    "worst_step": "the slowest step of a command job (step_s' time, any step) and its slowdown vs the median "
+                  "healthy step; s, percent",
+    "host_link_stalls": "per host link of a command job's hosts: the longest stretch of the job's window between "
+                        "two link-counter samples (links.jsonl, every ~100 ms) whose intervals carried more than "
+                        f"{HOST_LINK_IDLE_FRACTION:.0%} of the link's configured rate, both directions together "
+                        "(within one sample period above the true stall), and when it began (at_s, relative s); "
+                        "longest_host_link_stall_s is the longest over host links; s",
+    "losses": "a command job's rank 0 per-step 'loss' as its script reported it (job/steps-rank0.jsonl), "
+              "indexed by step (null: no loss for that step); null when the script reports none",
     "links": f"per link end: tx bytes and drops per {LINK_BIN_S * 1000:.0f} ms bin from kernel counters; "
              f"achieved_bps = best {ACHIEVED_WINDOW_S:g} s sliding-window mean throughput (single bins carry "
              "HTB bursts and sampling jitter), compared with the configured rate_bps",

@@ -20,6 +20,7 @@ from testbed.rundir.read import load_manifest, scenario_name
 from testbed.rundir.tables import FlowKey
 from testbed.metrics.recovery import active_bins, ev_transitions, fault_instants, faults, iteration_gaps, longest_stall, recovery_time, time_to_detect
 from testbed.metrics.series import FlowSeries, aggregate_goodput_bps, bin_edges, flow_samples, link_series
+from testbed.metrics.steps import all_step_stats, host_links, is_command_job, job_summary
 
 RESYNC_KEYS = tuple(f.name for f in dataclasses.fields(Synced))
 """What a restarted controller's resync reports (journaled ``controller`` phase ``resynced``)."""
@@ -75,14 +76,22 @@ def _flow_summary(key: FlowKey, fs: FlowSeries, window: tuple[float, float]) -> 
             "evs": [{"ev_id": ev, **v} for ev, v in sorted(fs.evs.items(), key=lambda kv: str(kv[0]))]}
 
 
-def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: int | None = None) -> TransportAnalysis:
+def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: int | None = None, *,
+                      nics: dict | None = None) -> TransportAnalysis:
     """Series and summary of one transport (keys documented in :data:`DEFINITIONS`);
-    ``expected_measured``: see :func:`expected_measured_iterations`."""
+    ``expected_measured``: see :func:`expected_measured_iterations`. A command job
+    (:func:`testbed.metrics.steps.is_command_job`) also gets ``job``
+    (:func:`testbed.metrics.steps.job_summary`; its host links from ``nics``, the topology's
+    ``{host: [Nic]}``, else by link name), its ``completion`` and ``iteration_s`` are its steps',
+    its flow KPIs come from its mrc backend's job specs (``tr.mrc_jobs``), and it has no sizes,
+    busbw or iteration-boundary warnings."""
+    command = is_command_job(tr.jobs)
+    agent_jobs = tr.mrc_jobs if command else tr.jobs   # the specs of the agents (or backend) with flows
     t0 = run_t0(tr)
     window = workload_window(tr, t0, world_size)
     flows = flow_samples(tr.samples, t0)
     t_last = max([window[1]] + [float(fs.t_s[-1]) for fs in flows.values() if len(fs.t_s)])
-    resolution = kpi_bin_s(tr.jobs)
+    resolution = kpi_bin_s(agent_jobs)
     edges = bin_edges(0.0, t_last, resolution)
     goodput = aggregate_goodput_bps(flows, edges)
     fl, trans = faults(tr.events, t0), ev_transitions(tr.events, t0)
@@ -92,13 +101,15 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     active = active_bins(edges, iteration_gaps(tr.events, t0))
     pre = (edges[:-1] >= window[0] - 1e-9) & (edges[1:] <= t_first + 1e-9) & active
     baseline = float(np.median(goodput[pre])) if pre.any() else 0.0
-    fk = _fault_kpis(tr, t0, window, fl, disruptive, trans, flows, edges)
+    fk = _fault_kpis(tr, t0, window, fl, disruptive, trans, flows, edges, agent_jobs)
+    if command:   # a training step is no ring draining at an iteration's end
+        fk["warnings"] = []
     per_fault = [{**f, "detect_s": fk["detect"][i] if has_evs else None,
                   "recovery_s": recovery_time(edges, goodput, f["t_s"], baseline, window[1], active)}
                  for i, f in enumerate(disruptive)]
     stall_s, stall_at = longest_stall(edges, goodput, window, active)
-    collective = (tr.jobs[0].get("collective") if tr.jobs else None) or "all_reduce"
-    sizes = size_table(tr.events, world_size, collective)
+    collective = "command" if command else (tr.jobs[0].get("collective") if tr.jobs else None) or "all_reduce"
+    sizes = [] if command else size_table(tr.events, world_size, collective)
     largest = sizes[-1] if sizes else None
     tx = [fs for k, fs in flows.items() if k[2] == "tx"] or list(flows.values())
     rtx_bytes = [fs.retransmitted_bytes for fs in tx if fs.retransmitted_bytes is not None]
@@ -107,7 +118,7 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     link_edges = bin_edges(0.0, t_last, LINK_BIN_S)
     links = link_series(tr.links, t0, link_edges)
     cpu = cpu_fidelity(tr.cpu, t0, window)
-    rx_hold = (tr.jobs[0].get("rx_hold_s") if tr.jobs else None) or 0.0
+    rx_hold = (agent_jobs[0].get("rx_hold_s") if agent_jobs else None) or 0.0
     validity = emulation_validity(tr.sched, tr.samples.loop, tr.links.t, cpu, t0, window, fk["base_rtt_s"], rx_hold)
     invalid = validity["reasons"]
     summary = {
@@ -151,6 +162,11 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
                               "faulted_iteration", "faulted_iterations", "false_retirements", "fault_flows", "evs_crossing_fault",
                               "retirements")},
     }
+    if command:
+        by_link = host_links([j.get("host") for j in tr.jobs if isinstance(j.get("host"), str)],
+                             [link for link, _ in tr.links.ends], nics)
+        summary["job"], summary["completion"] = job_summary(tr, t0, world_size, fl, by_link)
+        summary["iteration_s"] = all_step_stats(tr.events, t0, world_size)
     return TransportAnalysis(tr.name, t0, summary, edges, goodput, flows, link_edges, links)
 
 
@@ -192,11 +208,10 @@ def path_delay_s(jobs: list[dict]) -> float | None:
 
 
 def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl: list[dict], instants: list[dict],
-                trans: list[dict], flows: dict, edges: np.ndarray) -> dict:
-    """Per-flow and per-EV failover KPIs (:mod:`testbed.metrics.kpis`) of one transport;
-    ``detect``: one per fault of ``instants`` (:func:`fault_instants`), the first retirement of
-    an EV crossing any of its links."""
-    jobs = tr.jobs
+                trans: list[dict], flows: dict, edges: np.ndarray, jobs: list[dict]) -> dict:
+    """Per-flow and per-EV failover KPIs (:mod:`testbed.metrics.kpis`) of one transport whose
+    flows run on the agent job specs ``jobs``; ``detect``: one per fault of ``instants``
+    (:func:`fault_instants`), the first retirement of an EV crossing any of its links."""
     hosts = list(jobs[0].get("world", [])) if jobs else []
     base_rtt = (jobs[0].get("qp", {}).get("cc_params", {}).get("base_rtt_s") if jobs else None)
     spans = iteration_spans(tr.events, t0)
@@ -306,10 +321,11 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
         names = job_names(tr.jobs)
         if len(names) == 1:
             ws = int(manifest.get("world_size") or len(tr.samples.ranks) or 1)
-            a = analyze_transport(tr, ws, expected_measured_iterations(manifest))
+            a = analyze_transport(tr, ws, expected_measured_iterations(manifest),
+                                  nics=topo.nics if topo is not None else None)
             a.summary["balance"] = balance_summary(tr, topo, a.t0_s, topology_problem=topo_problem)
             analyses.append(a)
-            job_specs[name] = tr.jobs
+            job_specs[name] = tr.mrc_jobs or tr.jobs
             continue
         per_job = []   # several jobs: each analysed on its own agents; the first is the headline
         for i, job in enumerate(names):

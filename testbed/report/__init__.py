@@ -16,12 +16,14 @@ run directory (one row per bin; ``t_s`` = bin start, seconds from the transport'
 
 :func:`render` prints the tables and re-writes the plots from those files only (and
 ``<transport>/events.jsonl``): ``goodput.png`` (with a zoom on each fault),
-``fault-flows.png``, ``iteration-cdf.png``, ``ev-timeline-<transport>[-rank<r>].png``.
+``fault-flows.png``, ``iteration-cdf.png``, ``ev-timeline-<transport>[-rank<r>].png``; for a
+command job (a real training script: summary ``job``) ``step-times.png`` instead of the
+iteration CDF, and the "Real job" table (:mod:`.realjob`) instead of the busbw and nccl-tests ones.
 Tables fit the console's width, also at 80 columns and when piped (:mod:`.layout`); each
 transport's per-size results are also printed as plain nccl-tests text for its parsers.
 
 Modules: :mod:`.files` (CSV and summary.json), :mod:`.fmt` (number formats), :mod:`.layout`
-(width-fitting tables), :mod:`.tables`, :mod:`.plots`, :mod:`.evplot`.
+(width-fitting tables), :mod:`.tables`, :mod:`.plots`, :mod:`.evplot`, :mod:`.realjob`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from testbed.report.fmt import fmt_count, fmt_num, fmt_pct, fmt_s, fmt_sig
 from testbed.report.layout import Grid
 from testbed.report.plots import fault_windows, plot_fault_flows, plot_goodput, plot_iteration_cdf
 from testbed.report.balance import balance_table, collisions_table
+from testbed.report.realjob import is_command_run, plot_step_times, real_job_table
 from testbed.report.regime import regime_table
 from testbed.report.tables import busbw_by_size_table, comparison_table, jobs_table, links_table, nccl_tests_block, validity_table
 from testbed.rundir.damage import Damage, collecting, current_damage
@@ -45,7 +48,7 @@ __all__ = [
     "STATE_COLOURS", "Grid", "busbw_by_size_table", "comparison_table", "jobs_table", "ev_segments", "fault_windows",
     "fmt_count", "fmt_num", "fmt_pct", "fmt_s", "fmt_sig", "links_table", "load_summary", "nccl_tests_block",
     "plot_ev_timelines", "defaults_line", "regime_table", "plot_fault_flows", "plot_goodput", "plot_iteration_cdf", "print_damage", "render",
-    "render_tables",
+    "render_tables", "is_command_run", "plot_step_times", "real_job_table",
     "validity_table", "write_outputs", "write_plots",
 ]
 _ = (_cell, _float_cells, _time_cells, _write_csv)   # CSV internals, tested through this package
@@ -56,7 +59,8 @@ def write_plots(run_dir: Path, summary: dict, rank: int | None = None) -> list[P
     whose EVs the EV timelines show (default: the ranks with EVs crossing the fault)."""
     run_dir = Path(run_dir)
     paths = [plot_goodput(run_dir, summary)]
-    paths += [p for p in (plot_fault_flows(run_dir, summary), plot_iteration_cdf(run_dir, summary)) if p]
+    steps = plot_step_times if is_command_run(summary) else plot_iteration_cdf
+    paths += [p for p in (plot_fault_flows(run_dir, summary), steps(run_dir, summary)) if p]
     for name in summary["transports"]:
         paths += plot_ev_timelines(run_dir, summary, name, rank)
     return paths
@@ -64,16 +68,19 @@ def write_plots(run_dir: Path, summary: dict, rank: int | None = None) -> list[P
 
 def render_tables(summary: dict, console: Console) -> None:
     """Print a summary's tables: side by side, busbw by size, nccl-tests text per transport,
-    fidelity (host, links) and warnings; nothing wider than the console, nothing cut."""
-    console.print(comparison_table(summary))
+    fidelity (host, links) and warnings; nothing wider than the console, nothing cut. A command
+    job's run (:func:`is_command_run`) has the "Real job" table instead of the first three."""
+    command = is_command_run(summary)
+    console.print(real_job_table(summary) if command else comparison_table(summary))
     if defaults := defaults_line(summary):
         console.print(Text(defaults), soft_wrap=True)
     if (jobs := jobs_table(summary)) is not None:
         console.print(jobs)
-    console.print(busbw_by_size_table(summary))
-    for s in summary["transports"].values():
-        # Plain text, never wrapped or cropped: nccl-tests parsers read it line by line.
-        console.print(Text(nccl_tests_block(s)), soft_wrap=True)
+    if not command:
+        console.print(busbw_by_size_table(summary))
+        for s in summary["transports"].values():
+            # Plain text, never wrapped or cropped: nccl-tests parsers read it line by line.
+            console.print(Text(nccl_tests_block(s)), soft_wrap=True)
     console.print(validity_table(summary))
     console.print(regime_table(summary))
     console.print(links_table(summary))

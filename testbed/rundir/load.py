@@ -14,6 +14,13 @@ from testbed.rundir.schema import check_record
 from testbed.rundir.tables import LinkTable, SampleTable
 from testbed.rundir.upgrade import upgrade
 
+MRC_JOBS_GLOB = "mrc-rank*.json"
+"""A command job's ``mrc`` backend: the agent job specs it runs on, in ``jobs/`` beside the
+launcher's ``rank<r>.json`` (:attr:`TransportRecords.mrc_jobs`)."""
+COMMAND_DIR = "job"
+"""A command job's own files in the transport directory: ``rank<r>.out``/``.err`` (its stdout and
+stderr) and ``steps-rank<r>.jsonl`` (its step reports)."""
+
 
 @dataclass
 class TransportRecords:
@@ -21,7 +28,12 @@ class TransportRecords:
     samples) as lists of dicts (as in the files), ``samples`` a :class:`SampleTable`, ``links``
     a :class:`LinkTable` (lists of dicts given here are converted); ``jobs`` the agents' job
     specs in rank order (``jobs/rank<r>.json``) and ``paths`` the traced flows (``paths.json``
-    ``flows``), both empty when absent."""
+    ``flows``), both empty when absent. A command job (``jobs`` of ``"kind": "command"``, the
+    launcher's specs) also has ``mrc_jobs``, the agent job specs its ``mrc`` torch.distributed
+    backend runs on (``jobs/mrc-rank<r>.json``, by agent; empty for other transports), and
+    ``steps``, per rank ``r`` the step reports of ``job/steps-rank<r>.jsonl`` (``{"step", "t_start",
+    "t_end", "seconds", ...user fields}``, file order; unchecked here: :mod:`testbed.metrics.steps`
+    reads what it needs)."""
     name: str
     events: list[dict] = field(default_factory=list)
     samples: SampleTable | list[dict] = field(default_factory=list)
@@ -30,6 +42,8 @@ class TransportRecords:
     sched: list[dict] = field(default_factory=list)
     jobs: list[dict] = field(default_factory=list)
     paths: list[dict] = field(default_factory=list)
+    mrc_jobs: list[dict] = field(default_factory=list)
+    steps: dict[int, list[dict]] = field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.samples, SampleTable):
@@ -85,7 +99,9 @@ def load_transport(run_dir: Path, name: str, job: str | None = None) -> Transpor
     def recs(fname: str) -> Iterator[dict]:
         return _windowed(iter_jsonl(d / fname), lo, hi, d / fname)
 
-    jobs, paths = _jobs(d / rec.JOBS_DIR, manifest if isinstance(manifest, dict) else {}), _paths(d / rec.PATHS)
+    manifest = manifest if isinstance(manifest, dict) else {}
+    jobs, paths = _jobs(d / rec.JOBS_DIR, manifest), _paths(d / rec.PATHS)
+    mrc_jobs = _jobs(d / rec.JOBS_DIR, manifest, MRC_JOBS_GLOB)
     samples, sched = recs(rec.SAMPLES), list(recs(rec.SCHED))
     if job is not None:
         keep, sched_of = _job_filter(jobs, job)
@@ -93,9 +109,11 @@ def load_transport(run_dir: Path, name: str, job: str | None = None) -> Transpor
         samples = (r for r in map(keep, samples) if r is not None)
         sched = [sched_of(r) for r in sched]
         jobs = sorted((j for j in jobs if j["job"] == job), key=lambda j: j["rank"])
+        mrc_jobs = sorted((j for j in mrc_jobs if j["job"] == job), key=lambda j: j["rank"])
         paths = [f for f in paths if f.get("job", "job0") == job]
     return TransportRecords(name, events, SampleTable.from_records(samples),
-                            LinkTable.from_records(recs(rec.LINKS)), list(recs(rec.CPU)), sched, jobs, paths)
+                            LinkTable.from_records(recs(rec.LINKS)), list(recs(rec.CPU)), sched, jobs, paths,
+                            mrc_jobs, _steps(d / COMMAND_DIR))
 
 
 def _quiet_timeout(manifest) -> float | None:
@@ -117,15 +135,15 @@ def _first_times(d: Path) -> list[float]:
     return out
 
 
-def _jobs(d: Path, manifest: dict) -> list[dict]:
-    """The job specs ``jobs/rank<a>.json`` in agent order (``a`` the agent id, the rank for a
-    single job), brought to the current format (:func:`testbed.rundir.upgrade.upgrade`, by the
-    run's ``manifest``) and then checked (:data:`testbed.rundir.schemas.JOB`)."""
+def _jobs(d: Path, manifest: dict, pattern: str = "rank*.json") -> list[dict]:
+    """The job specs ``jobs/rank<a>.json`` (``pattern``) in agent order (``a`` the agent id, the
+    rank for a single job), brought to the current format (:func:`testbed.rundir.upgrade.upgrade`,
+    by the run's ``manifest``) and then checked (:data:`testbed.rundir.schemas.JOB`)."""
     if not d.is_dir():
-        if d.exists():
+        if d.exists() and pattern == "rank*.json":   # reported once
             problem(d, None, "not a directory")
         return []
-    raw = [(p, read_json(p, None)) for p in sorted(d.glob("rank*.json"))]
+    raw = [(p, read_json(p, None)) for p in sorted(d.glob(pattern))]
     for p, j in raw:
         if j is not None and not (isinstance(j, dict) and isinstance(j.get("rank"), int)):
             problem(p, None, check_record(schemas.JOB, j) or "rank: expected a rank")
@@ -139,6 +157,19 @@ def _jobs(d: Path, manifest: dict) -> list[dict]:
         else:
             problem(p, None, bad)
     return sorted(good, key=lambda j: j["agent"])
+
+
+def _steps(d: Path) -> dict[int, list[dict]]:
+    """``{rank: [step report]}`` of a command job's ``job/steps-rank<r>.jsonl`` (JSON objects; a
+    bad line is a :func:`problem`); {} without the directory."""
+    if not d.is_dir():
+        return {}
+    out = {}
+    for p in sorted(d.glob("steps-rank*.jsonl")):
+        r = p.name[len("steps-rank"):-len(".jsonl")]
+        if r.isdigit():
+            out[int(r)] = [x for x in iter_jsonl(p, None) if isinstance(x, dict)]
+    return out
 
 
 def _paths(path: Path) -> list[dict]:

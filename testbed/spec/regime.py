@@ -11,7 +11,7 @@ runs, not a second copy of its formulas.
 * queue: the smallest link queue of the fabric (``queue_pkts``), packets;
 * RTO: the QP ``timeout`` as a time (:func:`agents.mrc.rto.mrc_timeout_s`);
 * reconvergence: ``reconverge_after`` (None without it);
-* message: the first job's largest size; ranks: its hosts; planes: the fabric's;
+* message: the first job's largest size (None for a command job: its messages are its own); ranks: its hosts; planes: the fabric's;
 * sample: the agents' sample interval (``sample_interval_s``), the KPIs' resolution.
 """
 
@@ -46,7 +46,7 @@ def scenario_inputs(scenario: Scenario) -> Inputs:
         rate_bps=cc["rate_bps"], base_rtt_s=cc["base_rtt_s"], frame_bytes=job.mtu + ETHERNET_HEADER_BYTES,
         payload_bytes=job_payload_bytes(scenario), evs_per_qp=(min(evs), max(evs)) if mrc and evs else None,
         queue_pkts=min(link.params.queue_pkts for link in topo.links), rto_s=mrc_timeout_s(job.qp["timeout"]),
-        reconverge_s=scenario.reconverge_after_s, message_bytes=max(wl.sizes_bytes), ranks=len(wl.hosts),
+        reconverge_s=scenario.reconverge_after_s, message_bytes=None if wl.is_command else max(wl.sizes_bytes), ranks=len(wl.hosts),
         planes=len(topo.planes), sample_s=job.sample_interval_s)
 
 
