@@ -20,6 +20,7 @@ or answers lost on the way back, are sent again in up to :data:`ROUNDS` rounds.
 
 from __future__ import annotations
 
+import errno
 import select
 import socket
 import struct
@@ -31,6 +32,8 @@ from testbed.model.topology import Role, Topology
 
 MAX_HOPS = 8          # longer than any generated fabric's path (fat-tree: 5 switches)
 ROUNDS = 4            # send rounds for unanswered hops
+REFUSED = (errno.ENOBUFS, errno.EAGAIN, errno.ENETUNREACH, errno.EHOSTUNREACH)
+"""A probe send the kernel refuses for now: a lost probe (:mod:`testbed.fabric.verify` does the same)."""
 ROUND_WAIT_S = 0.4    # how long a round waits for answers, s (queues of 32 jumbo frames at 10 Mbit/s: ~0.23 s)
 ICMP6_TIME_EXCEEDED = 3
 ICMP6_FILTER = 1      # <netinet/icmp6.h>: setsockopt(IPPROTO_ICMPV6, ICMP6_FILTER, 256-bit block mask)
@@ -154,7 +157,11 @@ class HopTracer:
                 for i, h in todo:
                     raw, _ = socks[(flows[i].src_host, flows[i].tuple.src)]
                     raw.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, h)
-                    raw.sendto(_probe(flows[i].tuple, i << 8 | h), (flows[i].tuple.dst, 0))
+                    try:
+                        raw.sendto(_probe(flows[i].tuple, i << 8 | h), (flows[i].tuple.dst, 0))
+                    except OSError as exc:   # the host's queue is full of the job's packets: lost, sent again
+                        if exc.errno not in REFUSED:
+                            raise
                 self._collect(socks, flows, answers)
         finally:
             for raw, icmp in socks.values():

@@ -71,10 +71,12 @@ def _slowdown(seconds: float | None, median: float | None) -> float | None:
 
 
 def faulted_step(spans: list[dict], per_rank: dict, ranks, done: set, t_fault_s: float,
-                 healthy_median_s: float | None) -> dict | None:
-    """The step in progress on the slowest rank when a fault hit at ``t_fault_s``: per rank, its
-    first step that ends at or after the fault (a rank that reported no such step and is not
-    ``done`` is in the step after its last), the lowest of them over ``ranks``; ``spans``:
+                 healthy_median_s: float | None, until_s: float | None = None) -> dict | None:
+    """The step a fault hit at ``t_fault_s``: the slowest of the step in progress on the slowest
+    rank at the fault (per rank, its first step that ends at or after the fault; a rank that
+    reported no such step and is not ``done`` is in the step after its last; the lowest of them
+    over ``ranks``) and the steps that start before the fault's window ends at ``until_s``
+    (a connection idle at the fault instant meets the dead link at its next step). ``spans``:
     :func:`step_spans`, ``per_rank``: :func:`rank_steps`. ``{step, seconds (None: not
     finished by every rank), healthy_median_s, slowdown_pct, fault_t_s}``; None when every rank
     had finished."""
@@ -90,6 +92,10 @@ def faulted_step(spans: list[dict], per_rank: dict, ranks, done: set, t_fault_s:
         return None
     k = min(candidates)
     span = next((s for s in spans if s["step"] == k), None)
+    if span is not None and until_s is not None:
+        during = [s for s in spans if s["step"] > k and s["start_s"] < until_s]
+        span = max([span, *during], key=lambda s: s["seconds"])
+        k = span["step"]
     seconds = span["seconds"] if span else None
     return {"step": k, "seconds": seconds, "healthy_median_s": healthy_median_s,
             "slowdown_pct": _slowdown(seconds, healthy_median_s), "fault_t_s": t_fault_s}
@@ -257,7 +263,7 @@ def job_summary(tr, t0_s: float, world_size: int, faults: list[dict], by_link: d
     healthy = [s["seconds"] for s in timed if not _overlaps(s, windows)]
     median = float(np.median(healthy)) if healthy else None
     done = {e["rank"] for e in events if e.get("kind") == "agent" and e.get("status") == "done"}
-    hit = (faulted_step(spans, per_rank, range(world_size), done, windows[0]["t_s"], median)
+    hit = (faulted_step(timed, per_rank, range(world_size), done, windows[0]["t_s"], median, windows[0]["until_s"])
            if windows else None)
     worst = max(timed, key=lambda s: s["seconds"], default=None)
     n_done = min((len(per_rank.get(r, {})) for r in range(world_size)), default=0)

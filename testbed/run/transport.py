@@ -114,6 +114,7 @@ class TransportRun:
         self.resolved_targets = resolved_targets if resolved_targets is not None else {}
         self._trace_pending = False   # a command job's TCP flows: traced at its second step report
         self._tcp_bytes: dict | None = None   # their bytes at the first one
+        self._steps_seen: dict[int, int] = {}   # a command job's steps reported, per rank
         #: (topology, have_netem) -> an unstarted fabric; default :class:`Fabric` on this machine
         #: (a :class:`testbed.cluster.sharded.ShardedFabric` spreads it over servers)
         self.fabric_factory = fabric_factory or (lambda topo, netem: Fabric(topo, have_netem=netem))
@@ -241,7 +242,8 @@ class TransportRun:
             if i not in self.resolved_targets:
                 raise RunnerError(f"timeline[{i}]: its target ({e.target}) names Gloo's TCP flows, which a "
                                   "gloo-tcp run traces while its job runs: run gloo-tcp before this transport")
-            events[i], rec = self.resolved_targets[i]
+            event, rec = self.resolved_targets[i]
+            events[i] = dataclasses.replace(event, target=None)   # resolved: nothing more to trace
             self.journal({"kind": "target", **rec, "from": "gloo-tcp"})
             self.say(f"timeline[{i}] {rec['action']}: {rec['target']} -> {rec.get('switch') or rec['link']} "
                      "(resolved on the gloo-tcp run's traced flows)")
@@ -353,17 +355,13 @@ class TransportRun:
             (self.dir / SAMPLES_DIR).mkdir(DIR_MODE, exist_ok=True)
             for job in mrc_jobs:   # the backend samples its QPs as the agents do
                 job["samples_path"] = str(samples_file(self.dir, job["agent"]).resolve())
-                if self.scenario.controller:
-                    job["ev_stats_s"] = EV_STATS_S
             mrc_paths = write_jobs(mrc_jobs, jobs_dir, name=MRC_JOB)
         (self.dir / JOB_OUTPUT_DIR).mkdir(DIR_MODE, exist_ok=True)
         specs = build_command_specs(self.scenario, self.transport, self.dir, run_id=run_id, control_socket=sock,
                                     python=self.python, mrc_jobs=mrc_paths)
         paths = write_jobs(specs, jobs_dir)
-        self.server = ControlServer(sock, allowed_pids=lambda: [p.pid for p in self.procs.values()]
-                                    + ([self.controller.pid] if self.controller else []))
-        if self.scenario.controller and self.transport == "mrc":
-            self._start_controller(sock)
+        # no controller: the loader refuses one for a command job (its backend has no control socket)
+        self.server = ControlServer(sock, allowed_pids=lambda: [p.pid for p in self.procs.values()])
         start_local_agents(self.fabric, specs, paths, self.dir, python=self.python, processes=None,
                            procs=self.procs, logs=self.logs, module="agents.jobs")
         self.journal({"kind": "agents", "phase": "spawned", "command": list(specs[0]["argv"]),
@@ -424,11 +422,26 @@ class TransportRun:
                 return
 
     def _ended(self) -> bool:
-        """The run state has an outcome: it becomes the transport's status and reason."""
+        """The run state has an outcome: it becomes the transport's status and reason (a command
+        job's timeout says how far each rank got)."""
         if self.state.outcome is None:
             return False
         self.status, self.reason = self.state.outcome.status, self.state.outcome.reason
+        if self.status == "timeout" and self.scenario.workload.is_command:
+            self.reason += "; " + self._job_progress()
         return True
+
+    def _job_progress(self) -> str:
+        """How far a command job's ranks got: steps reported per rank, and where to look for a rank
+        that reported none (stuck in its start-up: a rendezvous some rank never joined?)."""
+        seen = self._steps_seen
+        per_rank = ", ".join(f"{r}: {seen.get(r, 0)}" for r in range(len(self.world)) if r not in self.state.done)
+        silent = [r for r in range(len(self.world)) if r not in seen and r not in self.state.done]
+        text = f"steps reported by the unfinished ranks ({per_rank})"
+        if silent:
+            text += (f"; rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} reported no step "
+                     f"(stuck in start-up or its rendezvous): see {self.dir / JOB_OUTPUT_DIR}/rank{silent[0]}.err")
+        return text
 
     @property
     def started(self) -> bool:
@@ -439,8 +452,10 @@ class TransportRun:
         if isinstance(msg, Sample) and 0 <= msg.rank < len(self.world):   # an agent without samples_path
             self.samples.write(sample_record(msg))
             return
-        if isinstance(msg, Iteration) and self._trace_pending:   # before it can trigger a targeted fault
-            self._job_flows_step(msg.seq)
+        if isinstance(msg, Iteration) and self.scenario.workload.is_command:
+            self._steps_seen[msg.rank] = max(self._steps_seen.get(msg.rank, 0), msg.seq + 1)
+            if self._trace_pending:   # before it can trigger a targeted fault
+                self._job_flows_step(msg.seq)
         self._do(self.state.on_message(msg, time.monotonic()))
         if isinstance(msg, Iteration) and msg.rank < self.primary:   # the display follows the first job
             self.progress.iteration(msg)

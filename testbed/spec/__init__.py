@@ -66,6 +66,10 @@ def servers_problem(scenario: Scenario, path: str | os.PathLike, transports) -> 
     """Why ``scenario`` cannot run on a fabric over servers (``--servers``), or None. The MRC
     controller runs on one machine only: a controller on an mrc run there would be silently
     missing, its ``replace`` policy and ``ev_*`` actions ignored, so it is refused up front."""
+    if scenario.workload.is_command:
+        return Problem(str(path), key_line(path, "workload.command"), "workload.command",
+                       "a command job runs on one machine's fabric only, not on --servers (its launchers "
+                       "start in this machine's namespaces)")
     if scenario.controller is None or not any(transport_variant(t)[0] == "mrc" for t in transports):
         return None
     return Problem(str(path), key_line(path, "controller.policy"), "controller.policy",

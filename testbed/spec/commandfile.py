@@ -120,6 +120,14 @@ def _env(r: Reader, node: Node, path: str) -> tuple[tuple[str, str], ...] | None
     return tuple(sorted(out)) if len(out) == len(node.value) else None
 
 
+def command_controller_problem(r: Reader, node) -> None:
+    """A command job takes no ``controller``: the mrc backend runs inside the user's process, with
+    no control socket for the controller's commands (DENY, REPLACE_EV) to reach its QPs."""
+    if node is not None:
+        r.error(node, "controller", "a command job's mrc backend takes no controller commands yet (it has no "
+                                    "control socket): remove 'controller' and the ev_* actions")
+
+
 def command_timeline_problems(r: Reader, timeline, transports: tuple[str, ...]) -> None:
     """A command job's flow targets (``crossed_by``) name Gloo's TCP flows (``gloo-tcp``), which
     exist only once the job runs: the runner traces those busy between the first two step reports

@@ -145,8 +145,9 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     timeline = _timeline(r, m.get("timeline"), topo, seed, timeout_s, workload, feats)
     controller, controller_restart = _controller(r, m.get("controller"), timeline)
     if workload is not None and workload.is_command and transports is not None:
-        from testbed.spec.commandfile import command_timeline_problems
+        from testbed.spec.commandfile import command_controller_problem, command_timeline_problems
         command_timeline_problems(r, timeline, transports)
+        command_controller_problem(r, m.get("controller"))
     if "agent_processes" in m and agent_processes is None:
         return None
     if r.problems or None in (name, topo, transports, seed, timeout_s, workload, timeline, trials):

@@ -101,9 +101,11 @@ timeline:
 
 @pytest.fixture
 def tree(tmp_path):
-    """tmp/{topologies -> the repo's, scenarios/, scenarios/paper/ with the repo's paper scenarios}."""
+    """tmp/{topologies -> the repo's, scenarios/, scenarios/paper/ with the repo's paper scenarios,
+    scenarios/jobs -> the repo's (the command jobs' scripts)}."""
     (tmp_path / "topologies").symlink_to(ROOT / "topologies")
     (tmp_path / "scenarios" / "paper").mkdir(parents=True)
+    (tmp_path / "scenarios" / "jobs").symlink_to(ROOT / "scenarios" / "jobs")
     for f in (ROOT / "scenarios" / "paper").glob("*.yaml"):
         (tmp_path / "scenarios" / "paper" / f.name).symlink_to(f)
     return tmp_path
