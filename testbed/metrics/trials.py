@@ -17,6 +17,9 @@ KPIS: tuple[str, ...] = (
     "false_retirements.count", "worst_stall.s", "worst_recovery.s", "healthy_gap_p99_s",
     "retransmits_after_fault", "iteration_s.p50", "wrong", "qp_errors", "balance.fabric.max_over_mean",
     "balance.collisions.max_load", "base_rtt_s",
+    # a command job's (testbed.metrics.steps)
+    "job.step_s.p50", "job.faulted_step.slowdown_pct", "job.worst_step.slowdown_pct",
+    "job.longest_host_link_stall_s",
 )
 #: Per job of a run of several jobs (``jobs.<name>.<key>``: the transport summary's ``jobs`` row).
 JOB_KPIS: tuple[str, ...] = ("busbw_fraction_of_host",)

@@ -35,6 +35,10 @@ LABELS: dict[str, tuple[str, object]] = {
     "qp_errors": ("QP errors", _count),
     "balance.fabric.max_over_mean": ("fabric utilisation max/mean", fmt_sig),
     "balance.collisions.max_load": ("max load on a fabric link (flows)", fmt_sig),
+    "job.step_s.p50": ("healthy step p50 (ms)", _scaled(1e3)),
+    "job.faulted_step.slowdown_pct": ("faulted step slowdown (%)", fmt_sig),
+    "job.worst_step.slowdown_pct": ("worst step slowdown (%)", fmt_sig),
+    "job.longest_host_link_stall_s": ("longest host-link stall (ms)", _scaled(1e3)),
 }
 JOB_LABELS: dict[str, tuple[str, object]] = {"busbw_fraction_of_host": ("busbw / host (%)", _scaled(100))}
 def fmt_stats(st: dict, fmt=fmt_sig) -> str:
@@ -67,6 +71,8 @@ def trials_table(agg: dict) -> Grid:
     rows = []
     per_job = {k: v for n in names for k, v in _job_rows(agg["transports"][n]).items()}
     for kpi, (label, fmt) in {**LABELS, **per_job}.items():
+        if kpi.startswith("job.") and not any((agg["transports"][n].get(kpi) or {}).get("n") for n in names):
+            continue   # a command job's KPIs: rows only where one ran
         cells = [_recovery_cell(agg["transports"][n][kpi], fmt) if kpi == "worst_recovery.s"
                  else fmt_stats(agg["transports"][n].get(kpi) or {}, fmt) for n in names]
         rows.append([label, *cells])

@@ -14,6 +14,7 @@ record carries the wall-clock time at which it was read, so a late tick shows as
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Mapping
 
@@ -78,6 +79,51 @@ class SchedSampler:
             if stat is not None:
                 ranks[str(rank)] = stat
         return {"t": time.time(), "ranks": ranks}
+
+
+class _Pid:
+    """A process known by its PID alone: ``poll()`` is None while ``/proc/<pid>`` exists."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        return None if os.path.exists(f"/proc/{self.pid}") else 0
+
+
+class CommandProcs(Mapping):
+    """The processes of a command job's ranks, for :class:`SchedSampler`: each launcher's command
+    (its first child, ``/proc/<pid>/task/<pid>/children``; found once it has started), not the
+    launcher itself, which only waits: the fidelity check reads the processes that do the work."""
+
+    def __init__(self, launchers: Mapping[int, object]):
+        self.launchers = launchers
+        self._found: dict[int, _Pid] = {}
+
+    def _child(self, rank: int) -> _Pid | None:
+        if rank not in self._found:
+            pid = self.launchers[rank].pid
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    children = f.read().split()
+            except OSError:
+                return None
+            if not children:
+                return None
+            self._found[rank] = _Pid(int(children[0]))
+        return self._found[rank]
+
+    def __getitem__(self, rank: int):
+        child = self._child(rank)
+        if child is None:
+            raise KeyError(rank)
+        return child
+
+    def __iter__(self):
+        return (r for r in self.launchers if self._child(r) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class Ticker:

@@ -66,7 +66,7 @@ from testbed.run.ctlproc import LOG, end_controller, spawn_controller
 from testbed.run.ctlwatch import Restarts
 from testbed.run.priority import RunnerPriority
 from testbed.run.progress import Display, Progress
-from testbed.run.sampling import LINK_SAMPLE_S, CpuSampler, SchedSampler, Ticker
+from testbed.run.sampling import LINK_SAMPLE_S, CommandProcs, CpuSampler, SchedSampler, Ticker
 from testbed.run.state import (Abort, Action, Apply, Begin, Journal, LoseController, RunState, Say, Send,
                                SpawnController)
 from testbed.rundir.errors import RunDirWriteError
@@ -74,7 +74,7 @@ from testbed.rundir.names import DIR_MODE, JOBS_DIR, PATHS, SAMPLES_DIR
 from testbed.rundir.write import (TransportWriter, agent_log, merge_samples, sample_record, samples_file,
                                   write_atomic, write_jobs)
 from testbed.spec import Scenario, transport_variant
-from testbed.spec.commandjobs import JOB_OUTPUT_DIR, MRC_JOB, build_command_specs, build_mrc_jobs
+from testbed.spec.commandjobs import JOB_OUTPUT_DIR, MASTER_PORT, MRC_JOB, build_command_specs, build_mrc_jobs
 from testbed.spec.jobs import build_all_jobs
 from testbed.spec.scenfile import PER_HOST
 
@@ -393,7 +393,8 @@ class TransportRun:
 
     def _loop(self) -> None:
         self.priority.raise_()
-        cpu, sched = CpuSampler(), SchedSampler({} if self.remote else self.procs)   # remote: their workers
+        procs = CommandProcs(self.procs) if self.scenario.workload.is_command else self.procs
+        cpu, sched = CpuSampler(), SchedSampler({} if self.remote else procs)   # remote: their workers
         t0 = time.monotonic()
         self.state.begin(t0)
         tick = self.ticker = Ticker(LINK_SAMPLE_S, t0)
@@ -439,9 +440,25 @@ class TransportRun:
         silent = [r for r in range(len(self.world)) if r not in seen and r not in self.state.done]
         text = f"steps reported by the unfinished ranks ({per_rank})"
         if silent:
-            text += (f"; rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} reported no step "
-                     f"(stuck in start-up or its rendezvous): see {self.dir / JOB_OUTPUT_DIR}/rank{silent[0]}.err")
+            away = self._not_at_rendezvous(silent)
+            stuck = away or silent
+            text += (f"; rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} reported no step"
+                     + (f", and rank{'s' if len(away) > 1 else ''} {', '.join(map(str, away))} never connected to the "
+                        f"rendezvous (MASTER_ADDR port {MASTER_PORT})" if away else " (stuck in start-up)")
+                     + f": see {self.dir / JOB_OUTPUT_DIR}/rank{stuck[0]}.err")
         return text
+
+    def _not_at_rendezvous(self, ranks: list[int]) -> list[int]:
+        """Which of ``ranks`` hold no TCP connection to rank 0's rendezvous port (torch's TCPStore
+        at MASTER_ADDR:MASTER_PORT): they never joined. [] if the sockets cannot be read."""
+        from testbed.fabric.hoptrace import tcp_connections
+        hosts = self.scenario.workload.hosts
+        master = str(self.scenario.topology.nics[hosts[0]][0].address)
+        try:
+            return [r for r in ranks if not any(t.dst == master and t.dport == MASTER_PORT
+                                                for t, _ in tcp_connections(self.fabric, hosts[r]))]
+        except OSError:
+            return []
 
     @property
     def started(self) -> bool:
