@@ -29,7 +29,9 @@ closes the channel.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import logging
+import os
 import socket
 import threading
 import time
@@ -51,6 +53,9 @@ from .sequencer import Sequencer
 
 log = logging.getLogger(__name__)
 
+THREAD_NAME = "mrc-progress"
+"""The progress thread's name in the kernel (``comm``, at most 15 bytes)."""
+PR_SET_NAME = 15   # prctl(2)
 IDLE_WAIT_S = 0.05
 """The longest the progress thread sleeps when nothing is due, s (as an agent's loop)."""
 JOIN_GRACE_S = 5.0
@@ -169,6 +174,7 @@ class Engine:
     # ---- the progress thread -----------------------------------------------------------
     def _run(self) -> None:
         loop = self.loop
+        self._as_the_nic()
         try:
             while True:
                 now = loop.time()
@@ -187,6 +193,23 @@ class Engine:
             self._fail(MRCError(f"mrc backend: rank {self.spec.rank}: progress thread failed: {exc!r}"))
         finally:
             self._shutdown()
+
+    def _as_the_nic(self) -> None:
+        """Name this thread :data:`THREAD_NAME` (the runner's fidelity check reads its scheduling
+        delays: :class:`testbed.run.sampling.CommandProcs`) and, with the job spec's ``rt_priority``
+        (scenario ``agent_realtime: true``), run it at SCHED_RR: the engine stands in for the NIC's
+        hardware, which never waits for the trainer's CPU (as :func:`agents.realtime` does for the
+        agents). A refused priority is logged, not fatal."""
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, THREAD_NAME.encode(), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        if self.spec.rt_priority:
+            try:
+                os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(self.spec.rt_priority))
+            except OSError as exc:
+                log.warning("mrc backend: rank %d: no SCHED_RR priority %d for the progress thread: %s",
+                            self.spec.rank, self.spec.rt_priority, exc)
 
     def _turn(self, now: float) -> None:
         """Serve the channel (arrivals, completions, EV events) and take the submitted ops."""

@@ -93,15 +93,18 @@ class _Pid:
 
 class CommandProcs(Mapping):
     """The processes of a command job's ranks, for :class:`SchedSampler`: each launcher's command
-    (its first child, ``/proc/<pid>/task/<pid>/children``; found once it has started), not the
-    launcher itself, which only waits: the fidelity check reads the processes that do the work."""
+    (its first child, ``/proc/<pid>/task/<pid>/children``), not the launcher itself, which only
+    waits; with ``thread`` (the mrc backend's progress thread, ``agents.torch_mrc.engine.THREAD_NAME``)
+    that thread of it, whose timers are MRC's, and a rank only once its thread runs (a counter of
+    another thread before it would make its first difference meaningless)."""
 
-    def __init__(self, launchers: Mapping[int, object]):
-        self.launchers = launchers
+    def __init__(self, launchers: Mapping[int, object], thread: str | None = None):
+        self.launchers, self.thread = launchers, thread
+        self._command: dict[int, int] = {}
         self._found: dict[int, _Pid] = {}
 
-    def _child(self, rank: int) -> _Pid | None:
-        if rank not in self._found:
+    def _command_pid(self, rank: int) -> int | None:
+        if rank not in self._command:
             pid = self.launchers[rank].pid
             try:
                 with open(f"/proc/{pid}/task/{pid}/children") as f:
@@ -110,7 +113,29 @@ class CommandProcs(Mapping):
                 return None
             if not children:
                 return None
-            self._found[rank] = _Pid(int(children[0]))
+            self._command[rank] = int(children[0])
+        return self._command[rank]
+
+    def _task(self, pid: int) -> int | None:
+        """The thread of ``pid`` named :attr:`thread` (``/proc/<pid>/task/<tid>/comm``)."""
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    if f.read().strip() == self.thread:
+                        return int(tid)
+        except OSError:
+            return None
+        return None
+
+    def _child(self, rank: int) -> _Pid | None:
+        if rank not in self._found:
+            pid = self._command_pid(rank)
+            if pid is None:
+                return None
+            tid = self._task(pid) if self.thread else pid
+            if tid is None:
+                return None
+            self._found[rank] = _Pid(tid)
         return self._found[rank]
 
     def __getitem__(self, rank: int):

@@ -66,6 +66,7 @@ from testbed.run.ctlproc import LOG, end_controller, spawn_controller
 from testbed.run.ctlwatch import Restarts
 from testbed.run.priority import RunnerPriority
 from testbed.run.progress import Display, Progress
+from agents.torch_mrc.engine import THREAD_NAME as MRC_THREAD
 from testbed.run.sampling import LINK_SAMPLE_S, CommandProcs, CpuSampler, SchedSampler, Ticker
 from testbed.run.state import (Abort, Action, Apply, Begin, Journal, LoseController, RunState, Say, Send,
                                SpawnController)
@@ -393,7 +394,9 @@ class TransportRun:
 
     def _loop(self) -> None:
         self.priority.raise_()
-        procs = CommandProcs(self.procs) if self.scenario.workload.is_command else self.procs
+        procs = self.procs
+        if self.scenario.workload.is_command:   # the commands (the mrc backend's progress thread), not their launchers
+            procs = CommandProcs(self.procs, MRC_THREAD if self.transport == "mrc" else None)
         cpu, sched = CpuSampler(), SchedSampler({} if self.remote else procs)   # remote: their workers
         t0 = time.monotonic()
         self.state.begin(t0)
