@@ -92,8 +92,14 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     flows = flow_samples(tr.samples, t0)
     t_last = max([window[1]] + [float(fs.t_s[-1]) for fs in flows.values() if len(fs.t_s)])
     resolution = kpi_bin_s(agent_jobs)
-    edges = bin_edges(0.0, t_last, resolution)
+    edges = flow_edges = bin_edges(0.0, t_last, resolution)
     goodput = aggregate_goodput_bps(flows, edges)
+    by_link: dict[str, str] = {}
+    if command:   # no flows of its own on gloo-tcp: what the host links delivered, on both backends
+        by_link = host_links([j.get("host") for j in tr.jobs if isinstance(j.get("host"), str)],
+                             [link for link, _ in tr.links.ends], nics)
+        edges = bin_edges(0.0, t_last, LINK_BIN_S)
+        goodput = delivered_to_hosts_bps(link_series(tr.links, t0, edges), by_link, edges)
     fl, trans = faults(tr.events, t0), ev_transitions(tr.events, t0)
     has_evs = bool(trans) or any(fs.evs for fs in flows.values())
     disruptive = fault_instants(fl)
@@ -101,7 +107,7 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     active = active_bins(edges, iteration_gaps(tr.events, t0))
     pre = (edges[:-1] >= window[0] - 1e-9) & (edges[1:] <= t_first + 1e-9) & active
     baseline = float(np.median(goodput[pre])) if pre.any() else 0.0
-    fk = _fault_kpis(tr, t0, window, fl, disruptive, trans, flows, edges, agent_jobs)
+    fk = _fault_kpis(tr, t0, window, fl, disruptive, trans, flows, flow_edges, agent_jobs)
     if command:   # a training step is no ring draining at an iteration's end
         fk["warnings"] = []
     per_fault = [{**f, "detect_s": fk["detect"][i] if has_evs else None,
@@ -163,11 +169,22 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
                               "retirements")},
     }
     if command:
-        by_link = host_links([j.get("host") for j in tr.jobs if isinstance(j.get("host"), str)],
-                             [link for link, _ in tr.links.ends], nics)
         summary["job"], summary["completion"] = job_summary(tr, t0, world_size, fl, by_link)
         summary["iteration_s"] = all_step_stats(tr.events, t0, world_size)
     return TransportAnalysis(tr.name, t0, summary, edges, goodput, flows, link_edges, links)
+
+
+def delivered_to_hosts_bps(series: dict[tuple, dict], by_link: dict[str, str], edges: np.ndarray) -> np.ndarray:
+    """Bits/s the host links carried into their hosts per bin of ``edges`` (the switch end's
+    ``tx_bytes``, :func:`testbed.metrics.series.link_series`; ``by_link``: ``{link: host}``, the
+    host's end is the link name's first when it starts ``<host>-``): a command job's goodput as
+    the fabric sees it, headers and retransmissions included. Shape (len(edges) - 1,)."""
+    total = np.zeros(len(edges) - 1)
+    for link, host in by_link.items():
+        switch_end = "b" if link.startswith(f"{host}-") else "a"
+        if (link, switch_end) in series:
+            total += series[(link, switch_end)]["tx_bytes"]
+    return total * 8 / np.diff(edges)
 
 
 def kpi_bin_s(jobs: list[dict]) -> float:
@@ -301,6 +318,7 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
     ``payload_bytes`` (of an mrc/rc data packet; None for a run older than the key),
     ``scenario_path``, ``regime`` (the manifest's: :func:`testbed.spec.regime.scenario_regime`;
     None for a run older than the key),
+    ``kernel_fallbacks`` (the manifest's: what the fabric did without on this kernel, one line each),
     ``definitions``,
     ``transports`` by name, ``comparison`` rows) and the per-transport analyses.
     Raises RunDirError / MetricsError."""
@@ -354,6 +372,7 @@ def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:
                if isinstance(manifest.get("scenario"), dict) else None,
                "regime": manifest.get("regime"),
                "defaults": _defaults(manifest),
+               "kernel_fallbacks": list(manifest.get("kernel_fallbacks") or ()),
                "definitions": DEFINITIONS, "transports": {a.name: a.summary for a in analyses},
                "comparison": [comparison_row(a.summary) for a in analyses]}
     return summary, analyses

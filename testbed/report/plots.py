@@ -180,8 +180,10 @@ def _goodput_axes(ax, series, tr: dict, *, zoom: dict | None) -> list:
     if series is not None:
         t = series["t_s"]
         keep = slice(None) if zoom is None else (t >= zoom["t0"] - 0.05) & (t <= zoom["t1"] + 0.05)
-        width = fmt_s(tr["kpi_resolution_s"]) + " " if tr.get("kpi_resolution_s") else ""
-        ax.plot(t[keep], series["goodput_bps"][keep] / 1e6, linewidth=0.6, color=RAW, label=f"{width}bins")
+        bin_s = float(np.median(np.diff(t))) if len(t) > 1 else tr.get("kpi_resolution_s")
+        width = fmt_s(bin_s) + " " if bin_s else ""
+        what = " into the hosts" if tr.get("job") else ""   # a command job's: the host links' counters
+        ax.plot(t[keep], series["goodput_bps"][keep] / 1e6, linewidth=0.6, color=RAW, label=f"{width}bins{what}")
         ax.plot(t[keep], series["smoothed_bps"][keep] / 1e6, linewidth=1.2, color=SMOOTH,
                 label="5-bin rolling median")
     if tr.get("baseline_goodput_bps"):
