@@ -1,7 +1,7 @@
-"""Kernel feature detection: which qdiscs, SRv6 flavours and nftables exist here.
+"""Kernel feature detection: which qdiscs, SRv6 flavours, nftables and sysctls exist here.
 
-Detected at run time, never assumed (docs/troubleshooting.md, "The kernel-feature probe"). All probes
-run in one forked child that moves itself into a throwaway network namespace
+Detected at run time, never assumed (docs/troubleshooting.md, "The kernel-feature probe"). Every probe
+but the sysctls' runs in one forked child that moves itself into a throwaway network namespace
 (``unshare(CLONE_NEWNET)`` through libc), so nothing in the caller's
 namespaces is touched, and the namespace disappears when the child exits.
 
@@ -16,6 +16,9 @@ namespaces is touched, and the namespace disappears when the child exits.
   loads it (the verifier accepts ``bpf_skb_change_tail``, ``bpf_redirect``
   and the spin lock), and it attaches, with a ``clsact`` qdisc, to a veth
   created for the purpose in the throwaway namespace and deleted by name after.
+* multipath hash sysctls (:data:`HASH_FIELDS_SYSCTL`, :data:`HASH_SEED_SYSCTL`): whether
+  their ``/proc/sys`` files exist, read by the caller (no child, no root, never cached), so
+  an unprivileged ``validate`` refuses a kernel without the hash fields too.
 
 The probe is bounded as a whole (:data:`PROBE_TIMEOUT_S`, the wait for the
 child included) and its result is cached per boot in :data:`CACHE_PATH`
@@ -24,7 +27,7 @@ after the first probe of a boot a verdict never depends on the machine's
 load. Only a root-owned cache that no one else can write is trusted.
 
 Without root the probe cannot run: :func:`features` returns a
-``KernelFeatures`` with ``probed=False`` and every feature False, and
+``KernelFeatures`` with ``probed=False`` and every feature but the sysctls False, and
 :meth:`KernelFeatures.lacks` says why, so a spec that needs a feature fails
 with a clear message instead of a half-built fabric.
 """
@@ -43,7 +46,7 @@ import subprocess
 import time
 from functools import lru_cache
 from pathlib import Path
-from testbed.model.kernel import QDISCS, KernelFeatures
+from testbed.model.kernel import HASH_FIELDS_SYSCTL, HASH_SEED_SYSCTL, QDISCS, KernelFeatures
 from testbed.model.errors import TestbedFailure
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,7 @@ CLONE_NEWNET = 0x40000000
 PROBE_TIMEOUT_S = 30.0
 CACHE_PATH = Path("/run/mrc-testbed/kernel-features.json")
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+SYSCTL_ROOT = Path("/proc/sys")
 #: Bump when the probe changes what it measures (invalidates every cache).
 PROBE_VERSION = 2
 
@@ -72,8 +76,9 @@ def features() -> KernelFeatures:
 
     Returns ``probed=False`` when not root or when the probe child fails.
     """
+    sysctls = probe_sysctls()
     if os.geteuid() != 0:
-        return KernelFeatures(probed=False, reason="not root")
+        return KernelFeatures(probed=False, reason="not root", **sysctls)
     key = cache_key()
     result = read_cache(CACHE_PATH, key) if key else None
     if result is None:
@@ -81,12 +86,23 @@ def features() -> KernelFeatures:
             result = _run_probe_child()
         except KernelProbeError as exc:
             log.warning("kernel probe failed: %s", exc)
-            return KernelFeatures(probed=False, reason=f"probe failed: {exc}")
+            return KernelFeatures(probed=False, reason=f"probe failed: {exc}", **sysctls)
         if key:
             write_cache(CACHE_PATH, key, result)
     return KernelFeatures(qdiscs=frozenset(result["qdiscs"]), seg6_next_csid=result["seg6_next_csid"],
                           nftables=result["nftables"], bpf_egress=result.get("bpf_egress", False),
-                          bpf_egress_error=result.get("bpf_egress_error", ""))
+                          bpf_egress_error=result.get("bpf_egress_error", ""), **sysctls)
+
+
+def probe_sysctls(root: Path | None = None) -> dict[str, bool]:
+    """``{"multipath_hash_fields", "multipath_hash_seed"}``: whether this kernel has each
+    sysctl (its file under ``root``, default :data:`SYSCTL_ROOT`). Both are per network
+    namespace: every namespace of the machine has them, or none has."""
+    root = SYSCTL_ROOT if root is None else root
+
+    def has(name: str) -> bool:
+        return (root / name.replace(".", "/")).is_file()
+    return {"multipath_hash_fields": has(HASH_FIELDS_SYSCTL), "multipath_hash_seed": has(HASH_SEED_SYSCTL)}
 
 
 def cache_key() -> str | None:

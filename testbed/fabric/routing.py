@@ -30,6 +30,7 @@ from typing import Iterable
 
 from testbed.fabric.netlink import IGNORE_MISSING, RT_TABLE_LOCAL, RTN_LOCAL, Batch
 from testbed.model.addressing import host_prefix, plane_prefix
+from testbed.model.kernel import HASH_FIELDS_SYSCTL, HASH_SEED_SYSCTL, KernelFeatures
 from testbed.model.topology import Link, Role, Topology
 
 SR_IFINDEX = 2
@@ -96,16 +97,27 @@ class Neighbour:
     ifindex: int
 
 
-def switch_sysctls(node: str) -> dict[str, int]:
-    """Sysctls of a switch namespace (set before any fault)."""
-    return {**_common_sysctls(), "net.ipv6.conf.all.forwarding": 1,
-            "net.ipv6.conf.all.seg6_enabled": 1, "net.ipv6.conf.default.seg6_enabled": 1,
-            # L4 hash. Policy 3 (custom fields) with the 5-tuple, not policy 1: IPv6 policy 1
-            # ignores fib_multipath_hash_seed, so every router hashes alike and an edge's flows
-            # polarise onto few cores; policy 3 honours the per-router seed.
-            "net.ipv6.fib_multipath_hash_policy": 3,
-            "net.ipv6.fib_multipath_hash_fields": IP6_MULTIPATH_HASH_5TUPLE,
-            "net.ipv4.fib_multipath_hash_seed": hash_seed(node)}
+def switch_sysctls(node: str, features: KernelFeatures | None = None) -> dict[str, int]:
+    """Sysctls of a switch namespace (set before any fault). ``features``: the kernel's
+    (default :func:`testbed.fabric.kernel.features`, probed once per process).
+
+    Without ``multipath_hash_seed`` (Linux < 6.11) the seed is left out and every router
+    hashes with the kernel's one boot-time key: ECMP polarises (:meth:`KernelFeatures.fallbacks`
+    says so, and the run records it). The hash fields (Linux 5.14) are required: validation
+    refuses a kernel without them (:meth:`KernelFeatures.refusals`)."""
+    if features is None:
+        from testbed.fabric.kernel import features as probed
+        features = probed()
+    out = {**_common_sysctls(), "net.ipv6.conf.all.forwarding": 1,
+           "net.ipv6.conf.all.seg6_enabled": 1, "net.ipv6.conf.default.seg6_enabled": 1,
+           # L4 hash. Policy 3 (custom fields) with the 5-tuple, not policy 1: IPv6 policy 1
+           # ignores fib_multipath_hash_seed, so every router hashes alike and an edge's flows
+           # polarise onto few cores; policy 3 honours the per-router seed.
+           "net.ipv6.fib_multipath_hash_policy": 3,
+           HASH_FIELDS_SYSCTL: IP6_MULTIPATH_HASH_5TUPLE}
+    if features.multipath_hash_seed:
+        out[HASH_SEED_SYSCTL] = hash_seed(node)
+    return out
 
 
 def host_sysctls(ecn: bool = False) -> dict[str, int]:

@@ -68,7 +68,7 @@ def write_plots(run_dir: Path, summary: dict, rank: int | None = None) -> list[P
 
 def render_tables(summary: dict, console: Console) -> None:
     """Print a summary's tables: side by side, busbw by size, nccl-tests text per transport,
-    fidelity (host, links) and warnings; nothing wider than the console, nothing cut. A command
+    fidelity (host, links), warnings and kernel fallbacks; nothing wider than the console, nothing cut. A command
     job's run (:func:`is_command_run`) has the "Real job" table instead of the first three."""
     command = is_command_run(summary)
     console.print(real_job_table(summary) if command else comparison_table(summary))
@@ -92,6 +92,8 @@ def render_tables(summary: dict, console: Console) -> None:
             console.print(line)
         for w in s.get("warnings") or ():
             console.print(Text.assemble(("warning", "yellow"), f" {name}: {w}"))
+    for line in summary.get("kernel_fallbacks") or ():   # the fabric did without a kernel feature
+        console.print(Text.assemble(("kernel fallback", "yellow"), f": {line}"))
 
 
 def controller_timeline(s: dict) -> list[Text]:

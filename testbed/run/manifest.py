@@ -30,10 +30,12 @@ def versions() -> dict:
 
 def base_manifest(scenario: Scenario) -> dict:
     """The manifest before any transport ran: ``transports`` (run so far, in order),
-    ``planned_transports``, ``status`` ({transport: {"status", "reason"}}) fill in as it goes.
+    ``planned_transports``, ``status`` ({transport: {"status", "reason"}}) fill in as it goes;
+    ``kernel_fallbacks``: :meth:`KernelFeatures.fallbacks` (what this kernel changed).
     Its keys are typed in :data:`MANIFEST_FIELDS`."""
     topo_bytes = Path(scenario.topology_path).read_bytes() if Path(scenario.topology_path).is_file() else b""
     hosts = scenario.workload.hosts
+    kernel = features()
     return {
         "format": FORMAT, "scenario": scenario.to_dict(), "transports": [], "planned_transports": list(scenario.transports),
         "world_size": len(hosts), "host_link_rate_bps": host_link_rate_bps(scenario),
@@ -43,6 +45,8 @@ def base_manifest(scenario: Scenario) -> dict:
         "regime": scenario_regime(scenario),
         "workload": scenario.to_dict()["workload"],
         "topology_sha256": hashlib.sha256(topo_bytes).hexdigest(),
-        "versions": versions(), "kernel_features": dataclasses.asdict(features()), "started_at": time.time(),
+        "versions": versions(), "kernel_features": dataclasses.asdict(kernel),
+        # what the fabric did without (one line each, what it changes): the report prints them
+        "kernel_fallbacks": list(kernel.fallbacks()), "started_at": time.time(),
         "status": {}, "argv": sys.argv,
     }

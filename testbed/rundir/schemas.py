@@ -150,6 +150,7 @@ MANIFEST_FIELDS = {
     "engines": Opt(MapOf(Check("python, native or kernel", lambda v: v in ("python", "native", "kernel")))),
     "spec": Check("an object", lambda v: isinstance(v, dict)), "seed": Opt(Int()), "status": Opt(MapOf(ANY)), "planned_transports": Opt(ListOf(STR, 64)),
     "started_at": Opt(TIME), "finished_at": Opt(TIME), "format": Opt(Int(1, 1 << 16, "a format number")),
+    "kernel_fallbacks": Opt(ListOf(STR, 64)),
 }
 """``manifest.json`` by top-level key (:func:`base_manifest`); the readers drop a bad key and go on.
 ``scenario`` and ``spec`` (format 1), when objects, are checked as :data:`SCENARIO_FIELDS`;

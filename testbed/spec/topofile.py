@@ -50,6 +50,8 @@ def _topology(r: Reader, root: Node, stem: str, feats: KernelFeatures) -> Topolo
         if any(isinstance(k, ScalarNode) and k.value == "topology" for k, _ in root.value):
             why += "; its 'topology' key is a scenario's, so is it a scenario missing them?"
         _explain_missing(r, why)
+    for message in feats.refusals():   # what no fabric can do without (the switches' ECMP hash)
+        r.error(r.line_for("kind"), "", message)
     name = r.text(m.get("name"), "name") or stem
     classes = _link_classes(r, m.get("link_classes"), feats, explicit=kind == "explicit")
     if kind == "explicit":

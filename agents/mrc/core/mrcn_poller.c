@@ -27,7 +27,7 @@ typedef struct poll_ep {
 
 struct mrcn_poller {
     int epfd;
-    int have_pwait2;        /* epoll_pwait2 works (cleared on ENOSYS) */
+    int have_pwait2;        /* epoll_pwait2 works (cleared on ENOSYS or EPERM) */
     poll_fd *fds;           /* indexed by descriptor */
     size_t fds_cap;
     poll_ep *eps;
@@ -205,7 +205,9 @@ static int epoll_until(mrcn_poller *p, struct epoll_event *evs, double wait_s)
     if (p->have_pwait2) {
         struct timespec ts = to_timespec(wait_s);
         int n = epoll_pwait2(p->epfd, evs, MAX_EVENTS, &ts, NULL);
-        if (n >= 0 || errno != ENOSYS)
+        /* ENOSYS: a kernel before 5.11; EPERM: a seccomp filter that predates the call (older
+         * container runtimes' profiles). epoll_pwait2 itself never fails with EPERM. */
+        if (n >= 0 || (errno != ENOSYS && errno != EPERM))
             return n;
         p->have_pwait2 = 0;
     }

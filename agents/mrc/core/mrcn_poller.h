@@ -11,8 +11,8 @@
  *   - or `until` (the caller's next timer or its longest wait) has passed.
  * Receive moderation (a NIC's rx-usecs, the caller's `hold_s`): no epoll wake-up sooner than
  * hold_s after the previous one that brought events; the rest is slept first, never past a
- * deadline. The wait itself has nanosecond resolution (epoll_pwait2; milliseconds, rounded
- * up, where the kernel lacks it).
+ * deadline. The wait itself has nanosecond resolution (epoll_pwait2, Linux 5.11; milliseconds,
+ * rounded up, with epoll_wait where the kernel lacks it or a seccomp filter refuses it).
  *
  * Time is CLOCK_MONOTONIC seconds (Python's time.monotonic), as the endpoints' own clock. */
 #ifndef MRCN_POLLER_H
