@@ -21,10 +21,13 @@ that one table never mixes code or scenario versions. A claim's ``control:`` (it
 mechanism under test removed: overrides and transports) runs after it, with the same trials,
 under ``<id>/control-runs-<stamp>/`` into ``<id>/control-results.json`` (resumed the same way).
 Then ``reproduce.json`` and ``reproduce.md``: one row per claim, "holds?" yes (the rules hold
-and the control fails them) / unproven (the rules hold, but the control passes, could not run
-or was invalid, or there is none) / no / not runnable (why) / invalid (a run failed the
-fidelity check: a claim never holds on starved runs), and the control's outcome
-(:mod:`testbed.metrics.claims`).
+and the control, run complete and valid, fails them) / unproven (fewer trials counted than
+asked: "n of N"; or the rules hold, but the control passes or there is none) / holds on its
+rules; control unproven (the control crashed, timed out, had a QP in ERR or was invalid) / no
+(a rule fails, or wrong results) / not runnable (why) / invalid (a run failed the fidelity
+check: a claim never holds on starved runs), and the control's outcome
+(:mod:`testbed.metrics.claims`); each judged on the trials asked for (``--trials``, ``--quick``
+or the claim's).
 
 ``--plan`` checks everything (the controls' key paths and values too, at their lines of the
 claims file) and prints the claims, their transports, points, trials, controls and estimated time, and each claim's regime (paper / here), and runs nothing (no fabric).
@@ -51,7 +54,7 @@ from rich.table import Table
 
 from testbed.metrics import results
 from testbed.metrics.claims import judge
-from testbed.metrics.trials import JOB_KPIS, KPIS
+from testbed.metrics.trials import JOB_KPIS, RULE_KPIS
 from testbed.report.reproduce import claim_entry, claim_regime, document, markdown, regime_table, reproduce_table
 from testbed.spec import SpecError
 from testbed.spec.claimsfile import Claim, control_problems, load_claims, rule_problems
@@ -138,8 +141,8 @@ def prepare(claims_file: Path, claims: list[Claim]) -> tuple[list[Prepared], lis
             continue
         texts = [",".join(o.text for o in pt) for pt in p.sweep.points()] if p.sweep else None
         jobs = [j.name for j in p.scenario.all_jobs]
-        problems += rule_problems(claims_file, c, list(p.scenario.transports), list(KPIS), jobs, list(JOB_KPIS),
-                                  texts)
+        problems += rule_problems(claims_file, c, list(p.scenario.transports), list(RULE_KPIS), jobs,
+                                  list(JOB_KPIS), texts)
         if c.control is not None:
             bad = control_problems(claims_file, c, list(p.scenario.transports),
                                    lambda fixed, c=c, p=p: _load_points(c, p.sweep, fixed))
@@ -457,7 +460,7 @@ def _finish(suite: Suite, docs: dict, controls: dict, out: Path, console: Consol
         cdoc, cwhy, cpath = controls.get(p.claim.id, (None, "not run (the suite stopped before it)", None))
         entries.append(claim_entry(p.claim, path, p.scenarios or ([p.scenario] if p.scenario else []), doc,
                                    control_results=cpath))
-        verdicts.append(judge(p.claim, doc, why, cdoc, cwhy))
+        verdicts.append(judge(p.claim, doc, why, cdoc, cwhy, trials=suite.trials_of(p.claim)))
     rep = document(entries, verdicts, quick=suite.quick, trials=suite.trials or (1 if suite.quick else None))
     from testbed.rundir.write import make_dir, write_atomic
     make_dir(out, "the reproduce directory")

@@ -68,6 +68,18 @@ DEFINITIONS = {
                 "whose path (job spec links, SRv6) crosses a faulted link; s; null without EVs or if no such EV "
                 "was retired. A fault is every disruptive apply the timeline planned for one instant (a switch's "
                 "links, a plane's entries with one trigger and offset: journal 'planned_s')",
+    "detect_median_s": "over the tx QPs crossing the first disruptive fault (a rank's requester towards a peer "
+                       "with an EV over one of its links, not already retired when it came): the median of "
+                       "each QP's first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN of such an EV at or after the "
+                       "fault while its link was down (fault apply .. revert or link_up); a QP that never "
+                       "retired one counts as infinitely late (null when half or more never did); s; null "
+                       "without EVs or crossing QPs. Per fault in per_fault",
+    "detect_worst_s": "the latest of those first retirements over the crossing QPs (detect_median_s): how long "
+                      "the slowest QP took to detect the fault; null when any crossing QP never detected it "
+                      "(detect_qps says how many) or without EVs or crossing QPs; s. Per fault in per_fault",
+    "detect_qps": "the QPs detect_median_s is over: detected (QPs that retired a crossing EV), crossing (QPs "
+                  "with one) and undetected [{rank, peer}]; null without EVs (or job specs). Per fault in "
+                  "per_fault",
     "false_retirements": "retirements (GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN) of EVs whose path crosses no "
                          "link that is faulted at that moment (fault apply .. its revert or link_up; a link only "
                          "slowed by a 'rate' step is alive, so it excuses none), before, "

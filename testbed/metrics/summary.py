@@ -111,6 +111,7 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
     if command:   # a training step is no ring draining at an iteration's end
         fk["warnings"] = []
     per_fault = [{**f, "detect_s": fk["detect"][i] if has_evs else None,
+                  **((fk["detect_qps"][i] if has_evs else None) or dict.fromkeys(DETECT_QP_KEYS)),
                   "recovery_s": recovery_time(edges, goodput, f["t_s"], baseline, window[1], active)}
                  for i, f in enumerate(disruptive)]
     stall_s, stall_at = longest_stall(edges, goodput, window, active)
@@ -148,6 +149,7 @@ def analyze_transport(tr: TransportRecords, world_size: int, expected_measured: 
         "controller_resyncs": [{"t_s": e["t"] - t0, **{k: e.get(k) for k in RESYNC_KEYS}}
                                for e in tr.events if e.get("kind") == "controller" and e.get("phase") == "resynced"],
         "detect_s": per_fault[0]["detect_s"] if per_fault else None,
+        **{k: per_fault[0][k] if per_fault else None for k in DETECT_QP_KEYS},
         "recovery_s": per_fault[0]["recovery_s"] if per_fault else None,
         "baseline_goodput_bps": baseline,
         "longest_stall_s": stall_s, "longest_stall_at_s": stall_at,
@@ -228,7 +230,8 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
                 trans: list[dict], flows: dict, edges: np.ndarray, jobs: list[dict]) -> dict:
     """Per-flow and per-EV failover KPIs (:mod:`testbed.metrics.kpis`) of one transport whose
     flows run on the agent job specs ``jobs``; ``detect``: one per fault of ``instants``
-    (:func:`fault_instants`), the first retirement of an EV crossing any of its links."""
+    (:func:`fault_instants`), the first retirement of an EV crossing any of its links;
+    ``detect_qps``: one per fault, :func:`detect_over_qps` (None without job specs)."""
     hosts = list(jobs[0].get("world", [])) if jobs else []
     base_rtt = (jobs[0].get("qp", {}).get("cc_params", {}).get("base_rtt_s") if jobs else None)
     spans = iteration_spans(tr.events, t0)
@@ -256,10 +259,11 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
         mine = {k for k, links in evl.items() if down & set(links)}
         detect.append(next((r["t_s"] - f["t_s"] for r in rets if r["t_s"] >= f["t_s"] - 1e-9
                             and (r["rank"], r["dir"], r["peer"], r["ev_id"]) in mine), None))
+    spread = [detect_over_qps(trans, evl, f, windows) if evl else None for f in instants]
     false = false_retirements(rets, windows, evl) if evl else []
     gaps = [g for k in kp for g in k["healthy_gaps_s"]]
     return {
-        "base_rtt_s": base_rtt, "detect": detect, "path_delay_s": path_delay_s(jobs),
+        "base_rtt_s": base_rtt, "detect": detect, "detect_qps": spread, "path_delay_s": path_delay_s(jobs),
         "flow_kpis": [{k: v for k, v in f.items() if k != "healthy_gaps_s"} for f in kp],
         "worst_stall": worst_stall(kp, base_rtt), "worst_recovery": worst_recovery(kp, base_rtt) if windows else None,
         "healthy_gap_p99_s": p_nearest_rank(gaps, 99),
@@ -273,6 +277,51 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
         "evs_crossing_fault": [{"rank": r, "dir": d, "peer": p, "ev_id": e} for r, d, p, e in sorted(crossing_evs)],
         "warnings": boundary_warnings(spans, windows),
     }
+
+
+#: The keys :func:`detect_over_qps` gives a fault (and the summary its first fault's).
+DETECT_QP_KEYS = ("detect_median_s", "detect_worst_s", "detect_qps")
+
+
+def detect_over_qps(trans: list[dict], evl: dict[tuple, tuple], fault: dict, windows: list[dict]) -> dict:
+    """Detection of one fault (:func:`fault_instants`: ``t_s``, ``links``) by every tx QP that
+    was sending over it: a crossing QP is a (rank, peer) whose requester has an EV (``evl``:
+    :func:`ev_links`) over one of the fault's links that was not already retired when the fault
+    came (its last transition of ``trans``, :func:`ev_transitions`, before it left it GOOD or
+    SKIP); its detection is its first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN of such an EV at
+    or after the fault while that link was still down (``windows``: :func:`fault_windows`).
+    Returns ``{"detect_median_s", "detect_worst_s", "detect_qps": {"detected", "crossing",
+    "undetected": [{"rank", "peer"}]}}``: median and worst (s) over the crossing QPs, a QP that
+    never detected it counting as infinitely late, so that the worst (and the median, when half
+    or more never detected it) is None; both None without a crossing QP."""
+    from testbed.metrics.definitions import DETECTED_STATES
+
+    t_f, down = fault["t_s"], set(fault["links"])
+    until = {}
+    for w in windows:
+        if w["link"] in down and w["t_s"] >= t_f - 1e-9 and w["link"] not in until:
+            until[w["link"]] = w["until_s"]
+
+    def key(e: dict) -> tuple:
+        return (e["rank"], e.get("dir") or "tx", e.get("peer"), e["ev_id"])
+
+    state = {key(e): e["new"] for e in trans if e["t_s"] < t_f - 1e-9}    # sorted by time: the last wins
+    over = {k: down & set(links) for k, links in evl.items()
+            if k[1] == "tx" and down & set(links) and state.get(k, "GOOD") not in DETECTED_STATES}
+    qps = sorted({(k[0], k[2]) for k in over}, key=lambda q: (q[0], str(q[1])))
+    first: dict[tuple, float] = {}
+    for e in trans:
+        k = key(e)
+        if (k in over and (k[0], k[2]) not in first and e["old"] in ("GOOD", "SKIP") and e["new"] in DETECTED_STATES
+                and any(t_f - 1e-9 <= e["t_s"] <= until.get(link, float("inf")) for link in over[k])):
+            first[(k[0], k[2])] = e["t_s"] - t_f
+    times = [first.get(q, float("inf")) for q in qps]
+    median = float(np.median(times)) if times else None
+    worst = max(times) if times else None
+    return {"detect_median_s": median if median is not None and np.isfinite(median) else None,
+            "detect_worst_s": worst if worst is not None and np.isfinite(worst) else None,
+            "detect_qps": {"detected": len(first), "crossing": len(qps),
+                           "undetected": [{"rank": r, "peer": p} for r, p in qps if (r, p) not in first]}}
 
 
 def comparison_row(s: dict) -> dict:
@@ -309,7 +358,8 @@ def job_row(job: str, s: dict, busbw_fraction: float | None) -> dict:
             "size_bytes": s.get("size_bytes"), "iteration_s": s.get("iteration_s"),
             "busbw_mbit_per_s": s.get("busbw_mbit_per_s"), "busbw_fraction_of_host": busbw_fraction,
             "wrong": s.get("wrong"), "complete": s["completion"]["complete"],
-            "completion": s["completion"]["reason"]}
+            "completion": s["completion"]["reason"], "valid": s.get("valid"),
+            "invalid_reasons": s.get("invalid_reasons"), "qp_errors": s.get("qp_errors")}
 
 
 def analyze_run(run_dir: Path) -> tuple[dict, list[TransportAnalysis]]:

@@ -3,7 +3,9 @@
 Pure functions on summary.json dicts (:func:`testbed.metrics.analyze_run`); the runner loads
 them and prints :func:`testbed.report.trials.trials_table`. A KPI missing from a trial's summary
 (older versions, a transport that did not run) or None there counts as "no value": ``n`` says how
-many trials gave one.
+many trials gave one; each transport's ``completion.trials`` keeps per trial whether it ran the
+transport, completed (every job), was valid, had a QP in ERR or wrong results
+(:func:`trial_facts`), which :mod:`testbed.metrics.claims` judges missing data on.
 """
 
 from __future__ import annotations
@@ -19,8 +21,14 @@ KPIS: tuple[str, ...] = (
     "balance.collisions.max_load", "base_rtt_s",
     # a command job's (testbed.metrics.steps)
     "job.step_s.p50", "job.faulted_step.slowdown_pct", "job.worst_step.slowdown_pct",
-    "job.longest_host_link_stall_s",
+    "job.longest_host_link_stall_s", "detect_median_s", "detect_worst_s",
 )
+#: Detection over every crossing QP (:func:`testbed.metrics.summary.analyze_transport`'s
+#: ``detect_median_s`` and ``detect_worst_s``), aggregated like :data:`KPIS` but not yet rows of
+#: the trials table (:data:`testbed.report.trials.LABELS` labels every KPI of :data:`KPIS`).
+DETECT_KPIS: tuple[str, ...] = ("detect_median_s", "detect_worst_s")   # in KPIS too: the trials table shows them
+#: What a claim's rule may name (:func:`testbed.spec.claimsfile.rule_problems`).
+RULE_KPIS: tuple[str, ...] = tuple(dict.fromkeys((*KPIS, *DETECT_KPIS)))
 #: Per job of a run of several jobs (``jobs.<name>.<key>``: the transport summary's ``jobs`` row).
 JOB_KPIS: tuple[str, ...] = ("busbw_fraction_of_host",)
 
@@ -29,6 +37,8 @@ def job_kpis(trials: list[dict | None]) -> list[str]:
     """``jobs.<name>.<key>`` KPIs of every job seen in the trials, in order."""
     names = list(dict.fromkeys(j["job"] for s in trials if s for j in s.get("jobs") or ()))
     return [f"jobs.{n}.{k}" for n in names for k in JOB_KPIS]
+
+
 def kpi_value(s: dict, kpi: str) -> float | None:
     """The value of a dotted KPI path in a transport summary; None if any step is missing or None.
     ``worst_recovery.s`` only counts when the slowest flow dipped and recovered."""
@@ -63,9 +73,9 @@ def first_faulted_link(s: dict) -> str | None:
     return min(hit, key=lambda f: f.get("t_s", 0.0))["link"] if hit else None
 
 
-def _transport(trials: list[dict | None]) -> dict:
+def _transport(trials: list[dict | None], seeds: list | None = None) -> dict:
     out = {}
-    for kpi in (*KPIS, *job_kpis(trials)):
+    for kpi in (*RULE_KPIS, *job_kpis(trials)):
         values = [kpi_value(s, kpi) if s else None for s in trials]
         # trials that ran the transport and gave no value: a rule on the KPI fails on them
         out[kpi] = {**stats(values), "missing": sum(1 for s, v in zip(trials, values) if s and v is None)}
@@ -80,8 +90,32 @@ def _transport(trials: list[dict | None]) -> dict:
             links[link] = links.get(link, 0) + 1
     out["faulted_link"] = dict(sorted(links.items()))
     out["validity"] = validity(trials)
-    out["completion"] = completion(trials)
+    out["completion"] = {**completion(trials), "ran": sum(1 for s in trials if s),
+                         "trials": [trial_facts(s, seed) for s, seed in zip(trials, seeds or [None] * len(trials))]}
     return out
+
+
+def trial_facts(s: dict | None, seed=None) -> dict:
+    """What one trial says of a transport beyond its KPIs, for judging whether it counts
+    (:mod:`testbed.metrics.claims`): ``{"seed", "ran"}`` (False: the trial's summary has no such
+    transport), and when it ran ``"complete"`` and ``"reason"`` (its ``completion``; None: not
+    recorded), ``"valid"`` (the fidelity check; None: not recorded), ``"qp_errors"``, ``"wrong"``
+    (the first job's) and, in a run of several jobs, ``"jobs"``: per job ``{"job", "complete",
+    "reason", "wrong", "valid"}`` (its ``jobs`` row; ``valid`` None where the row has none)."""
+    if not s:
+        return {"seed": seed, "ran": False}
+    done = s.get("completion") if isinstance(s.get("completion"), dict) else {}
+    out = {"seed": seed, "ran": True, "complete": done.get("complete"), "reason": done.get("reason"),
+           "valid": s.get("valid"), "qp_errors": _count(s.get("qp_errors")), "wrong": _count(s.get("wrong"))}
+    rows = [j for j in s.get("jobs") or () if isinstance(j, dict)]
+    if len(rows) > 1:
+        out["jobs"] = [{"job": j.get("job"), "complete": j.get("complete"), "reason": j.get("completion"),
+                        "wrong": _count(j.get("wrong")), "valid": j.get("valid")} for j in rows]
+    return out
+
+
+def _count(v) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
 
 
 def completion(trials: list[dict | None]) -> dict:
@@ -114,8 +148,11 @@ def aggregate(summaries: list[dict]) -> dict:
     Returns ``{"scenario", "trials": n, "seeds": [...] (each summary's "seed", where present),
     "faulted_link": {link: trials},
     "transports": {name: {kpi: {"median", "min", "max", "n", "missing"}, ..., "faulted_link": {link: trials},
-    "validity": {"valid", "invalid", "reasons"}, "completion": {"complete", "incomplete", "reasons"}}}}``
-    for the KPIs of :data:`KPIS` (``missing``: trials that ran the transport and gave no value;
+    "validity": {"valid", "invalid", "reasons"}, "completion": {"complete", "incomplete", "reasons", "ran",
+    "trials"}}}}`` for the KPIs of :data:`RULE_KPIS` (``missing``: trials that ran the transport and gave no value;
+    ``completion.ran``: trials whose summary has the transport, ``completion.trials``: one
+    :func:`trial_facts` per summary, in order, so that a trial missing the transport, a job of
+    several unfinished or wrong results are never lost in a count;
     ``worst_recovery.s`` over the trials whose slowest flow
     recovered, plus ``no_dip`` and ``not_recovered`` trial counts); ``faulted_link`` counts the
     link of each trial's first disruptive fault (top-level ``faulted_link``: that of the
@@ -137,5 +174,6 @@ def aggregate(summaries: list[dict]) -> dict:
     return {"scenario": summaries[0].get("scenario"), "trials": len(summaries),
             "seeds": [s["seed"] for s in summaries if s.get("seed") is not None],
             "faulted_link": dict(sorted(links.items())),
-            "transports": {n: _transport([(s.get("transports") or {}).get(n) for s in summaries])
+            "transports": {n: _transport([(s.get("transports") or {}).get(n) for s in summaries],
+                                         [s.get("seed") for s in summaries])
                            for n in names}}

@@ -12,7 +12,9 @@ claim's scenario (its sweep points' range), detection measured (median over tria
 
 from __future__ import annotations
 
-from testbed.metrics.claims import INVALID, NO, NOT_RUNNABLE, PASSES, UNPROVEN
+import re
+
+from testbed.metrics.claims import COULD_NOT_RUN, FAILS, HOLDS_CONTROL_UNPROVEN, INVALID, NO, NOT_RUNNABLE, UNPROVEN
 from testbed.model.regime import Span, from_json, hull, to_json
 from testbed.report.layout import Grid
 from testbed.report.regime import SHORT, detect_rtts, short_cells
@@ -20,8 +22,11 @@ from testbed.report.trials import JOB_LABELS, LABELS, fmt_stats
 
 FORMAT = "mrc-testbed-reproduce"
 VERSION = 1
-HEADERS = ["claim (paper section)", "paper's figure", "this testbed, median [min-max] (n)", "holds?", "control",
+HEADERS = ["claim (paper section)", "paper's figure", "this testbed, median [min-max] (n of N)", "holds?", "control",
            "scaling"]
+#: labels of the KPIs a rule may name that the trials table does not show (yet)
+_RULE_LABELS = {"detect_median_s": ("time to detect, median over crossing QPs (ms)", lambda v: f"{v * 1e3:.3g}"),
+                "detect_worst_s": ("time to detect, worst crossing QP (ms)", lambda v: f"{v * 1e3:.3g}")}
 
 
 def _label(kpi: str) -> tuple[str, object]:
@@ -29,27 +34,35 @@ def _label(kpi: str) -> tuple[str, object]:
         _, name, key = kpi.split(".", 2)
         label, fmt = JOB_LABELS.get(key, (key, None))
         return f"{name}: {label}", fmt
-    return LABELS.get(kpi, (kpi, None))
+    return LABELS.get(kpi) or _RULE_LABELS.get(kpi, (kpi, None))
 
 
 def term_cell(term: dict) -> str:
-    """``mrc busbw / host (%) @1%: 93.1 [92-94] (3)``."""
+    """``mrc busbw / host (%) @1%: 93.1 [92-94] (2 of 3)``: median [min-max] over the trials
+    that gave a value, and how many did of the trials asked for (``(2)`` in a reproduce.json
+    older than the count)."""
     label, fmt = _label(term["kpi"])
     at = f" @{term['point']}" if term.get("point") else ""
     stats = term.get("stats") or {}
-    return f"{term['transport']} {label}{at}: " + (fmt_stats(stats, fmt) if fmt else fmt_stats(stats))
+    text = fmt_stats(stats, fmt) if fmt else fmt_stats(stats)
+    of = (term.get("trials") or {}).get("of")
+    if of:
+        text = re.sub(r"\((\d+)\)$", rf"(\1 of {of})", text)
+    return f"{term['transport']} {label}{at}: {text}"
 
 
 def holds_cell(verdict: dict) -> str:
+    """The verdict, with its reason for any but "yes" (``unproven (2 of 3 trials: ...)``)."""
     v = verdict["verdict"]
-    if v in (NO, UNPROVEN, NOT_RUNNABLE, INVALID) and verdict.get("reason"):
+    if v in (NO, UNPROVEN, HOLDS_CONTROL_UNPROVEN, NOT_RUNNABLE, INVALID) and verdict.get("reason"):
         return f"{v} ({verdict['reason']})"
     return v
 
 
 def control_cell(verdict: dict) -> str:
-    """``removes ...: control: fails as it should; mrc busbw / host (%): 30.1 (1)`` (the
-    control's own terms: those of the transports it ran), or ``none``."""
+    """``removes ...: control fails as it should (...); mrc busbw / host (%): 30.1 (1 of 1)``
+    (the control's own terms: those of the transports it ran), ``... control could not run:
+    unproven (why)``, or ``none``."""
     ctl = verdict.get("control")
     if not ctl:
         return "none"
@@ -57,10 +70,12 @@ def control_cell(verdict: dict) -> str:
     terms = [t for t in ctl.get("terms") or () if ran is None or t["transport"] in ran]
     rules = ctl.get("rules") or []
     failing = [r for r in rules if r.get("holds") is False]
-    if failing:      # the first rule it fails, and how many (each is listed in reproduce.md)
+    if failing and ctl["outcome"] == FAILS:      # the first rule it fails, and how many (all in reproduce.md)
         reason = f" ({len(failing)} of {len(rules)} rules fail; {failing[0]['rule']}: {_vs(failing[0])})"
+    elif ctl.get("reason") and ctl["outcome"] == COULD_NOT_RUN:
+        reason = f" ({ctl['reason']})"
     else:
-        reason = f" ({ctl['reason']})" if ctl.get("reason") and ctl["outcome"] != PASSES else ""
+        reason = ""
     cells = "; ".join(term_cell(t) for t in terms)
     return f"{ctl['removes']}: control {ctl['outcome']}{reason}" + (f"; {cells}" if cells else "")
 
@@ -166,7 +181,11 @@ def markdown(doc: dict) -> str:
     """``reproduce.md``: the table, then each claim's rules with their values."""
     lines = [f"# The MRC paper's claims, scaled{' (quick suite)' if doc.get('quick') else ''}", "",
              f"{title(doc)[0].upper()}{title(doc)[1:]}. A claim holds when its rules hold and its control "
-             "(the scenario with the mechanism under test removed) fails them.", "",
+             "(the scenario with the mechanism under test removed) ran complete and valid and fails them. "
+             "(n of N): trials that gave a value of the trials asked for; *unproven (n of N trials)*: fewer "
+             "trials counted than asked (a trial without a summary, a transport missing from one, a job "
+             "unfinished); *holds on its rules; control unproven*: the control could not run (crashed, timed "
+             "out, a QP in ERR, invalid).", "",
              "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(_md(c) for c in row(c, c["verdict"])) + " |" for c in doc["claims"]]
     heads = ["claim", *SHORT.values()]
@@ -195,7 +214,8 @@ def markdown(doc: dict) -> str:
                              + [f"{b} in place of {a}" for a, b in (ctl.get("stand_in") or {}).items()])
             lines.append(f"  - control ({ctl['removes']}; {sets}; runs {ran}; results: "
                          f"{(c.get('control') or {}).get('results') or '-'}): **{ctl['outcome']}**"
-                         + (f" ({ctl['reason']})" if ctl.get("reason") and not ctl.get("rules") else ""))
+                         + (f" ({ctl['reason']})" if ctl.get("reason") and (not ctl.get("rules")
+                                                                            or ctl["outcome"] == COULD_NOT_RUN) else ""))
             for r in ctl.get("rules") or ():
                 state = ("not judged" + (f": {r['reason']}" if r.get("reason") else "") if r["holds"] is None
                          else f"{'holds' if r['holds'] else 'fails'}: " + _vs(r))

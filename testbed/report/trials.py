@@ -24,6 +24,8 @@ LABELS: dict[str, tuple[str, object]] = {
     "faulted_iteration.slowdown_pct": ("faulted iteration slowdown (%)", fmt_sig),
     "faulted_iterations.worst_slowdown_pct": ("worst faulted iteration slowdown (%)", fmt_sig),
     "detect_s": ("time to detect (ms)", _scaled(1e3)),
+    "detect_median_s": ("time to detect, median over crossing QPs (ms)", _scaled(1e3)),
+    "detect_worst_s": ("time to detect, worst crossing QP (ms)", _scaled(1e3)),
     "false_retirements.count": ("false retirements", _count),
     "worst_stall.s": ("worst flow stall (ms)", _scaled(1e3)),
     "worst_recovery.s": ("worst flow recovery (ms)", _scaled(1e3)),

@@ -23,7 +23,7 @@ A claims file is::
 
 A rule compares medians over the trials: ``TERM OP NUMBER``, ``TERM OP [K *] TERM`` with
 ``OP`` one of ``>= <= > <``, where ``TERM`` is ``TRANSPORT KPI [@POINT]``: a transport of the
-scenario, a KPI path of :data:`testbed.metrics.trials.KPIS` (or ``jobs.<job>.<key>``) and, for a
+scenario, a KPI path of :data:`testbed.metrics.trials.RULE_KPIS` (or ``jobs.<job>.<key>``) and, for a
 scenario with a ``sweep:``, the point: the swept value as written in the sweep block (several
 keys: the values joined by ``,``). E.g. ``mrc busbw_fraction_of_host >= 0.90``, ``rc
 busbw_fraction_of_host < 0.6 * mrc busbw_fraction_of_host``, ``mrc busbw_fraction_of_host @1%

@@ -209,8 +209,9 @@ def test_not_runnable(tmp_path):
     claim = _claim(tmp_path, ["mrc detect_s <= 5 * mrc base_rtt_s"])
     v = verdicts.judge_rules(claim, None, "paper-incast does not load here: no BPF")
     assert v["verdict"] == "not runnable" and "no BPF" in v["reason"] and v["rules"] == []
+    # results without the rules' transport: missing data (0 of 1 trials), not a scenario that cannot run
     v = verdicts.judge_rules(claim, _doc([{"rc": {"detect_s": 1.0, "valid": True}}]))
-    assert v["verdict"] == "not runnable" and "mrc: not in the results" in v["reason"]
+    assert v["verdict"] == "unproven" and "mrc: not in 1 of 1 trials" in v["reason"]
 
 
 def test_a_missing_value_fails_the_rule(tmp_path):
@@ -242,19 +243,19 @@ def _report(tmp_path):
 def test_table_rendering(tmp_path):
     doc = _report(tmp_path)
     md = markdown(doc)
-    assert ("| claim (paper section) | paper's figure | this testbed, median [min-max] (n) | holds? | control | "
+    assert ("| claim (paper section) | paper's figure | this testbed, median [min-max] (n of N) | holds? | control | "
             "scaling |") in md
-    assert ("| bw (evaluation: bandwidth) | ~96% of peak | mrc busbw / host (%): 93.0 [90.0-95.0] (3) | yes | "
+    assert ("| bw (evaluation: bandwidth) | ~96% of peak | mrc busbw / host (%): 93.0 [90.0-95.0] (3 of 3) | yes | "
             "spraying: control fails as it should (1 of 1 rules fail; mrc busbw_fraction_of_host >= 0.90: "
             "0.4 vs 0.9); "
-            "mrc busbw / host (%): 40.0 [40.0-40.0] (1) | 10 Mbit/s |") in md
+            "mrc busbw / host (%): 40.0 [40.0-40.0] (1 of 1) | 10 Mbit/s |") in md
     assert "**fails as it should**" in md and "    - `mrc busbw_fraction_of_host >= 0.90`: fails: 0.4 vs 0.9" in md
     assert "not runnable (a \\| b)" in md
     assert "`mrc busbw_fraction_of_host >= 0.90`: holds: 0.93 vs 0.9" in md
     console = Console(record=True, width=200)
     console.print(reproduce_table(doc))
     out = console.export_text()
-    assert "1 of 2 hold (their controls fail)" in out and "93.0 [90.0-95.0] (3)" in out
+    assert "1 of 2 hold (their controls fail)" in out and "93.0 [90.0-95.0] (3 of 3)" in out
     json.dumps(doc)   # reproduce.json is plain JSON
 
 

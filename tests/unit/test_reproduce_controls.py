@@ -127,12 +127,13 @@ def test_holds_only_when_the_control_fails(tmp_path):
     assert "control passes: claim does not discriminate" in v["reason"]
 
     v = verdicts.judge(claim, doc, None, None, "no run gave a summary (exit status 1)")
-    assert v["verdict"] == "unproven" and v["control"]["outcome"] == "could not run"
-    assert "exit status 1" in v["reason"]
+    assert v["verdict"] == "holds on its rules; control unproven"
+    assert v["control"]["outcome"] == "could not run: unproven" and "exit status 1" in v["reason"]
 
     bad = _doc([{"mrc": {"worst_stall": {"s": 3.0}, "valid": False, "invalid_reasons": ["starved"]}}])
-    v = verdicts.judge(claim, doc, None, bad)
-    assert v["verdict"] == "unproven" and v["control"]["outcome"] == "invalid"
+    v = verdicts.judge(claim, doc, None, bad)       # an invalid control could not run
+    assert v["verdict"] == "holds on its rules; control unproven"
+    assert v["control"]["outcome"] == "could not run: unproven" and "invalid in 1 of 1 trials (starved)" in v["reason"]
 
     v = verdicts.judge(claim, _doc([_stall(1.0, 2.5)]), None, _doc([_stall(3.0)]))   # the rules fail: no
     assert v["verdict"] == "no" and v["control"]["outcome"] == "fails as it should"
@@ -261,18 +262,25 @@ def test_every_flap_counts():
 def test_an_incomplete_run_fails_the_rules_it_feeds(tmp_path):
     """Measured (failover's control, one EV per QP): the QP whose only path died went to ERR
     39 s later and the ring never finished; the stall KPI, computed on finished iterations,
-    read 110 ms. Such a run is not a value for a rule."""
+    read 110 ms. Such a run is not a value for a rule: in the claim's runs the rule fails; a
+    control that ended so could not run (issue 45: it shows a QP in ERR, not that the rules
+    can fail on a run that finished)."""
     claim = load_claims(_file(tmp_path)).claims[0]
     dead = {"mrc": {"worst_stall": {"s": 0.11}, "valid": True,
                     "completion": {"complete": False, "reason": "rank 11 failed: QPChannelError: retry exhausted"}}}
     doc = _doc([dead])
-    assert doc["points"][0]["transports"]["mrc"]["completion"] == {
+    done = doc["points"][0]["transports"]["mrc"]["completion"]
+    assert {k: done[k] for k in ("complete", "incomplete", "reasons")} == {
         "complete": 0, "incomplete": 1, "reasons": ["rank 11 failed: QPChannelError: retry exhausted"]}
     ok = _doc([{**_stall(0.1, 2.5), "rc": {"worst_stall": {"s": 2.5}, "valid": True, "completion": {"complete": True}}}])
     v = verdicts.judge(claim, ok, None, doc)
-    assert v["verdict"] == "yes" and v["control"]["outcome"] == "fails as it should"
+    assert v["verdict"] == "holds on its rules; control unproven"
+    assert v["control"]["outcome"] == "could not run: unproven"
     assert "mrc: did not complete 1 of 1 trials (rank 11 failed" in v["control"]["rules"][0]["reason"]
-    assert verdicts.judge_rules(claim, doc)["verdict"] == "not runnable"    # rc is not in it
+    assert "mrc: did not complete 1 of 1 trials (rank 11 failed" in v["control"]["reason"]
+    dead_claim = _doc([{**dead, "rc": {"worst_stall": {"s": 2.5}, "valid": True}}])
+    assert verdicts.judge_rules(claim, dead_claim)["verdict"] == "no"       # the claim's own run: the rule fails
+    assert verdicts.judge_rules(claim, doc)["verdict"] == "unproven"        # rc is not in it: 0 of 1 trials
 
 
 def _stand_in_file(tmp_path: Path, stand_in: str, transports: str = "[mrc]") -> Path:
