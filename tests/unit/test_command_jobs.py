@@ -190,6 +190,24 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
+def _start_and_read(r: Runner, pids: Path) -> str:
+    """Pass the barrier, then wait for the command to write its PIDs to ``pids``."""
+    r.pump(lambda: "ready" in r.types())
+    r.send({"type": "start"})
+    deadline = time.monotonic() + 10
+    while not (pids.exists() and pids.read_text()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return pids.read_text()
+
+
+def _gone(*pids: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(_alive(p) for p in pids)
+
+
 def test_stop_ends_the_command_and_its_children(tmp_path, runner):
     pids = tmp_path / "pids"
     r = runner([sys.executable, script(tmp_path, f"""
@@ -199,19 +217,10 @@ def test_stop_ends_the_command_and_its_children(tmp_path, runner):
         open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
         time.sleep(60)
     """)], grace_s=0.5)
-    r.pump(lambda: "ready" in r.types())
-    r.send({"type": "start"})
-    deadline = time.monotonic() + 10
-    while not (pids.exists() and pids.read_text()):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    job, child = map(int, pids.read_text().split())
+    job, child = map(int, _start_and_read(r, pids).split())
     r.send({"type": "stop"})
     assert r.proc.wait(10) == 3
-    deadline = time.monotonic() + 5
-    while (_alive(job) or _alive(child)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(job) and not _alive(child)
+    assert _gone(job, child)
 
 
 def test_a_killed_launcher_takes_its_command_with_it(tmp_path, runner):
@@ -221,19 +230,10 @@ def test_a_killed_launcher_takes_its_command_with_it(tmp_path, runner):
         open({str(pids)!r}, "w").write(str(os.getpid()))
         time.sleep(60)
     """)])
-    r.pump(lambda: "ready" in r.types())
-    r.send({"type": "start"})
-    deadline = time.monotonic() + 10
-    while not (pids.exists() and pids.read_text()):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    job = int(pids.read_text())
+    job = int(_start_and_read(r, pids))
     r.proc.send_signal(signal.SIGKILL)
     r.proc.wait(5)
-    deadline = time.monotonic() + 5
-    while _alive(job) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(job)
+    assert _gone(job)
 
 
 # -- the scenario keys -----------------------------------------------------------------------------
