@@ -63,6 +63,7 @@ from testbed.model.topology import Topology
 from testbed.run.agents import default_agent_processes, start_local_agents
 from testbed.run.control import CONTROLLER, ControlServer, control_socket_path
 from testbed.run.ctlproc import LOG, end_controller, spawn_controller
+from testbed.run.commandjob import CommandJob, CommandJobError
 from testbed.run.ctlwatch import Restarts
 from testbed.run.priority import RunnerPriority
 from testbed.run.progress import Display, Progress
@@ -71,11 +72,10 @@ from testbed.run.sampling import LINK_SAMPLE_S, CommandProcs, CpuSampler, SchedS
 from testbed.run.state import (Abort, Action, Apply, Begin, Journal, LoseController, RunState, Say, Send,
                                SpawnController)
 from testbed.rundir.errors import RunDirWriteError
-from testbed.rundir.names import DIR_MODE, JOBS_DIR, PATHS, SAMPLES_DIR
+from testbed.rundir.names import DIR_MODE, PATHS, SAMPLES_DIR
 from testbed.rundir.write import (TransportWriter, agent_log, merge_samples, sample_record, samples_file,
                                   write_atomic, write_jobs)
 from testbed.spec import Scenario, transport_variant
-from testbed.spec.commandjobs import JOB_OUTPUT_DIR, MASTER_PORT, MRC_JOB, build_command_specs, build_mrc_jobs
 from testbed.spec.jobs import build_all_jobs
 from testbed.spec.scenfile import PER_HOST
 
@@ -113,9 +113,6 @@ class TransportRun:
         #: timeline index -> (event, record): a command job's targets on Gloo's flows, resolved in
         #: the gloo-tcp run and reused by the transports after it (one dict for the whole scenario)
         self.resolved_targets = resolved_targets if resolved_targets is not None else {}
-        self._trace_pending = False   # a command job's TCP flows: traced at its second step report
-        self._tcp_bytes: dict | None = None   # their bytes at the first one
-        self._steps_seen: dict[int, int] = {}   # a command job's steps reported, per rank
         #: (topology, have_netem) -> an unstarted fabric; default :class:`Fabric` on this machine
         #: (a :class:`testbed.cluster.sharded.ShardedFabric` spreads it over servers)
         self.fabric_factory = fabric_factory or (lambda topo, netem: Fabric(topo, have_netem=netem))
@@ -128,6 +125,9 @@ class TransportRun:
         self.world = [h for wl in scenario.all_jobs for h in wl.hosts]
         self.primary = len(scenario.workload.hosts)   # agents 0..primary-1 run the first job
         self.events, self.samples = self.records.events, self.records.samples
+        #: a command job's part (launchers, Gloo's traced flows), None for the agents'
+        self.job = (CommandJob(scenario, transport, self.dir, journal=self.journal, say=self.say,
+                               resolved=self.resolved_targets) if scenario.workload.is_command else None)
         self.fabric: Fabric | None = None
         self.faults: FaultInjector | None = None
         self.server: ControlServer | None = None
@@ -212,13 +212,12 @@ class TransportRun:
         from testbed.faults.targets import trace_and_resolve
         t0 = time.perf_counter()
         scenario = self.scenario
-        if scenario.workload.is_command and self.transport != "mrc":
+        if self.job is not None and self.job.trace_pending:
             # Gloo picks its TCP ports at run time: its flows are traced at the second step report
             write_atomic(self.dir / PATHS, json.dumps({"transport": self.transport, "flows": []}) + "\n")
-            self._trace_pending = True
             return
-        if scenario.workload.is_command:
-            scenario = dataclasses.replace(scenario, timeline=self._gloo_targets(scenario.timeline))
+        if self.job is not None:
+            scenario = dataclasses.replace(scenario, timeline=self.job.reuse_targets(scenario.timeline))
         try:
             events, traced, resolved = trace_and_resolve(self.fabric, scenario, self.transport)
         except TargetError as exc:
@@ -233,83 +232,20 @@ class TransportRun:
         self.journal({"kind": "paths", "flows": len(traced), "seconds": round(time.perf_counter() - t0, 3)})
         self.state.timeline = self._timeline(events)
 
-    def _gloo_targets(self, timeline) -> tuple:
-        """The timeline with the targets on Gloo's flows replaced by the links the gloo-tcp run
-        resolved them to (journaled); RunnerError if that run has not resolved one."""
-        events = list(timeline)
-        for i, e in enumerate(events):
-            if e.target is None:
-                continue
-            if i not in self.resolved_targets:
-                raise RunnerError(f"timeline[{i}]: its target ({e.target}) names Gloo's TCP flows, which a "
-                                  "gloo-tcp run traces while its job runs: run gloo-tcp before this transport")
-            event, rec = self.resolved_targets[i]
-            events[i] = dataclasses.replace(event, target=None)   # resolved: nothing more to trace
-            self.journal({"kind": "target", **rec, "from": "gloo-tcp"})
-            self.say(f"timeline[{i}] {rec['action']}: {rec['target']} -> {rec.get('switch') or rec['link']} "
-                     "(resolved on the gloo-tcp run's traced flows)")
-        return tuple(events)
-
-    def _job_flows_step(self, seq: int) -> None:
-        """A command job's step report: the first one takes the TCP connections' byte counts (the
-        start-up broadcast's), a later one traces the flows busy since then."""
-        from testbed.fabric.hoptrace import job_tcp_bytes
-        if self._tcp_bytes is None:
-            try:
-                self._tcp_bytes = job_tcp_bytes(self.fabric, list(self.scenario.workload.hosts))
-            except OSError as exc:
-                raise RunnerError(f"the job's TCP connections: {exc}") from exc
-        elif seq >= 1:
-            self._trace_pending = False
-            self._trace_job_flows()
-
-    def _trace_job_flows(self) -> None:
-        """A command job's TCP flows, traced on the running fabric (:mod:`testbed.fabric.hoptrace`)
-        into ``paths.json``; the timeline's flow targets not yet fired resolved on them."""
-        from testbed.fabric.hoptrace import HopTracer, job_tcp_flows, unlimit_time_exceeded
-        from testbed.faults.targets import resolve_timeline
-        from testbed.spec.selectors import TargetError
-        t0 = time.perf_counter()
-        wl, timeline = self.scenario.workload, self.state.timeline
-        try:
-            flows = job_tcp_flows(self.fabric, list(wl.hosts), self.transport, wl.name, since=self._tcp_bytes)
-            unlimited = unlimit_time_exceeded(self.fabric)
-            traced = HopTracer(self.fabric).trace(flows)
-        except OSError as exc:
-            raise RunnerError(f"tracing the job's TCP flows: {exc}") from exc
-        write_atomic(self.dir / PATHS, json.dumps(
-            {"transport": self.transport, "flows": [tf.to_dict() for tf in traced]}, indent=1) + "\n")
-        delivered = sum(tf.outcome == "delivered" for tf in traced)
-        self.journal({"kind": "paths", "flows": len(traced), "delivered": delivered,
-                      "data": sum(tf.flow.kind == "data" for tf in traced), "ratemask_switches": unlimited,
-                      "seconds": round(time.perf_counter() - t0, 3)})
-        self.say(f"traced {len(traced)} TCP flows of the job ({delivered} delivered) in "
-                 f"{time.perf_counter() - t0:.1f} s")
-        unfired = set(timeline.unfired())
-        if not any(e.target is not None for i, e in enumerate(timeline.events) if i in unfired):
-            return
-        try:
-            events, resolved = resolve_timeline(timeline.events, traced, self.scenario.topology,
-                                                seed=self.scenario.seed)
-        except TargetError as exc:
-            raise RunnerError(f"fault target: {exc}") from None
-        for rec in resolved:
-            i = rec["index"]
-            if i not in unfired:
-                continue
-            timeline.events[i] = events[i]
-            self.resolved_targets[i] = (events[i], rec)
-            self.journal({"kind": "target", **rec})
-            self.say(f"timeline[{i}] {rec['action']}: {rec['target']} -> {rec.get('switch') or rec['link']} "
-                     f"(crossed by {', '.join(rec['flows'])})")
-
     def _start_agents(self) -> None:
         self.progress.status = "starting agents"
         self.refresh()
         sock = control_socket_path(self.dir, self.transport)
         run_id = f"{self.dir.parent.name}/{self.transport}"
-        if self.scenario.workload.is_command:
-            self._start_command_job(sock, run_id)
+        if self.job is not None:
+            if not isinstance(self.fabric, Fabric):
+                raise RunnerError("a command job runs on this machine's fabric only (not over servers)")
+            # no controller: the loader refuses one for a command job (its backend has no control socket)
+            self.server = ControlServer(sock, allowed_pids=lambda: [p.pid for p in self.procs.values()])
+            specs = self.job.start(self.fabric, run_id=run_id, control_socket=sock, python=self.python,
+                                   qp_overrides=self.qp_overrides, procs=self.procs, logs=self.logs)
+            self.journal({"kind": "agents", "phase": "spawned", "command": list(specs[0]["argv"]),
+                          "pids": {r: p.pid for r, p in self.procs.items()}})
             return
         jobs = build_all_jobs(self.scenario, self.transport, run_id=run_id, control_socket=sock,
                               qp_overrides=self.qp_overrides)
@@ -343,31 +279,6 @@ class TransportRun:
                       **({"runtimes": [[jobs[a]["agent"] for a in members] for members in groups]}
                          if n is not None else {})})
 
-    def _start_command_job(self, sock: str, run_id: str) -> None:
-        """A command job: one launcher per rank in its host's namespace (:mod:`agents.jobs`), which
-        starts the user's command at ``start``; on mrc, with the backend's ring job specs beside."""
-        if not isinstance(self.fabric, Fabric):
-            raise RunnerError("a command job runs on this machine's fabric only (not over servers)")
-        jobs_dir = self.dir / JOBS_DIR
-        mrc_paths = None
-        if self.transport == "mrc":
-            mrc_jobs = build_mrc_jobs(self.scenario, run_id=run_id, control_socket=sock,
-                                      qp_overrides=self.qp_overrides)
-            (self.dir / SAMPLES_DIR).mkdir(DIR_MODE, exist_ok=True)
-            for job in mrc_jobs:   # the backend samples its QPs as the agents do
-                job["samples_path"] = str(samples_file(self.dir, job["agent"]).resolve())
-            mrc_paths = write_jobs(mrc_jobs, jobs_dir, name=MRC_JOB)
-        (self.dir / JOB_OUTPUT_DIR).mkdir(DIR_MODE, exist_ok=True)
-        specs = build_command_specs(self.scenario, self.transport, self.dir, run_id=run_id, control_socket=sock,
-                                    python=self.python, mrc_jobs=mrc_paths)
-        paths = write_jobs(specs, jobs_dir)
-        # no controller: the loader refuses one for a command job (its backend has no control socket)
-        self.server = ControlServer(sock, allowed_pids=lambda: [p.pid for p in self.procs.values()])
-        start_local_agents(self.fabric, specs, paths, self.dir, python=self.python, processes=None,
-                           procs=self.procs, logs=self.logs, module="agents.jobs")
-        self.journal({"kind": "agents", "phase": "spawned", "command": list(specs[0]["argv"]),
-                      "pids": {r: p.pid for r, p in self.procs.items()}})
-
     def _start_controller(self, sock: str, *, restart: str | None = None) -> None:
         """The controller process, its own log ``controller.log`` and decisions ``controller.jsonl``
         (both appended to by a restart); ``restart``: why its predecessor was lost (the new one
@@ -395,7 +306,7 @@ class TransportRun:
     def _loop(self) -> None:
         self.priority.raise_()
         procs = self.procs
-        if self.scenario.workload.is_command:   # the commands (the mrc backend's progress thread), not their launchers
+        if self.job is not None:   # the commands (the mrc backend's progress thread), not their launchers
             procs = CommandProcs(self.procs, MRC_THREAD if self.transport == "mrc" else None)
         cpu, sched = CpuSampler(), SchedSampler({} if self.remote else procs)   # remote: their workers
         t0 = time.monotonic()
@@ -431,37 +342,9 @@ class TransportRun:
         if self.state.outcome is None:
             return False
         self.status, self.reason = self.state.outcome.status, self.state.outcome.reason
-        if self.status == "timeout" and self.scenario.workload.is_command:
-            self.reason += "; " + self._job_progress()
+        if self.status == "timeout" and self.job is not None:
+            self.reason += "; " + self.job.progress(self.fabric, self.state.done)
         return True
-
-    def _job_progress(self) -> str:
-        """How far a command job's ranks got: steps reported per rank, and where to look for a rank
-        that reported none (stuck in its start-up: a rendezvous some rank never joined?)."""
-        seen = self._steps_seen
-        per_rank = ", ".join(f"{r}: {seen.get(r, 0)}" for r in range(len(self.world)) if r not in self.state.done)
-        silent = [r for r in range(len(self.world)) if r not in seen and r not in self.state.done]
-        text = f"steps reported by the unfinished ranks ({per_rank})"
-        if silent:
-            away = self._not_at_rendezvous(silent)
-            stuck = away or silent
-            text += (f"; rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} reported no step"
-                     + (f", and rank{'s' if len(away) > 1 else ''} {', '.join(map(str, away))} never connected to the "
-                        f"rendezvous (MASTER_ADDR port {MASTER_PORT})" if away else " (stuck in start-up)")
-                     + f": see {self.dir / JOB_OUTPUT_DIR}/rank{stuck[0]}.err")
-        return text
-
-    def _not_at_rendezvous(self, ranks: list[int]) -> list[int]:
-        """Which of ``ranks`` hold no TCP connection to rank 0's rendezvous port (torch's TCPStore
-        at MASTER_ADDR:MASTER_PORT): they never joined. [] if the sockets cannot be read."""
-        from testbed.fabric.hoptrace import tcp_connections
-        hosts = self.scenario.workload.hosts
-        master = str(self.scenario.topology.nics[hosts[0]][0].address)
-        try:
-            return [r for r in ranks if not any(t.dst == master and t.dport == MASTER_PORT
-                                                for t, _ in tcp_connections(self.fabric, hosts[r]))]
-        except OSError:
-            return []
 
     @property
     def started(self) -> bool:
@@ -472,10 +355,11 @@ class TransportRun:
         if isinstance(msg, Sample) and 0 <= msg.rank < len(self.world):   # an agent without samples_path
             self.samples.write(sample_record(msg))
             return
-        if isinstance(msg, Iteration) and self.scenario.workload.is_command:
-            self._steps_seen[msg.rank] = max(self._steps_seen.get(msg.rank, 0), msg.seq + 1)
-            if self._trace_pending:   # before it can trigger a targeted fault
-                self._job_flows_step(msg.seq)
+        if isinstance(msg, Iteration) and self.job is not None:   # before it can trigger a targeted fault
+            try:
+                self.job.on_step(msg.rank, msg.seq, self.fabric, self.state.timeline)
+            except CommandJobError as exc:
+                raise RunnerError(str(exc)) from exc
         self._do(self.state.on_message(msg, time.monotonic()))
         if isinstance(msg, Iteration) and msg.rank < self.primary:   # the display follows the first job
             self.progress.iteration(msg)
@@ -616,7 +500,8 @@ class TransportRun:
     # -- the end -------------------------------------------------------------------------
     def _finish(self) -> None:
         status = self.status or "interrupted"
-        self._trace_pending = False   # late step reports trace nothing
+        if self.job is not None:
+            self.job.trace_pending = False   # late step reports trace nothing
         if self.ticker is not None and self.ticker.skipped:
             log.warning("%s: the runner missed %d sampling ticks of %g s (starved; the records' t show the gaps)",
                         self.transport, self.ticker.skipped, LINK_SAMPLE_S)

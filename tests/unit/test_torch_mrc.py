@@ -127,8 +127,9 @@ def test_three_ranks_collectives_and_ddp(tmp_path, engine):
         # 1e-5 leaves a factor of 100 and still catches a wrong average (~1e-2)
         assert res["ddp_max_abs_diff"] <= 1e-5, res
         assert res["ddp_steps"] == 5
-        # destroy_process_group closed the engine after the idle handshake, not after linger_s (5 s)
-        assert res["closed_by_destroy"] and res["shutdown_s"] < 2.5, res
+        # destroy_process_group closed the engine after the idle handshake (closed_by_destroy), not after
+        # linger_s; the time is only a hang bound
+        assert res["closed_by_destroy"] and res["shutdown_s"] < 10.0, res   # a hang bound: it takes ~20 ms
     print(json.dumps({engine: {k: results[0][1][k] for k in
                                ("allreduce_1MiB_ms", "f32_rel_diff", "f32_not_bit_identical", "ddp_max_abs_diff",
                                 "shutdown_s")}}))
