@@ -56,7 +56,8 @@ def command_workload(r: Reader, m: dict[str, Node], topo: Topology | None, seed:
     if "evs" in m and "evs_per_qp" in m:
         r.error(m["evs_per_qp"], f"{where}.evs_per_qp", "give either evs or evs_per_qp, not both")
     mtu = r.integer(m.get("mtu"), f"{where}.mtu", minimum=1280, maximum=65535)
-    from testbed.spec.scenfile import _payload
+    from testbed.spec.scenfile import _payload, ev_paths_key
+    ev_paths = ev_paths_key(r, m, where)
     payload = _payload(r, m, topo, where)
     if r.problems or None in (argv, hosts, order, env) or (topo is None):
         return None
@@ -64,7 +65,8 @@ def command_workload(r: Reader, m: dict[str, Node], topo: Topology | None, seed:
     # the mrc backend's ring (all_reduce peers); one float32 per rank is the smallest valid ring job
     return WorkloadSpec("all_reduce", order_hosts(hosts, order, topo, seed), ELEMENT_BYTES * n, ELEMENT_BYTES * n,
                         2, steps or 1, 0, evs=evs, mtu=mtu, order=order, evs_per_qp=evs_per_qp, name=name,
-                        payload=payload, command=argv, cwd=str(scenario_dir.resolve()), env=env, steps=steps)
+                        payload=payload, command=argv, cwd=str(scenario_dir.resolve()), env=env, steps=steps,
+                        ev_paths=ev_paths or "spread")
 
 
 def _argv(r: Reader, node: Node, path: str, cwd: Path) -> tuple[str, ...] | None:

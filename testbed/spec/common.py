@@ -64,6 +64,8 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "perm
 #: ``workload.order``: ``listed`` (the hosts as given, ``all`` in topology order), ``random``
 #: (seeded shuffle) or ``rail`` (hosts grouped by their position under their edge switch).
 ORDERS = ("listed", "random", "rail")
+EV_PATHS = ("spread", "oblivious")
+"""``workload.ev_paths``: how an MRC QP's EV ids map to paths (:class:`testbed.spec.model.WorkloadSpec`)."""
 #: RC variants: N QPs per connection (NCCL_IB_QPS_PER_CONNECTION) ``rc-x<N>``, and RoCE's DCQCN
 #: congestion control ``rc-dcqcn`` / ``rc-dcqcn-x<N>``.
 RC_VARIANT_RE = re.compile(r"rc(?P<dcqcn>-dcqcn)?(?:-x(?P<qps>[1-9][0-9]?))?")

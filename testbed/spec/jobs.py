@@ -34,6 +34,7 @@ timer that fires on queued packets is taken for a dead path.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import random
 
@@ -50,10 +51,11 @@ from testbed.model.topology import CONTROL_PRIORITY, EV, Role, Topology
 QP_DEFAULTS = {"retry_linear": 7, "retry_exp": 7, "cc": "uet-1.0-nscc", "initial_rto_s": 1.0}
 """QP attributes every job gets (mrc.h names; see the module docstring); ``timeout`` comes
 from the fabric (:func:`qp_timeout`)."""
-RTO_MARGIN_BASE_RTTS = 1.5
-"""The RTO's least margin above SRTT, in base RTTs (67 ms over fat-tree-k4's 43.5 ms base RTT
-at 5 Mbit/s): wide enough that queueing retires no working EV, narrow enough that an EV
-through a failed link is retired within a few base RTTs."""
+RTO_MARGIN_BASE_RTTS = 33.0
+"""The RTO's least margin above SRTT, in base RTTs, unless a scenario's ``qp.rto_base_rtts`` says
+otherwise: the MRC paper's regime, mrc.h's example ``timeout`` 8 (1.024 us x 2^8 = 262 us) over a
+base RTT of ~8 us (scenarios/paper/claims.yaml's ``regime``). At that ratio a dead path bypassed
+within a few base RTTs was found by loss inference, not by the timer (docs/reproducing.md)."""
 ACK_COALESCE_FRAMES = 1.5
 """The responder's coalescing hold (``ack_coalesce_s``), in data-frame times of the flow's
 rate: at full rate the next packet arrives one frame time later and shares the SACK, so a
@@ -72,12 +74,13 @@ SACK_BYTES = 120     # a SACK frame on the wire (Ethernet + IPv6 + UDP + SACK he
 ETHERNET_HEADER_BYTES = 14
 
 
-def qp_timeout(base_rtt: float) -> int:
+def qp_timeout(base_rtt: float, base_rtts: float = RTO_MARGIN_BASE_RTTS) -> int:
     """The mrc.h ``timeout`` exponent for a fabric of base RTT ``base_rtt`` (s): the one whose
-    1.024 us * 2**timeout is geometrically nearest :data:`RTO_MARGIN_BASE_RTTS` base RTTs, at
-    least :data:`MIN_QP_TIMEOUT`, at most 24 (mrc.h's range). fat-tree-k4: 16 at 5 Mbit/s
-    (43.5 ms base RTT), 15 at 10 Mbit/s (22.7 ms)."""
-    exact = math.log2(RTO_MARGIN_BASE_RTTS * base_rtt / mrc_timeout_s(0))
+    1.024 us * 2**timeout is geometrically nearest ``base_rtts`` base RTTs (default
+    :data:`RTO_MARGIN_BASE_RTTS`), at least :data:`MIN_QP_TIMEOUT`, at most 24 (mrc.h's range).
+    fat-tree-k4 at 33 base RTTs: 20 (1.07 s) at 5 Mbit/s (43.5 ms base RTT), 19 (0.54 s) at
+    10 Mbit/s (22.7 ms); at 1.5 base RTTs 16 and 15."""
+    exact = math.log2(base_rtts * base_rtt / mrc_timeout_s(0))
     return max(MIN_QP_TIMEOUT, min(24, round(exact)))
 
 
@@ -188,36 +191,57 @@ def _ev_dict(ev: EV, ev_id: int | None = None, topo: Topology | None = None) -> 
     return out
 
 
-def backup_evs(topo: Topology, src: str, dst: str, limit: int | None, exactly: int | None) -> list[EV]:
+def backup_evs(topo: Topology, src: str, dst: str, limit: int | None, exactly: int | None,
+               oblivious: str | None = None) -> list[EV]:
     """The paths from ``src`` to ``dst`` an MRC QP does not use (:func:`qp_evs`), at most
     :data:`MAX_BACKUP_EVS`, with their own ids: what the controller may swap in by REPLACE_EV.
-    None with ``exactly`` (EV ids there are not path ids)."""
-    if exactly is not None:
+    None with ``exactly`` or ``oblivious`` (EV ids there are not path ids)."""
+    if exactly is not None or oblivious is not None:
         return []
     used = {ev.ev_id for ev in qp_evs(topo, src, dst, limit)}
     return [ev for ev in topo.evs(src, dst) if ev.ev_id not in used][:MAX_BACKUP_EVS]
 
 
 def qp_evs(topo: Topology, src: str, dst: str, limit: int | None = None,
-           exactly: int | None = None) -> list[EV]:
+           exactly: int | None = None, oblivious: str | None = None) -> list[EV]:
     """The EVs of an MRC QP from ``src`` to ``dst``: the paths of :meth:`Topology.evs` (at most
     ``limit``), or, with ``exactly``, that many EVs reusing the paths round-robin (EV k takes path
-    k mod paths; ids 0..exactly-1). The MRC spec's EV count is independent of the path count."""
+    k mod paths; ids 0..exactly-1). The MRC spec's EV count is independent of the path count.
+
+    ``oblivious`` (a seed text; ``workload.ev_paths: oblivious``): the same number of EVs, ids
+    0..n-1, but EV k takes path :func:`oblivious_path` of every path from ``src`` to ``dst``, so
+    EVs collide on a path as a hashing fabric's would (uet-htsim's oblivious spraying: each EV's
+    entropy value hashed to a path), instead of covering the paths evenly."""
     if exactly is None:
-        return topo.evs(src, dst, limit=limit)
+        chosen = topo.evs(src, dst, limit=limit)
+    else:
+        paths = topo.evs(src, dst)
+        chosen = [dataclasses.replace(paths[k % len(paths)], ev_id=k) for k in range(exactly)]
+    if oblivious is None:
+        return chosen
     paths = topo.evs(src, dst)
-    return [dataclasses.replace(paths[k % len(paths)], ev_id=k) for k in range(exactly)]
+    return [dataclasses.replace(paths[oblivious_path(oblivious, src, dst, k, len(paths))], ev_id=k)
+            for k in range(len(chosen))]
+
+
+def oblivious_path(seed: str, src: str, dst: str, ev_id: int, paths: int) -> int:
+    """The path index in ``[0, paths)`` of EV ``ev_id`` from ``src`` to ``dst`` under oblivious
+    spraying: the first 8 bytes of SHA-256 of ``"seed:src:dst:ev_id"`` modulo ``paths``, uniform
+    and independent per EV, so n EVs over P paths leave about P(1-1/P)^n of them unused."""
+    digest = hashlib.sha256(f"{seed}:{src}:{dst}:{ev_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % paths
 
 
 def mirrored_evs(topo: Topology, src: str, dst: str, limit: int | None,
-                 exactly: int | None = None, forward: list[EV] | None = None) -> list[dict]:
+                 exactly: int | None = None, forward: list[EV] | None = None,
+                 oblivious: str | None = None) -> list[dict]:
     """Paths from ``dst`` back to ``src`` mirroring ``src``'s EVs towards ``dst`` (or the EVs
-    ``forward``), same ids.
+    ``forward``; ``oblivious`` as for :func:`qp_evs`), same ids.
 
     Raises ValueError if a path has no mirror (cannot happen on a symmetric fabric)."""
     back = {(ev.src.ifname, ev.dst.ifname, ev.switches): ev for ev in topo.evs(dst, src)}
     out = []
-    for ev in (forward if forward is not None else qp_evs(topo, src, dst, limit, exactly)):
+    for ev in (forward if forward is not None else qp_evs(topo, src, dst, limit, exactly, oblivious)):
         mirror = back.get((ev.dst.ifname, ev.src.ifname, tuple(reversed(ev.switches))))
         if mirror is None:
             raise ValueError(f"EV {ev.ev_id} {src}->{dst} via {'/'.join(ev.switches)} has no reverse path")
@@ -341,17 +365,20 @@ def build_job_specs(scenario: Scenario, transport: str, *, run_id: str, control_
     # MRC's QP sprays over every plane's NIC; rc and tcp use the first NIC only.
     rate = host_bandwidth_bps(scenario) if base == "mrc" else host_link_rate_bps(scenario)
     mtu = job_mtu(scenario)
-    longest = max((ev.links for a, b in sends for ev in qp_evs(topo, hosts[a], hosts[b], wl.evs, wl.evs_per_qp)),
-                  key=len)
+    hashed = str(scenario.seed) if wl.ev_paths == "oblivious" else None
+    longest = max((ev.links for a, b in sends
+                   for ev in qp_evs(topo, hosts[a], hosts[b], wl.evs, wl.evs_per_qp, hashed)), key=len)
     # kernel tcp is not held by any endpoint: no propagation delay in its RTT nor its routes
     delayed = base != "tcp"
     base_rtt = round(base_rtt_s(topo, longest, mtu, propagation=delayed), 6)
-    timeout = (qp_overrides or {}).get("timeout", qp_timeout(base_rtt))
+    settings = dict(scenario.qp)
+    timeout = (qp_overrides or {}).get("timeout", qp_timeout(base_rtt, settings.pop("rto_base_rtts",
+                                                                                   RTO_MARGIN_BASE_RTTS)))
     # min_rto_s 0: the RTO's floor is the mrc.h timeout's (>= 33.5 ms), which bounds the SACK hold.
     qp = {**QP_DEFAULTS, "timeout": timeout, "min_rto_s": 0.0,
           "ack_coalesce_s": ack_coalesce_s(mtu + ETHERNET_HEADER_BYTES, rate, mrc_timeout_s(timeout)),
           "cc_params": {"rate_bps": rate, "base_rtt_s": base_rtt},
-          **(dcqcn_qp(rate, base_rtt, mtu) if name.cc == "dcqcn" else {}), **(qp_overrides or {})}
+          **(dcqcn_qp(rate, base_rtt, mtu) if name.cc == "dcqcn" else {}), **settings, **(qp_overrides or {})}
     if base in ("mrc", "rc") and any(link.params.ecn_threshold_pkts for link in topo.links):
         qp.setdefault("ecn", True)   # switches mark CE: send ECT(0), read CE, NSCC takes ECN
     if base in ("mrc", "rc") and any(link.params.control_priority and topo.nodes[end.node].role is Role.HOST
@@ -366,9 +393,9 @@ def build_job_specs(scenario: Scenario, transport: str, *, run_id: str, control_
         a, b = hosts[me], hosts[other]
         backups: list[dict] = []
         if base == "mrc":
-            evs = ([_ev_dict(ev, topo=topo) for ev in qp_evs(topo, a, b, wl.evs, wl.evs_per_qp)] if towards
-                   else mirrored_evs(topo, b, a, wl.evs, wl.evs_per_qp))
-            spare = backup_evs(topo, *((a, b) if towards else (b, a)), wl.evs, wl.evs_per_qp)
+            evs = ([_ev_dict(ev, topo=topo) for ev in qp_evs(topo, a, b, wl.evs, wl.evs_per_qp, hashed)] if towards
+                   else mirrored_evs(topo, b, a, wl.evs, wl.evs_per_qp, oblivious=hashed))
+            spare = backup_evs(topo, *((a, b) if towards else (b, a)), wl.evs, wl.evs_per_qp, hashed)
             backups = ([_ev_dict(ev, topo=topo) for ev in spare] if towards
                        else mirrored_evs(topo, b, a, None, forward=spare))
         else:  # towards a destination: our QPs' ports; back to a source: its QPs' ports

@@ -18,6 +18,10 @@ class WorkloadSpec:
     """The collective to run: ``hosts`` resolved to names in rank order (after ``order``);
     sizes in bytes. ``evs``: at most that many EVs per QP, one per distinct path;
     ``evs_per_qp``: exactly that many, reusing paths round-robin where there are fewer.
+    ``ev_paths``: how an EV id maps to a path: ``"spread"`` (the default: EV k takes path k, so a
+    QP's EVs cover its paths evenly) or ``"oblivious"`` (each EV's path drawn by a seeded hash of
+    the scenario seed, the host pair and the EV id, with collisions, as a switch hashing each EV's
+    entropy would: :func:`testbed.spec.jobs.qp_evs`).
     ``payload``: bytes of payload per mrc/rc data packet as the file gave it (None: the default,
     :func:`testbed.spec.jobs.job_payload_bytes`); ``mtu`` and ``payload`` exclude each other."""
 
@@ -45,6 +49,7 @@ class WorkloadSpec:
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     steps: int | None = None
+    ev_paths: str = "spread"
 
     @property
     def is_command(self) -> bool:
@@ -158,6 +163,12 @@ class Scenario:
     #: The values absent optional keys took (:data:`testbed.spec.schema.SCENARIO_DEFAULTS`, the
     #: derived timeout), as ``(key path, value)`` in file order: ``(("seed", 1), ("timeout", 58.0))``.
     defaults: tuple[tuple[str, object], ...] = ()
+    #: ``qp:``: QP settings for every mrc and rc QP of the run, as ``(key, value)`` pairs in file
+    #: order: ``loss_inference`` (False: a loss is found only by the RTO or a NACK), ``ecn`` (False:
+    #: no ECT, so no CE marks, no ECN steering and no NSCC response to ECN), ``rto_base_rtts`` (the
+    #: RTO's least margin above SRTT in base RTTs; absent:
+    #: :data:`testbed.spec.jobs.RTO_MARGIN_BASE_RTTS`). Applied by :func:`testbed.spec.jobs.build_job_specs`.
+    qp: tuple[tuple[str, object], ...] = ()
 
     def engines(self) -> dict[str, str]:
         """The engine of every transport of the run: mrc/rc variants the scenario's ``engine``,
@@ -181,7 +192,7 @@ class Scenario:
             "transports": list(self.transports), "seed": self.seed, "trials": self.trials,
             "agent_processes": self.agent_processes, "agent_realtime": self.agent_realtime,
             "engine": self.engine, "engines": self.engines(), "controller": self.controller,
-            "controller_restart": self.controller_restart,
+            "controller_restart": self.controller_restart, "qp": dict(self.qp),
             "timeout_s": self.timeout_s, "defaults": dict(self.defaults),
             "reconverge_after_s": self.reconverge_after_s,
             "workload": _workload_dict(self.workload),

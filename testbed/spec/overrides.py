@@ -67,8 +67,9 @@ def _scalar_key(node: Node) -> str | None:
 
 def apply(root: Node, key: Key, value: Node, key_mark: Mark | None = None) -> Node:
     """A copy of ``root`` with ``value`` at ``key`` (only the nodes on the path are copied).
-    The last part may be a key the mapping lacks (it is added, its key node at ``key_mark``,
-    default the value's mark); any other missing step raises KeyError_."""
+    A missing key is added (its key node at ``key_mark``, default the value's mark), with the
+    mappings under it when the rest of the path is keys (``qp.ecn`` on a file without ``qp``);
+    a missing step before a list index raises KeyError_."""
     if not key:
         return value
     head, rest = key[0], key[1:]
@@ -89,10 +90,12 @@ def apply(root: Node, key: Key, value: Node, key_mark: Mark | None = None) -> No
             pairs[i] = (k, apply(v, rest, value, key_mark))
             break
     else:
-        if rest:
+        if rest and not all(isinstance(part, str) for part in rest):
             keys = [_scalar_key(k) for k, _ in pairs]
             raise KeyError_(f"{head}: no such key here (has: {', '.join(str(k) for k in keys) or 'none'})")
         mark = key_mark or value.start_mark
+        if rest:   # a mapping the file lacks (qp.ecn): made here; the validator judges its keys
+            value = apply(MappingNode("tag:yaml.org,2002:map", [], mark, mark), rest, value, key_mark)
         pairs.append((ScalarNode("tag:yaml.org,2002:str", head, mark, mark), value))
     return MappingNode(root.tag, pairs, root.start_mark, root.end_mark, root.flow_style)
 

@@ -15,7 +15,7 @@ from testbed.model.kernel import KernelFeatures
 from testbed.model.topology import Topology
 from testbed.model.units import show
 from testbed.spec.yamlread import Problem, Reader, SpecError, join, line_of
-from testbed.spec.common import (COLLECTIVE_REQUIRED, COMMAND_ONLY, JOB_BACKENDS, COLLECTIVES, JOB_NAME_RE, ORDERS, parse_transport, transport_variant, SCENARIO_KEYS,
+from testbed.spec.common import (COLLECTIVE_REQUIRED, COMMAND_ONLY, JOB_BACKENDS, COLLECTIVES, JOB_NAME_RE, ORDERS, EV_PATHS, parse_transport, transport_variant, SCENARIO_KEYS,
                                  _WORKLOAD_REQUIRED, SCENARIO_NAME_RE, ELEMENT_BYTES, MAX_WORKLOAD_BYTES,
                                  MAX_ITERATIONS, MAX_EVS, MAX_REFERRED_PROBLEMS, _sorted, _not_a_mapping,
                                  _did_you_mean, _explain_missing, CONTROLLER_POLICIES, EV_ACTIONS)
@@ -128,6 +128,7 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
             agent_realtime = value
         else:
             r.error(node, "agent_realtime", f"expected true or false, got {r.describe(node)}")
+    qp = _qp(r, m.get("qp"))
     engine = _engine(r, m)
     if "engine" not in m:
         defaults["engine"] = engine
@@ -156,7 +157,31 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
                     reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs),
                     agent_processes=agent_processes, agent_realtime=agent_realtime, controller=controller,
-                    controller_restart=controller_restart, engine=engine, defaults=tuple(defaults.items()))
+                    controller_restart=controller_restart, engine=engine, defaults=tuple(defaults.items()),
+                    qp=qp)
+
+
+def _qp(r: Reader, node) -> tuple[tuple[str, object], ...]:
+    """``qp:``: QP settings of every mrc and rc QP (:attr:`testbed.spec.model.Scenario.qp`):
+    ``loss_inference`` and ``ecn`` true or false, ``rto_base_rtts`` a number of base RTTs in
+    [1, 1000]. Problems go to ``r``; absent: ``()``."""
+    if node is None:
+        return ()
+    m = r.mapping(node, "qp", *SCENARIO["qp"])
+    out: list[tuple[str, object]] = []
+    for key, value_node in (m or {}).items():
+        value = r.value(value_node) if isinstance(value_node, ScalarNode) else None
+        if key == "rto_base_rtts":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 1000:
+                r.error(value_node, f"qp.{key}", f"expected a number of base RTTs from 1 to 1000 "
+                                                 f"(the paper's ratio is ~33), got {r.describe(value_node)}")
+                continue
+            out.append((key, float(value)))
+        elif isinstance(value, bool):
+            out.append((key, value))
+        else:
+            r.error(value_node, f"qp.{key}", f"expected true or false, got {r.describe(value_node)}")
+    return tuple(out)
 
 
 def _engine(r, m) -> str:
@@ -357,6 +382,7 @@ def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | N
     if "evs" in m and "evs_per_qp" in m:
         r.error(m["evs_per_qp"], f"{where}.evs_per_qp", "give either evs (at most one EV per path) or "
                                                         "evs_per_qp (exactly this many, reusing paths), not both")
+    ev_paths = ev_paths_key(r, m, where)
     mtu = r.integer(m.get("mtu"), f"{where}.mtu", minimum=1280, maximum=65535)
     if mtu is not None and topo is not None and mtu > (low := min(l.params.mtu for l in topo.links)):
         r.error(m["mtu"], f"{where}.mtu", f"{mtu} is above the fabric's smallest link MTU ({low})")
@@ -370,7 +396,15 @@ def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | N
     salt = "" if where == "workload" or where == "jobs[0]" else f":{name}"
     return WorkloadSpec(collective, order_hosts(hosts, order, topo, f"{seed}{salt}"), sizes[0], sizes[1], *counts,
                     evs=evs, mtu=mtu, order=order, evs_per_qp=evs_per_qp, targets=targets, name=name,
-                        payload=payload)
+                        payload=payload, ev_paths=ev_paths or "spread")
+
+
+def ev_paths_key(r: Reader, m: dict, where: str) -> str | None:
+    """``ev_paths`` of a workload mapping (:data:`EV_PATHS`; absent: None, the default "spread");
+    ``oblivious`` with ``evs`` counts the same EVs, each on a hashed path."""
+    if "ev_paths" not in m:
+        return None
+    return r.choice(m["ev_paths"], f"{where}.ev_paths", EV_PATHS)
 
 
 def _payload(r: Reader, m: dict, topo: Topology | None, where: str) -> int | None:

@@ -19,13 +19,14 @@ from testbed.spec.common import _ACTION_KEYS, _CLASS_KEYS, _KIND_KEYS, _WORKLOAD
 Keys = tuple[tuple[str, ...], tuple[str, ...]]
 
 WORKLOAD_OPTIONAL = ("collective", "min_bytes", "max_bytes", "command", "steps", "env", "factor", "iterations",
-                     "warmup", "evs", "evs_per_qp", "mtu", "payload", "order")
+                     "warmup", "evs", "evs_per_qp", "ev_paths", "mtu", "payload", "order")
 FLOW_TARGET = "<flow target>"
 
 SCENARIO: dict[str, Keys] = {
     "": (("topology", "transports"),
          ("name", "description", "seed", "timeout", "reconverge_after", "timeline", "trials", "workload", "jobs",
-          "agent_processes", "agent_realtime", "engine", "controller", "sweep")),
+          "agent_processes", "agent_realtime", "engine", "controller", "qp", "sweep")),
+    "qp": ((), ("loss_inference", "ecn", "rto_base_rtts")),
     "controller": (("policy",), ("restart",)),
     "workload": (tuple(_WORKLOAD_REQUIRED), WORKLOAD_OPTIONAL),
     "jobs[]": (tuple(_WORKLOAD_REQUIRED), ("name", *(k for k in WORKLOAD_OPTIONAL if k not in COMMAND_ONLY))),

@@ -185,17 +185,21 @@ def test_several_jobs_get_distinct_agents_ports_and_entropy(scenario):
 
 
 def test_the_qp_timeout_follows_the_fabrics_base_rtt():
-    """16 (67 ms, issue 11's calibration) on fat-tree-k4 at 5 Mbit/s, 15 (33.5 ms) at 10; never
-    below MIN_QP_TIMEOUT however fast the fabric; a scenario's qp override wins."""
+    """At the paper's ratio (33 base RTTs): 20 (1.07 s) on fat-tree-k4 at 5 Mbit/s (43.5 ms base
+    RTT), 19 (0.54 s) at 10; ``qp.rto_base_rtts: 1.5`` gives issue 11's 16 and 15; never below
+    MIN_QP_TIMEOUT however fast the fabric; a qp override wins."""
     from testbed.spec.jobs import MIN_QP_TIMEOUT
     from testbed.model.generators import fat_tree
     from testbed.model.topology import LinkParams
 
-    for rate, want in ((5_000_000, 16), (10_000_000, 15), (1_000_000_000, MIN_QP_TIMEOUT), (1_000_000, 18)):
+    for rate, paper, short in ((5_000_000, 20, 16), (10_000_000, 19, 15), (1_000_000_000, 16, MIN_QP_TIMEOUT)):
         lp = LinkParams(rate, 32, mtu=9000)
         sc = replace(load_scenario(REPO / "scenarios/baseline.yaml", features=features()), topology=fat_tree(4, host_link=lp, fabric_link=lp))
         jobs = build_jobs(sc, "mrc", run_id="r", control_socket="/tmp/c.sock")
-        assert {j["qp"]["timeout"] for j in jobs} == {want}, rate
+        assert {j["qp"]["timeout"] for j in jobs} == {paper}, rate
+        jobs = build_jobs(replace(sc, qp=(("rto_base_rtts", 1.5),)), "mrc", run_id="r", control_socket="/tmp/c.sock")
+        assert {j["qp"]["timeout"] for j in jobs} == {short}, rate
+        assert all("rto_base_rtts" not in j["qp"] for j in jobs)   # a scenario key, not a QP attribute
     jobs = build_jobs(sc, "rc", run_id="r", control_socket="/tmp/c.sock", qp_overrides={"timeout": 12})
     assert {j["qp"]["timeout"] for j in jobs} == {12}
 
@@ -334,3 +338,43 @@ def test_ecmp_paths_of_unequal_delay_are_refused():
     src, dst = "h0_0_0", "h3_1_1"
     with pytest.raises(ValueError, match="differ in delay"):
         ecmp_delay_s(topo, src, dst)
+
+
+def test_oblivious_ev_paths_keep_the_ev_count_and_collide_as_hashing_would(scenario):
+    """``ev_paths: oblivious``: every QP keeps the EV count ``spread`` gives, ids 0..n-1, but its
+    EVs' paths are drawn by hash (some pairs then share a path), the same for the same seed and
+    another for another seed; the SACK paths still mirror the sender's EV for EV."""
+    sc = replace(scenario, workload=replace(scenario.workload, evs=None, evs_per_qp=8))
+    hashed = replace(sc, workload=replace(sc.workload, ev_paths="oblivious"))
+
+    def paths(s):
+        return {(j["host"], p["host"]): [tuple(e["links"]) for e in p["evs"]]
+                for j in build_jobs(s, "mrc", run_id="r", control_socket="/tmp/c.sock") for p in j["send_to"]}
+
+    even, obl = paths(sc), paths(hashed)
+    assert even.keys() == obl.keys()
+    assert all(len(obl[k]) == len(even[k]) == 8 for k in even)
+    # spread: 8 EVs over 4 cross-pod paths, each path twice; hashed: some paths 3+ times, some unused
+    crossing = [k for k in even if len(set(even[k])) == 4]
+    assert crossing and any(len(set(obl[k])) < 4 for k in crossing)
+    assert obl == paths(hashed)
+    assert obl != paths(replace(hashed, seed=hashed.seed + 1))
+    jobs = build_jobs(hashed, "mrc", run_id="r", control_socket="/tmp/c.sock")
+    by_host = {j["host"]: j for j in jobs}
+    for j in jobs:
+        for p in j["send_to"]:
+            back = next(q for q in by_host[p["host"]]["recv_from"] if q["host"] == j["host"])
+            assert [e["ev_id"] for e in back["evs"]] == [e["ev_id"] for e in p["evs"]]
+            assert [list(reversed(e["links"])) for e in back["evs"]] == [e["links"] for e in p["evs"]]
+            assert "backup_evs" not in p or not p["backup_evs"]
+
+
+def test_the_scenario_qp_settings_reach_every_qp(scenario):
+    """``qp: {loss_inference: false, ecn: false}`` lands in every mrc and rc job's ``qp`` (parsed
+    by the agents: :func:`agents.jobspec.parse_job`), and ``ecn: false`` wins over the fabric's
+    marking default."""
+    sc = replace(scenario, qp=(("ecn", False),))
+    for transport in ("mrc", "rc"):
+        for job in build_jobs(sc, transport, run_id="r", control_socket="/tmp/c.sock"):
+            assert job["qp"]["ecn"] is False
+            parse_job(job, "rank")

@@ -55,8 +55,8 @@ def test_k4_by_hand(tmp_path):
     assert r["evs_per_qp"] == [1.0, 4.0]
     assert r["evs_per_bdp"] == pytest.approx([1 / bdp, 4 / bdp], rel=1e-4)
     assert r["buffer_bdps"] == pytest.approx(32 / bdp, rel=1e-4)                 # 4.7
-    # timeout 15: 1.024 us x 2^15 = 33.55 ms, the exponent nearest 1.5 base RTTs (34.1 ms)
-    assert r["rto_s"] == pytest.approx(1.024e-6 * 2 ** 15) and r["rto_rtts"] == pytest.approx(0.033554432 / rtt, rel=1e-4)
+    # timeout 19: 1.024 us x 2^19 = 537 ms, the exponent nearest the paper's 33 base RTTs (751 ms)
+    assert r["rto_s"] == pytest.approx(1.024e-6 * 2 ** 19) and r["rto_rtts"] == pytest.approx(0.536870912 / rtt, rel=1e-4)
     assert r["reconverge_rtts"] == pytest.approx(2 / rtt, rel=1e-4)              # 88
     assert r["message_bdps"] == pytest.approx(2 ** 20 / (bdp * 4096), rel=1e-4)  # 37.8
     assert (r["ranks"], r["planes"], r["payload_bytes"], r["rate_bps"]) == (16, 1, 4096, 1e7)

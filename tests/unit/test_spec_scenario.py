@@ -128,7 +128,7 @@ BAD = [
     ("unknown keys", HEAD + """
     colour: blue
     """, ["14: colour: unknown key (allowed: topology, transports, name, description, seed, timeout, "
-          "reconverge_after, timeline, trials, workload, jobs, agent_processes, agent_realtime, engine, controller, sweep)"]),
+          "reconverge_after, timeline, trials, workload, jobs, agent_processes, agent_realtime, engine, controller, qp, sweep)"]),
     ("transports", HEAD.replace("[mrc, rc]", "[mrc, roce, mrc]"),
      ["2: transports[1]: 'roce' is not a transport (mrc, rc, tcp, or rc-x<N> for RC with N QPs per connection, "
       "rc-dcqcn[-x<N>] for RC with DCQCN, 1 <= N <= 64; a command job's: gloo-tcp, mrc)", "2: transports[2]: duplicate transport 'mrc'"]),
@@ -143,7 +143,14 @@ BAD = [
       "12: workload.warmup: must be >= 0, got -1",
       "13: workload.mtu: must be <= 65535, got 9999999",
       "14: workload.gpus: unknown key (allowed: hosts, collective, min_bytes, max_bytes, command, steps, env, "
-      "factor, iterations, warmup, evs, evs_per_qp, mtu, payload, order)"]),
+      "factor, iterations, warmup, evs, evs_per_qp, ev_paths, mtu, payload, order)"]),
+    ("qp and ev_paths", HEAD.replace("warmup: 0", "warmup: 0\n      ev_paths: hashed") + """
+    qp: {loss_inference: no-way, rto_base_rtts: 0.5, ecn: 1, timeout: 8}
+    """, ["13: workload.ev_paths: 'hashed' is not one of spread, oblivious",
+          "15: qp.timeout: unknown key (allowed: loss_inference, ecn, rto_base_rtts)",
+          "15: qp.loss_inference: expected true or false, got 'no-way'",
+          "15: qp.rto_base_rtts: expected a number of base RTTs from 1 to 1000 (the paper's ratio is ~33), got 0.5",
+          "15: qp.ecn: expected true or false, got 1"]),
     ("unknown host", HEAD.replace("hosts: all", "hosts: [h0_0_0, h0_0_9, h0_0_0]"),
      ["7: workload.hosts[1]: unknown host 'h0_0_9' (did you mean 'h0_0_1'?)",
       "7: workload.hosts[2]: duplicate host 'h0_0_0'"]),
