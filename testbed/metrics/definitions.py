@@ -80,6 +80,10 @@ DEFINITIONS = {
     "detect_qps": "the QPs detect_median_s is over: detected (QPs that retired a crossing EV), crossing (QPs "
                   "with one) and undetected [{rank, peer}]; null without EVs (or job specs). Per fault in "
                   "per_fault",
+    "detect_causes": "how each detecting QP's first retirement found its loss: {inference (a later packet's "
+                     "SACK: the per-EV reordering or the cross-EV out-of-order rule), timeout (the retransmission "
+                     "timer), other (a controller's DENY, or an agent that does not report the cause)}, counts of "
+                     "QPs; null without EVs. Per fault in per_fault",
     "false_retirements": "retirements (GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN) of EVs whose path crosses no "
                          "link that is faulted at that moment (fault apply .. its revert or link_up; a link only "
                          "slowed by a 'rate' step is alive, so it excuses none), before, "

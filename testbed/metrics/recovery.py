@@ -41,9 +41,13 @@ def fault_instants(faults_: list[dict]) -> list[dict]:
 
 
 def ev_transitions(events: list[dict], t0_s: float) -> list[dict]:
-    """``ev_state`` events as ``{t_s, rank, peer, dir, ev_id, old, new, cause}`` sorted by time
-    (``dir``: "tx" for the EVs of the rank's requester, "rx" for its responder's)."""
-    out = [{"t_s": e["t"] - t0_s, **{k: e.get(k) for k in ("rank", "peer", "dir", "ev_id", "old", "new", "cause")}}
+    """``ev_state`` events as ``{t_s, rank, peer, dir, ev_id, old, new, cause, loss_cause}`` sorted
+    by time (``dir``: "tx" for the EVs of the rank's requester, "rx" for its responder's;
+    ``loss_cause``: for a retirement on losses, how the loss that retired it was found:
+    "timeout", "ev_threshold" or "ooo" (:class:`agents.mrc.loss.LossCause`); None otherwise or
+    from an agent that does not report it)."""
+    out = [{"t_s": e["t"] - t0_s, **{k: e.get(k) for k in ("rank", "peer", "dir", "ev_id", "old", "new", "cause",
+                                                           "loss_cause")}}
            for e in events if e.get("kind") == "ev_state"]
     return sorted(out, key=lambda e: e["t_s"])
 

@@ -280,7 +280,13 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
 
 
 #: The keys :func:`detect_over_qps` gives a fault (and the summary its first fault's).
-DETECT_QP_KEYS = ("detect_median_s", "detect_worst_s", "detect_qps")
+DETECT_QP_KEYS = ("detect_median_s", "detect_worst_s", "detect_qps", "detect_causes")
+
+#: How a QP's first retirement of a crossing EV found its loss (``loss_cause`` of the transition):
+#: inference from later packets' SACKs (the per-EV reordering rule and the cross-EV out-of-order
+#: rule), the retransmission timer, or something else (a controller's DENY, an agent that does not
+#: report the cause).
+DETECT_CAUSES = {"ev_threshold": "inference", "ooo": "inference", "timeout": "timeout"}
 
 
 def detect_over_qps(trans: list[dict], evl: dict[tuple, tuple], fault: dict, windows: list[dict]) -> dict:
@@ -291,9 +297,11 @@ def detect_over_qps(trans: list[dict], evl: dict[tuple, tuple], fault: dict, win
     SKIP); its detection is its first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN of such an EV at
     or after the fault while that link was still down (``windows``: :func:`fault_windows`).
     Returns ``{"detect_median_s", "detect_worst_s", "detect_qps": {"detected", "crossing",
-    "undetected": [{"rank", "peer"}]}}``: median and worst (s) over the crossing QPs, a QP that
-    never detected it counting as infinitely late, so that the worst (and the median, when half
-    or more never detected it) is None; both None without a crossing QP."""
+    "undetected": [{"rank", "peer"}]}, "detect_causes": {"inference", "timeout", "other"}}``:
+    median and worst (s) over the crossing QPs, a QP that never detected it counting as
+    infinitely late, so that the worst (and the median, when half or more never detected it) is
+    None; both None without a crossing QP; ``detect_causes`` counts the detecting QPs by how
+    their first retirement found its loss (:data:`DETECT_CAUSES`)."""
     from testbed.metrics.definitions import DETECTED_STATES
 
     t_f, down = fault["t_s"], set(fault["links"])
@@ -310,18 +318,21 @@ def detect_over_qps(trans: list[dict], evl: dict[tuple, tuple], fault: dict, win
             if k[1] == "tx" and down & set(links) and state.get(k, "GOOD") not in DETECTED_STATES}
     qps = sorted({(k[0], k[2]) for k in over}, key=lambda q: (q[0], str(q[1])))
     first: dict[tuple, float] = {}
+    causes = dict.fromkeys(("inference", "timeout", "other"), 0)
     for e in trans:
         k = key(e)
         if (k in over and (k[0], k[2]) not in first and e["old"] in ("GOOD", "SKIP") and e["new"] in DETECTED_STATES
                 and any(t_f - 1e-9 <= e["t_s"] <= until.get(link, float("inf")) for link in over[k])):
             first[(k[0], k[2])] = e["t_s"] - t_f
+            causes[DETECT_CAUSES.get(e.get("loss_cause"), "other")] += 1
     times = [first.get(q, float("inf")) for q in qps]
     median = float(np.median(times)) if times else None
     worst = max(times) if times else None
     return {"detect_median_s": median if median is not None and np.isfinite(median) else None,
             "detect_worst_s": worst if worst is not None and np.isfinite(worst) else None,
             "detect_qps": {"detected": len(first), "crossing": len(qps),
-                           "undetected": [{"rank": r, "peer": p} for r, p in qps if (r, p) not in first]}}
+                           "undetected": [{"rank": r, "peer": p} for r, p in qps if (r, p) not in first]},
+            "detect_causes": causes}
 
 
 def comparison_row(s: dict) -> dict:

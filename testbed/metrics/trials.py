@@ -26,7 +26,8 @@ KPIS: tuple[str, ...] = (
 #: Detection over every crossing QP (:func:`testbed.metrics.summary.analyze_transport`'s
 #: ``detect_median_s`` and ``detect_worst_s``), aggregated like :data:`KPIS` but not yet rows of
 #: the trials table (:data:`testbed.report.trials.LABELS` labels every KPI of :data:`KPIS`).
-DETECT_KPIS: tuple[str, ...] = ("detect_median_s", "detect_worst_s")   # in KPIS too: the trials table shows them
+DETECT_KPIS: tuple[str, ...] = ("detect_median_s", "detect_worst_s",   # in KPIS too: the trials table shows them
+                                 "detect_causes.inference", "detect_causes.timeout")
 #: What a claim's rule may name (:func:`testbed.spec.claimsfile.rule_problems`).
 RULE_KPIS: tuple[str, ...] = tuple(dict.fromkeys((*KPIS, *DETECT_KPIS)))
 #: Per job of a run of several jobs (``jobs.<name>.<key>``: the transport summary's ``jobs`` row).

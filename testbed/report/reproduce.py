@@ -113,7 +113,28 @@ def claim_regime(claim, scenarios=(), doc: dict | None = None) -> dict:
                for i, p in enumerate((doc or {}).get("points") or ()) for name, t in (p.get("transports") or {}).items()}
     detect = detect_rtts(medians)
     return {"paper": paper_regime(getattr(claim, "regime", None) or {}), "here": here,
-            "detect_rtts": None if detect is None else detect.to_json()}
+            "detect_rtts": None if detect is None else detect.to_json(), "detect_causes": detect_causes(doc)}
+
+
+def detect_causes(doc: dict | None) -> dict | None:
+    """How the crossing QPs detected the fault, per transport that detected it, over the trials
+    of the results ``doc``: ``{"mrc": {"inference": stats, "timeout": stats}}`` (stats of the
+    ``detect_causes.*`` KPIs: QP counts per trial); None when no transport reports them."""
+    out = {}
+    for p in (doc or {}).get("points") or ():
+        for name, t in (p.get("transports") or {}).items():
+            got = {k: t.get(f"detect_causes.{k}") for k in ("inference", "timeout")}
+            if any((v or {}).get("n") for v in got.values()):
+                out[name if len(doc["points"]) == 1 else f"{name} @{p.get('label', '?')}"] = got
+    return out or None
+
+
+def causes_text(causes: dict | None) -> str:
+    """``mrc: inference 15 [15-15], timeout 0 [0-0] QPs`` (medians over trials [min-max])."""
+    def one(v):
+        return "-" if not v or v.get("median") is None else f"{v['median']:g} [{v['min']:g}-{v['max']:g}]"
+    return "; ".join(f"{name}: inference {one(c.get('inference'))}, timeout {one(c.get('timeout'))} QPs"
+                     for name, c in (causes or {}).items())
 
 
 def claim_entry(claim, results: str | None, scenarios=(), doc: dict | None = None,
@@ -206,6 +227,8 @@ def markdown(doc: dict) -> str:
                 state = (f"{'holds' if r['holds'] else 'fails'}: {_vs(r)}"
                          + (" (invalid runs)" if r.get("invalid") else ""))
             lines.append(f"  - `{text}`: {state}")
+        if causes := causes_text((c.get("regime") or {}).get("detect_causes")):
+            lines.append(f"  - detected by (the crossing QPs' first retirements, median [min-max] over trials): {causes}")
         ctl = c["verdict"].get("control")
         if ctl:
             stand = ctl.get("stand_in") or {}

@@ -43,7 +43,16 @@ def cell_detect(s: dict) -> str:
     if not has_fault(s):
         return "no fault"
     d = s.get("detect_s")
-    return "not detected" if d is None else fmt_s(d)
+    return ("not detected" if d is None else fmt_s(d)) + detect_cause_note(s.get("detect_causes"))
+
+
+def detect_cause_note(causes: dict | None) -> str:
+    """`` (inference 3 of 3 QPs)``: how the crossing QPs' first retirements found their loss
+    (summary ``detect_causes``), empty when no QP detected or the agents do not report it."""
+    if not causes or not (n := sum(causes.values())) or causes.get("other") == n:
+        return ""
+    parts = [f"{k} {causes[k]}" for k in ("inference", "timeout", "other") if causes.get(k)]
+    return f" ({', '.join(parts)} of {n} QPs)"
 
 
 def cell_false_retirements(s: dict) -> str:

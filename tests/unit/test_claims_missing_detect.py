@@ -94,3 +94,25 @@ def test_a_rule_on_the_worst_detection_fails_on_an_undetected_qp(tmp_path):
     assert verdicts.judge_rules(claim, doc([0.1, 0.12, 0.2]))["verdict"] == "yes"
     v = verdicts.judge_rules(claim, doc([0.1, None, 0.2]))
     assert v["verdict"] == "no" and "mrc detect_worst_s: no value in 1 of 3 trials" in v["reason"]
+
+
+def test_detection_causes_count_how_each_qp_found_its_loss(tmp_path):
+    """Issue 45 item 2: each detecting QP's first retirement is counted by how its loss was found
+    (``loss_cause`` on the ev_state event: inference or the timer); make_run's own retirement
+    (rank 0, no ``loss_cause``: an agent that does not report it) counts as other; the reproduce
+    report prints the counts over trials."""
+    from testbed.report.reproduce import causes_text, detect_causes
+    from testbed.report.tables import cell_detect
+    s = _three_qps(tmp_path, [
+        {**_ev(1, "h2", 1, FAULT_T + 0.08, "GOOD", "ASSUMED_BAD"), "loss_cause": "ooo"},
+        {**_ev(2, "h0", 0, FAULT_T + 0.6, "GOOD", "ASSUMED_BAD"), "loss_cause": "timeout"},
+        {**_ev(2, "h0", 0, FAULT_T + 0.9, "ASSUMED_BAD", "GOOD"), "cause": "probes_ok"},
+        {**_ev(2, "h0", 0, FAULT_T + 1.0, "GOOD", "ASSUMED_BAD"), "loss_cause": "ev_threshold"},  # not its first
+    ])
+    assert s["detect_causes"] == {"inference": 1, "timeout": 1, "other": 1}
+    assert s["per_fault"][0]["detect_causes"] == s["detect_causes"]
+    assert cell_detect(s).endswith("(inference 1, timeout 1, other 1 of 3 QPs)")
+    doc = results.from_summary({"scenario": "x", "transports": {"mrc": s}})
+    causes = detect_causes(doc)
+    assert causes["mrc"]["inference"]["median"] == 1 and causes["mrc"]["timeout"]["median"] == 1
+    assert causes_text(causes) == "mrc: inference 1 [1-1], timeout 1 [1-1] QPs"
