@@ -33,7 +33,7 @@ claims:
     estimate: {{quick: 1m, full: 3m}}
     control:
       removes: "spraying"
-      set: {{workload.evs: 1}}
+      set: {{workload.evs_per_qp: 1}}
 """
 
 
@@ -274,7 +274,7 @@ def test_resume_skips_claims_with_results(tmp_path, monkeypatch):
     prepared, _ = cmd.prepare(claims_file, load_claims(claims_file).claims)
     suite = cmd.Suite(prepared, quick=True, trials=None)
     doc["inputs"], cdoc["inputs"] = suite.inputs(prepared[0]), suite.inputs(prepared[0], control=True)
-    assert doc["inputs"]["set"] == {} and cdoc["inputs"]["set"] == {"workload.evs": "1"}
+    assert doc["inputs"]["set"] == {} and cdoc["inputs"]["set"] == {"workload.evs_per_qp": "1"}
     (out / "bw").mkdir(parents=True)
     results.write(out / "bw" / "results.json", doc)
     results.write(out / "bw" / "control-results.json", cdoc)
@@ -298,17 +298,17 @@ def test_runs_a_claim_without_results_and_keeps_them(tmp_path, monkeypatch):
     calls = []
 
     def fake(args, scenario, sweep, scenarios, transports, trials, parent, console, err, before_trial=None):
-        calls.append((scenario.name, transports, trials, parent.name.split("-2")[0], scenario.workload.evs,
+        calls.append((scenario.name, transports, trials, parent.name.split("-2")[0], scenario.workload.evs_per_qp,
                       [o.path for o in args.fixed_overrides]))
         before_trial(0, 1, 0, trials)
         return _doc([{"mrc": {"busbw_fraction_of_host": 0.5, "valid": True}}], scenario.name), 0
     monkeypatch.setattr("testbed.commands.run.run_many", fake)
     assert cmd.run(_args(claims_file, out)) == 0
     # the claim, then its control: the scenario with the control's override, same trials
-    assert calls == [("paper-p2p-bandwidth", ["mrc"], 1, "runs", 8, []),
-                     ("paper-p2p-bandwidth", ["mrc"], 1, "control-runs", 1, ["workload.evs"])]
+    assert calls == [("paper-p2p-bandwidth", ["mrc"], 1, "runs", 16, []),
+                     ("paper-p2p-bandwidth", ["mrc"], 1, "control-runs", 1, ["workload.evs_per_qp"])]
     assert (out / "bw" / "results.json").is_file() and (out / "bw" / "control-results.json").is_file()
-    assert results.load(out / "bw" / "control-results.json")["control"] == {"set": {"workload.evs": "1"},
+    assert results.load(out / "bw" / "control-results.json")["control"] == {"set": {"workload.evs_per_qp": "1"},
                                                                              "transports": ["mrc"]}
     assert json.loads((out / "reproduce.json").read_text())["claims"][0]["verdict"]["verdict"] == "no"
     assert cmd.run(_args(claims_file, out)) == 0   # resumed: not run again

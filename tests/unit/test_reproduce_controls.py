@@ -85,7 +85,7 @@ def test_key_path_naming_no_place_and_refused_value_are_file_line_errors(tmp_pat
     path = _file(tmp_path, "        workload.evs_per_qp: 1\n        workload.nothing.here: 3\n        timeline[0].after: soon")
     probs = _plan_problems(path)
     assert any(p.startswith(f"{path}:14: claims.fo.control.set.workload.nothing.here: failover.yaml refuses it: ")
-               and "unknown key path" in p for p in probs), probs
+               and "workload.nothing: unknown key" in p for p in probs), probs
     assert any(p.startswith(f"{path}:15: claims.fo.control.set.timeline[0].after: ") and "'soon'" in p
                for p in probs), probs
     assert not any(":13:" in p for p in probs)          # workload.evs_per_qp: 1 is fine
@@ -171,7 +171,10 @@ def test_every_shipped_claim_names_a_control():
     assert all(c.control is not None and c.control.removes for c in claims)
     by_id = {c.id: c.control for c in claims}
     assert by_id["ev-gray-failure"].set_texts() == {"controller.policy": "none"}
-    assert by_id["load-balance"].set_texts() == {"workload.evs": "1", "workload.iterations": "2"}
+    assert by_id["load-balance"].set_texts() == {"workload.ev_paths": "oblivious", "workload.iterations": "2"}
+    # issue 45: no control pins one EV to one path any more
+    assert not any(k in ("workload.evs", "workload.evs_per_qp") and v == "1"
+                   for c in claims for k, v in c.control.set_texts().items())
 
 
 # -- load-balance: busbw over the NICs a transport uses ----------------------------------------------
