@@ -124,7 +124,7 @@ def detect_causes(doc: dict | None) -> dict | None:
     for p in (doc or {}).get("points") or ():
         for name, t in (p.get("transports") or {}).items():
             got = {k: t.get(f"detect_causes.{k}") for k in ("inference", "timeout")}
-            if any((v or {}).get("n") for v in got.values()):
+            if any((v or {}).get("max") for v in got.values()):   # some QP found its loss one of these ways
                 out[name if len(doc["points"]) == 1 else f"{name} @{p.get('label', '?')}"] = got
     return out or None
 
