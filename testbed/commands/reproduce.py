@@ -32,6 +32,13 @@ or the claim's).
 ``--plan`` checks everything (the controls' key paths and values too, at their lines of the
 claims file) and prints the claims, their transports, points, trials, controls and estimated time, and each claim's regime (paper / here), and runs nothing (no fabric).
 
+Pre-registration: every claim's rules, scenario (its file, its topology and every file they
+name), control and regime have a digest (:mod:`testbed.spec.claimdigests`), kept per claim in
+``reproduce.json`` and shown in ``reproduce.md``. ``--plan`` says per claim which of them changed
+since the last full suite (``reproduce.json`` of a non-quick run in ``--out``, else
+``runs/reproduce``; or ``--since FILE``), a changed rule flagged; ``--digests`` prints the
+current claims' digests and runs nothing (no scenario is loaded).
+
 Exit status: 0 the suite ran (whatever the verdicts); 1 a run failed (a crash, wrong results);
 2 bad input (the claims file, a scenario, a rule); 130 / 143 interrupted (what ran is kept;
 run the same command again to resume).
@@ -57,6 +64,8 @@ from testbed.metrics.claims import judge
 from testbed.metrics.trials import JOB_KPIS, RULE_KPIS
 from testbed.report.reproduce import claim_entry, claim_regime, document, markdown, regime_table, reproduce_table
 from testbed.spec import SpecError
+from testbed.spec.claimdigests import (PARTS, changed_files, changed_parts, claim_digests, entry_digests,
+                                       unrecorded_parts)
 from testbed.spec.claimsfile import Claim, control_problems, load_claims, rule_problems
 from testbed.spec.yamlread import Problem
 
@@ -79,7 +88,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "claims with results there are not run again")
     p.add_argument("--claims-file", type=Path, default=CLAIMS_FILE, metavar="YAML",
                    help=f"the claims (default: {CLAIMS_FILE})")
-    p.add_argument("--plan", action="store_true", help="check everything, print the plan, run nothing")
+    p.add_argument("--plan", action="store_true", help="check everything, print the plan (with what changed "
+                                                        "since the last full suite), run nothing")
+    p.add_argument("--digests", action="store_true",
+                   help="print each claim's pre-registration digests (rules, scenario, control, regime), run nothing")
+    p.add_argument("--since", type=Path, default=None, metavar="REPRODUCE_JSON",
+                   help="the full suite --plan compares with (default: reproduce.json in --out, else in "
+                        "runs/reproduce)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write PNG plots")
     p.set_defaults(func=run)
 
@@ -95,6 +110,8 @@ class Prepared:
     not_runnable: str | None = None
     control_scenario: object = None
     control_scenarios: list = field(default_factory=list)
+    #: :func:`testbed.spec.claimdigests.claim_digests` (computed whether or not the scenario loads)
+    digests: dict = field(default_factory=dict)
 
     @property
     def points(self) -> int:
@@ -131,7 +148,7 @@ def prepare(claims_file: Path, claims: list[Claim]) -> tuple[list[Prepared], lis
 
     out, problems = [], []
     for c in claims:
-        p = Prepared(c)
+        p = Prepared(c, digests=claim_digests(c))
         try:
             p.sweep = sweep_of(c.scenario)
             p.scenario, p.scenarios = _load_points(c, p.sweep)
@@ -308,6 +325,8 @@ def run(args: argparse.Namespace) -> int:
         for m in msgs:
             err.print(f"[red]testbed reproduce[/]: {escape(m)}")
         return 2
+    if getattr(args, "digests", False):
+        return _print_digests(args.claims_file, chosen)
     prepared, problems = prepare(args.claims_file, chosen)
     if problems:
         print("\n".join(str(p) for p in problems), file=sys.stderr)
@@ -315,15 +334,80 @@ def run(args: argparse.Namespace) -> int:
     suite = Suite(prepared, args.quick, args.trials)
     out = args.out or Path("runs/reproduce-quick" if args.quick else "runs/reproduce")
     if args.plan:
-        return _plan(suite, out, console)
+        since = getattr(args, "since", None) or (args.out if args.out and not args.quick
+                                                 else Path("runs/reproduce")) / JSON_NAME
+        return _plan(suite, out, console, since)
     return _run_suite(args, suite, out, console, err)
 
 
-def _plan(suite: Suite, out: Path, console: Console) -> int:
+def _print_digests(claims_file: Path, claims: list[Claim]) -> int:
+    """``--digests``: a markdown table of the claims' digests (to paste into the docs' history),
+    then each claim's files with theirs."""
+    print(f"pre-registration digests of {claims_file} (sha256 of each part's canonical form, first 12 hex)")
+    print()
+    print("| claim | " + " | ".join(PARTS) + " |")
+    print("|---|" + "---|" * len(PARTS))
+    digests = {c.id: claim_digests(c) for c in claims}
+    for c in claims:
+        print(f"| {c.id} | " + " | ".join(f"`{digests[c.id][k]}`" for k in PARTS) + " |")
+    print()
+    for c in claims:
+        print(f"{c.id}: " + "; ".join(f"{role} {d}" for role, d in digests[c.id]["files"].items()))
+    return 0
+
+
+def last_full_suite(path: Path) -> tuple[dict | None, str]:
+    """(the last full suite's ``reproduce.json`` at ``path``, a line saying which it is), or
+    (None, why there is none on record: no file, not a reproduce.json, a quick suite's)."""
+    from testbed.report.reproduce import FORMAT
+    if not path.is_file():
+        return None, f"no full suite on record ({path} not found)"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"no full suite on record ({path} does not load: {exc})"
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("claims"), list):
+        return None, f"no full suite on record ({path}: not a reproduce.json, format {FORMAT!r} expected)"
+    if doc.get("quick"):
+        return None, f"no full suite on record ({path} is a quick suite's)"
+    written = doc.get("written") or time.strftime("%Y-%m-%d %H:%M (file time)", time.localtime(path.stat().st_mtime))
+    return doc, f"the last full suite: {path}, written {written}"
+
+
+def since_full(entry: dict | None, digests: dict, on_record: bool = True) -> tuple[str, bool]:
+    """(what changed in a claim since its entry in the last full suite's ``reproduce.json``,
+    whether its rules did): ``unchanged (verdict there: yes)``, ``changed: scenario (topology
+    X.yaml), control; ...``, ``not in the last full suite``; ``on_record`` False: no full suite."""
+    if not on_record:
+        return "no full suite on record", False
+    if entry is None:
+        return "not in the last full suite", False
+    before = entry_digests(entry)
+    changed = changed_parts(before, digests)
+    verdict = (entry.get("verdict") or {}).get("verdict") or "not recorded"
+    parts = []
+    for k in changed:
+        if k == "rules":
+            parts.append(f"RULES CHANGED after its last full run (verdict there, on other rules: {verdict})")
+        elif k == "scenario" and before.get("files"):
+            parts.append(f"scenario ({', '.join(changed_files(before, digests))})")
+        else:
+            parts.append(k)
+    text = f"changed: {', '.join(parts)}" if parts else f"unchanged (verdict there: {verdict})"
+    if missing := unrecorded_parts(before):
+        text += f"; {', '.join(missing)}: not recorded there"
+    return text, "rules" in changed
+
+
+def _plan(suite: Suite, out: Path, console: Console, since: Path | None = None) -> int:
+    from rich.text import Text
+
     from testbed.report.layout import Grid
 
     total = sum(suite.estimate(p.claim) for p in suite.prepared)
-    rows = []
+    full, full_line = last_full_suite(since) if since is not None else (None, "no full suite on record")
+    entries = {e.get("id"): e for e in (full or {}).get("claims") or () if isinstance(e, dict)}
+    rows, flagged = [], []
     for p in suite.prepared:
         c = p.claim
         state = (suite.resume_state(out / c.id / RESULTS_NAME, p)
@@ -334,13 +418,23 @@ def _plan(suite: Suite, out: Path, console: Console) -> int:
                                                         + [f"{b} in place of {a}" for a, b in c.control.stand_in])
                    + (f"; runs {', '.join(p.control_transports())}" if p.scenario else "")
                    + (f"; {st}" if (st := suite.resume_state(out / c.id / CONTROL_RESULTS_NAME, p, True)) else ""))
+        changed, rules_changed = since_full(entries.get(c.id), p.digests, full is not None)
+        if rules_changed:
+            flagged.append(c.id)
         rows.append([c.id, c.scenario.name, ", ".join(p.scenario.transports) if p.scenario else "-",
                      str(p.points), str(suite.trials_of(c)), _fmt_s(suite.estimate(c)),
-                     "; ".join(r.text for r in c.rules), ctl, state])
+                     "; ".join(r.text for r in c.rules), ctl, state,
+                     Text(changed, style="bold red") if rules_changed else changed])
     console.print(Grid(f"plan{' (quick)' if suite.quick else ''}: {len(rows)} claims, estimated {_fmt_s(total)} "
                        f"(controls included); results in {out}",
                        ["claim", "scenario", "transports", "points", "trials", "estimate", "rules", "control",
-                        "state"], rows, split="rows", justify=["left"] * 9, shrink_first=(6, 7, 8)))
+                        "state", "since the last full suite"], rows, split="rows", justify=["left"] * 10,
+                       shrink_first=(6, 7, 8, 9)))
+    console.print(Text(full_line), soft_wrap=True)   # a path is never folded
+    if flagged:   # a verdict on record for rules that are no longer the claim's: say it outside the table too
+        console.print(Text(f"rules changed since the last full suite: {', '.join(flagged)}: their verdicts "
+                           "there were judged on other rules (run the full suite again)", style="bold red"),
+                      soft_wrap=True)
     console.print(regime_table({"claims": [{"id": p.claim.id, "regime": claim_regime(
         p.claim, p.scenarios or ([p.scenario] if p.scenario else []))} for p in suite.prepared]}))
     return 0
@@ -459,9 +553,10 @@ def _finish(suite: Suite, docs: dict, controls: dict, out: Path, console: Consol
         doc, why, path = docs.get(p.claim.id, (None, "not run (the suite stopped before it)", None))
         cdoc, cwhy, cpath = controls.get(p.claim.id, (None, "not run (the suite stopped before it)", None))
         entries.append(claim_entry(p.claim, path, p.scenarios or ([p.scenario] if p.scenario else []), doc,
-                                   control_results=cpath))
+                                   control_results=cpath, digests=p.digests or None))
         verdicts.append(judge(p.claim, doc, why, cdoc, cwhy, trials=suite.trials_of(p.claim)))
-    rep = document(entries, verdicts, quick=suite.quick, trials=suite.trials or (1 if suite.quick else None))
+    rep = document(entries, verdicts, quick=suite.quick, trials=suite.trials or (1 if suite.quick else None),
+                   written=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     from testbed.rundir.write import make_dir, write_atomic
     make_dir(out, "the reproduce directory")
     write_atomic(out / JSON_NAME, results.dumps(rep), what=JSON_NAME)

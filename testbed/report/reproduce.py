@@ -138,13 +138,14 @@ def causes_text(causes: dict | None) -> str:
 
 
 def claim_entry(claim, results: str | None, scenarios=(), doc: dict | None = None,
-                control_results: str | None = None) -> dict:
+                control_results: str | None = None, digests: dict | None = None) -> dict:
     """A claim (:class:`testbed.spec.claimsfile.Claim`) as ``reproduce.json`` keeps it; the
     scaling text gets :func:`payload_scaling` of ``scenarios`` (the loaded scenario or its sweep
     points) appended, so a non-default payload is never left unsaid; ``regime``:
     :func:`claim_regime` (``doc``: the claim's results document, for the measured detection);
     ``control``: what it removes, its overrides and transports, its results file (None
-    without a control)."""
+    without a control); ``digests``: :func:`testbed.spec.claimdigests.claim_digests` (the key
+    only when given)."""
     extra = payload_scaling(scenarios)
     ctl = getattr(claim, "control", None)
     scaling = f"{claim.scaling.rstrip().rstrip(';')}; {extra}" if extra else claim.scaling
@@ -155,7 +156,8 @@ def claim_entry(claim, results: str | None, scenarios=(), doc: dict | None = Non
             "control": None if ctl is None else {
                 "removes": ctl.removes, "set": ctl.set_texts(),
                 "transports": list(ctl.transports) if ctl.transports else None, "results": control_results,
-                **({"stand_in": dict(ctl.stand_in)} if getattr(ctl, "stand_in", ()) else {})}}
+                **({"stand_in": dict(ctl.stand_in)} if getattr(ctl, "stand_in", ()) else {})},
+            **({"digests": digests} if digests is not None else {})}
 
 
 def regime_row(claim: dict) -> list[str]:
@@ -175,10 +177,12 @@ def regime_table(doc: dict) -> Grid:
                 ["claim", *SHORT.values()], [regime_row(c) for c in doc["claims"]], split="rows")
 
 
-def document(claims: list[dict], verdicts: list[dict], *, quick: bool, trials: int | None) -> dict:
+def document(claims: list[dict], verdicts: list[dict], *, quick: bool, trials: int | None,
+             written: str | None = None) -> dict:
     """``reproduce.json``: ``{"format", "version", "quick", "trials" (None: each claim's own),
-    "claims": [claim entry + {"verdict": judge()'s dict}]}``."""
+    "written" (when given: UTC, ISO 8601), "claims": [claim entry + {"verdict": judge()'s dict}]}``."""
     return {"format": FORMAT, "version": VERSION, "quick": quick, "trials": trials,
+            **({"written": written} if written else {}),
             "claims": [{**c, "verdict": v} for c, v in zip(claims, verdicts)]}
 
 
@@ -215,6 +219,14 @@ def markdown(doc: dict) -> str:
               "and their sources are in the claims file (`regime:`).", "",
               "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     lines += ["| " + " | ".join(_md(x) for x in regime_row(c)) + " |" for c in doc["claims"]]
+    if any(c.get("digests") for c in doc["claims"]):
+        from testbed.spec.claimdigests import PARTS
+        lines += ["", "## Pre-registration digests", "",
+                  "What each verdict was judged on (`testbed reproduce --digests`; `--plan` compares them with "
+                  "the last full suite's): sha256 of each part's canonical form, first 12 hex digits.", "",
+                  "| claim | " + " | ".join(PARTS) + " |", "|---|" + "---|" * len(PARTS)]
+        lines += [f"| {_md(c['id'])} | " + " | ".join(f"`{(c.get('digests') or {}).get(k) or '-'}`" for k in PARTS)
+                  + " |" for c in doc["claims"]]
     lines += ["", "## Rules (medians compared; written before the runs)", ""]
     for c in doc["claims"]:
         lines.append(f"- **{c['id']}** ({c['scenario']}; results: {c.get('results') or '-'}):")
