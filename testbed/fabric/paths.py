@@ -18,7 +18,10 @@ start), :data:`PROBES` packets with the flow's exact addresses, protocol and por
 zero-checksum L4 header from a raw socket, which the destination drops silently) are sent
 from its source host, and the kernel link counters say which link ends sent them; chained
 from the source host, those are the hops (``delivered`` at the destination host,
-``dropped`` where the chain stops, ``loop`` if a link end sent them twice).
+``dropped`` where the chain stops, ``loop`` if a link end sent them twice). The routers forward
+in softirq, which a busy machine runs late: probes that have not crossed yet are not lost, so a
+chain that stops short is read again until it completes, and is ``dropped`` only once the
+fabric's counters have stood still for :data:`QUIET_S` (or after :data:`SETTLE_S`).
 
 Why not ask the FIB (``RTM_GETROUTE`` with ``RTA_IP_PROTO``/``RTA_SPORT``/``RTA_DPORT``, as
 ``ip route get ... ipproto udp sport N dport M`` does)? With the custom multipath hash
@@ -38,6 +41,7 @@ from __future__ import annotations
 import functools
 import socket
 import struct
+import time
 from dataclasses import asdict, dataclass
 
 from testbed.model.topology import Topology
@@ -45,6 +49,13 @@ from testbed.model.errors import TestbedFailure
 
 MAX_HOPS = 16
 PROBES = 16          # probe packets per traced flow
+QUIET_S = 0.5
+"""A flow whose probes stop short is dropped once no link end of the fabric has sent a packet for
+this long, s (probes still on their way move some counter; a loaded machine's softirq lags by
+milliseconds to tens of them)."""
+SETTLE_S = 5.0
+"""The longest a flow's probes are waited for before it reads as dropped (a fabric never quiet), s."""
+POLL_S = 0.005       # the first wait between reads of the counters (doubling to 50 ms)
 PROTOS = {"udp": socket.IPPROTO_UDP, "tcp": socket.IPPROTO_TCP}
 
 
@@ -202,11 +213,14 @@ def send_probes(fabric, host: str, t: FiveTuple, probes: int) -> None:
 @dataclass
 class Tracer:
     """Traces flows on a running, quiet fabric (no agents yet) by sending each flow's probe
-    packets and reading which link ends sent them (:class:`testbed.fabric.counters.LinkCounters`)."""
+    packets and reading which link ends sent them (:class:`testbed.fabric.counters.LinkCounters`);
+    a flow is ``dropped`` only after ``quiet_s`` without a packet anywhere (at most ``settle_s``)."""
 
     fabric: object
     probes: int = PROBES
     counters: object = None
+    quiet_s: float = QUIET_S
+    settle_s: float = SETTLE_S
 
     def __post_init__(self):
         self.counters = self.counters or self.fabric.link_counters()
@@ -226,7 +240,9 @@ class Tracer:
     def trace(self, flow: Flow) -> TracedFlow:
         """Hops of ``flow`` (see the module docstring); a flow with known ``links`` (SRv6) is
         returned as :func:`static_path`. A link end that sent the probes twice or more means
-        a loop. Raises TraceError if the probes cannot be sent."""
+        a loop. A chain that stops short is read again (the probes may be late, not lost) until
+        it completes, or the counters stood still for ``quiet_s``, or ``settle_s`` passed.
+        Raises TraceError if the probes cannot be sent."""
         if flow.tuple is None:
             return static_path(self.fabric.topo, flow)
         before = self._tx()
@@ -234,9 +250,19 @@ class Tracer:
             self._send(flow.src_host, flow.tuple)
         except OSError as exc:
             raise TraceError(f"{flow.label}: probes from {flow.src_host}: {exc}") from exc
-        after = self._tx()
-        sent = {end: after[end] - before[end] for end in after if after[end] - before[end] >= self.probes}
-        return _chain(self.fabric.topo, flow, sent, self.probes)
+        start = still = time.monotonic()
+        last, wait = None, POLL_S
+        while True:
+            after = self._tx()
+            sent = {end: after[end] - before[end] for end in after if after[end] - before[end] >= self.probes}
+            traced = _chain(self.fabric.topo, flow, sent, self.probes)
+            now = time.monotonic()
+            if after != last:
+                last, still = after, now
+            if traced.outcome != "dropped" or now - still >= self.quiet_s or now - start >= self.settle_s:
+                return traced
+            time.sleep(wait)
+            wait = min(2 * wait, 0.05)
 
 
 def _chain(topo: Topology, flow: Flow, sent: dict[tuple[str, str], int], probes: int) -> TracedFlow:

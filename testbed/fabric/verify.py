@@ -69,7 +69,7 @@ def _udp_socket(fabric: FabricBackend, host: str, *, bind_port: int | None) -> s
 
 def probe(fabric: FabricBackend, pairs: Iterable[tuple[str, str]] | None = None, *,
           ecmp: bool = True, srv6: bool = True, timeout_s: float = 2.0,
-          quiet_s: float = 0.15, retries: int = 1) -> Reachability:
+          quiet_s: float = 0.15, retries: int = 2) -> Reachability:
     """Send one datagram per EV (SRv6) and one per NIC pair (ECMP) for each host pair.
 
     ``pairs`` defaults to every ordered pair of distinct hosts. Pairs go in
@@ -78,8 +78,9 @@ def probe(fabric: FabricBackend, pairs: Iterable[tuple[str, str]] | None = None,
     all its datagrams arrived, or after ``quiet_s`` without an arrival, or
     after ``timeout_s``. A datagram still missing after the rounds is sent again up to
     ``retries`` times and waited for ``timeout_s`` (a probe that arrived after its round's
-    quiet window, on a loaded machine, is not a lost path); a send the kernel refuses
-    (``REFUSED``) counts as missing.
+    quiet window, on a loaded machine, is not a lost path: a late one still counts in any later
+    round, so a pair is unreachable only after ``retries`` x ``timeout_s`` without its probes);
+    a send the kernel refuses (``REFUSED``) counts as missing.
     """
     topo = fabric.topo
     hosts = [h.name for h in topo.hosts]

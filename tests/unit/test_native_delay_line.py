@@ -15,7 +15,7 @@ from tests.conftest import ipv6_loopback_ok
 
 pytestmark = pytest.mark.skipif(not ipv6_loopback_ok(), reason="no IPv6 loopback")
 
-SLACK_S = 0.25   # a loaded 2-core machine may run a release this late; never early
+SLACK_S = 1.0    # a loaded 2-core machine may run a release late (a hang bound, not a latency target); never early
 
 
 def engines():
