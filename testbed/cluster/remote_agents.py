@@ -33,7 +33,8 @@ class RemoteAgents:
     """A run's agents started by the workers of ``fabric`` (each job on its host's server; an
     :class:`testbed.cluster.ssh_fabric.SshShardedFabric`: its ``shards`` and ``placement``), as
     the runner sees them: the :class:`testbed.run.control.ControlServer` calls (:meth:`poll`,
-    :meth:`send`, :meth:`broadcast`, :meth:`close`) and ``procs`` ({agent: RemoteProcess}).
+    :meth:`send`, :meth:`broadcast`, :meth:`close`; the controller's, :attr:`has_controller` and
+    the rest, as with no controller connected) and ``procs`` ({agent: RemoteProcess}).
 
     ``processes``: how each server runs its agents (None one process per agent, N host
     runtimes, 0 one runtime per core of that server). ``offsets``: each server's clock
@@ -134,6 +135,28 @@ class RemoteAgents:
                                                                 line=line, rank=None), names)):
                 if exc is not None:
                     log.warning("%s: %s", name, exc)
+
+    # -- the controller's side of ControlServer: no controller runs over servers --------------
+    # (:func:`testbed.spec.servers_problem` refuses a scenario with one before any server is
+    # contacted, and the runner refuses it too); these answer the runner's calls as
+    # :class:`testbed.run.control.ControlServer` answers them with no controller connected.
+    dropped = 0
+    """``ev_stats`` dropped for back-pressure on the way to a controller: none (there is none)."""
+
+    @property
+    def has_controller(self) -> bool:
+        return False
+
+    def stalled_s(self, rank: int) -> float:
+        """No queue waits here for a controller: 0."""
+        return 0.0
+
+    def disconnect(self, rank: int) -> None:
+        """Nothing to close: only a controller is ever disconnected, and none runs over servers."""
+
+    def to_controller(self, msg) -> bool:
+        """False: no controller is connected."""
+        return False
 
     def collect(self, transport_dir: Path) -> dict[str, dict]:
         """Fetch every server's records into ``transport_dir`` as one machine's run leaves them:

@@ -21,9 +21,14 @@ Policies (scenario ``controller: {policy: ...}``):
   never retires the EV). Rules an operator can trust:
 
   - congestion is not failure: the rate counts losses per *first* transmission (retransmissions
-    are left out of the denominator), and an EV that saw a congestion signal in the window (a
-    CE-marked SACK or a trim before the last hop: the QP's SKIP, ``skips`` in ``ev_stats``) is
-    excused, as the QP excuses it;
+    are left out of the denominator), and only the losses the QP itself may charge to an EV
+    (``charged`` in ``ev_stats``: its retransmission timer, or inferred from later packets
+    acknowledged, per EV or across EVs): a trim (the header crossed the path), a PSN_OOR NACK
+    (the receiver's window) is no evidence against the path. Agents that report no ``charged``
+    count leave ``lost`` (every loss) as the numerator. An EV whose window is congested is
+    excused, as the QP excuses it: congestion signals (a CE-marked SACK or a trim before the
+    last hop: the QP's SKIP, ``skips`` in ``ev_stats``) on at least :data:`CONGESTED_SHARE` of
+    its first transmissions; a stray CE mark on a gray-failing EV excuses nothing;
   - hysteresis: ASSUMED_BAD that the QP undoes (DELIVERED, probes) within :data:`CONFIRM_S`,
     or a drop rate that falls back, replaces nothing;
   - the backup is the least used: fewest active EVs (every connection's, commands in flight
@@ -73,6 +78,11 @@ healthy EV loses to drop-tail bursts here and far below the paper's 20% gray fai
 DROP_WINDOW = 100
 """First transmissions an EV's drop rate is measured over (its most recent reports covering at
 least this many)."""
+CONGESTED_SHARE = 0.1
+"""SKIPs (congestion signals) per first transmission at which an EV's window is congested and its
+losses excused. incast-controller (seed 1, 2 EVs per QP) recorded about one SKIP per first
+transmission on the EVs into the incast and a quarter to a third on the victim pair beside it;
+one stray CE mark in a window of 100 is 1%."""
 CONFIRM_S = 0.5
 """An EV must look bad this long before it is replaced (s): two ``ev_stats`` reports, and many
 RTTs for the QP to undo a spurious ASSUMED_BAD (it does within milliseconds on a DELIVERED)."""
@@ -99,12 +109,15 @@ class Path:
 @dataclass(frozen=True)
 class Counts:
     """One ``ev_stats`` report of an EV: cumulative transmissions ``sent`` (retransmissions
-    included), ``lost``, retransmissions ``rtx`` sent on it and SKIPs ``skips`` (congestion)."""
+    included), ``lost`` (every loss: timeouts, inferred, trims, NACKs), retransmissions ``rtx``
+    sent on it, SKIPs ``skips`` (congestion) and ``charged``: the losses of a cause the QP may
+    charge to the EV (timeout, per-EV or cross-EV inference; None: the agent does not report it)."""
 
     sent: int
     lost: int
     rtx: int = 0
     skips: int = 0
+    charged: int | None = None
 
     @property
     def first(self) -> int:
@@ -140,16 +153,22 @@ class Connection:
     managed: bool = True
 
     def drop_rate(self, ev_id: int) -> tuple[float, int, bool]:
-        """(lost / first transmissions, first transmissions, congested) over the EV's last
-        :data:`DROP_WINDOW` first transmissions or more; congested: a SKIP in that span.
+        """(losses / first transmissions, first transmissions, congested) over the EV's last
+        :data:`DROP_WINDOW` first transmissions or more. Losses: those the QP may charge to the
+        EV (``charged``) where both reports carry them, else every loss (``lost``); congested:
+        SKIPs on at least :data:`CONGESTED_SHARE` of the span's first transmissions.
         (0, 0, False) before two reports."""
         hist = self.counts.get(ev_id, [])
         if len(hist) < 2:
             return 0.0, 0, False
         new = hist[-1]
         old = next((c for c in reversed(hist[:-1]) if new.first - c.first >= DROP_WINDOW), hist[0])
-        first, lost = new.first - old.first, new.lost - old.lost
-        return (lost / first if first > 0 else 0.0), first, new.skips > old.skips
+        first = new.first - old.first
+        lost = new.charged - old.charged if new.charged is not None and old.charged is not None \
+            else new.lost - old.lost
+        skips = new.skips - old.skips
+        congested = skips > 0 and skips >= CONGESTED_SHARE * first
+        return (lost / first if first > 0 else 0.0), first, congested
 
     def bad_reason(self, ev_id: int) -> str | None:
         """Why the EV looks bad now, or None (see the module docstring)."""
@@ -263,7 +282,8 @@ class Controller:
             if e.get("ev_id") in conn.active:
                 hist = conn.counts.setdefault(e["ev_id"], [])
                 hist.append(Counts(int(e.get("sent", 0)), int(e.get("lost", 0)), int(e.get("rtx", 0)),
-                                   int(e.get("skips", 0))))
+                                   int(e.get("skips", 0)),
+                                   int(e["charged"]) if e.get("charged") is not None else None))
                 del hist[:-64]
         conn.fresh -= {e for e in conn.fresh if conn.drop_rate(e)[1] >= DROP_WINDOW}
 
