@@ -21,7 +21,7 @@ setup: .stamp-apt .stamp-venv
 
 # Says what it installs before it does (one line per group), and sends apt's and dpkg's output
 # to $(APT_LOG): its last lines are printed if the installation fails.
-.stamp-apt: Makefile
+.stamp-apt: Makefile | .stamp-apt-venv .stamp-apt-probe
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	group() { label=$$1; shift; sel=""; for p in "$$@"; do case " $$missing " in *" $$p "*) sel="$$sel $$p";; esac; done; \
 	          [ -z "$$sel" ] || echo "  $$label:$$sel"; }; \
@@ -43,7 +43,7 @@ setup: .stamp-apt .stamp-venv
 # Debian's Mininet module lives in /usr/lib/python3/dist-packages. pip install -e also builds
 # the native MRC engine (agents/mrc/_core, from agents/mrc/core/), so its sources are inputs.
 NATIVE_SRC := setup.py agents/mrc/_core.pyx $(wildcard agents/mrc/_core_*.pxi agents/mrc/core/*.c agents/mrc/core/*.h)
-.stamp-venv: pyproject.toml $(NATIVE_SRC) .stamp-apt
+.stamp-venv: pyproject.toml $(NATIVE_SRC) | .stamp-apt-venv
 	@[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages $(VENV)
 	@echo "make setup: the virtualenv $(VENV) (pip install -e '.[dev]': the testbed, its libraries, the native engine)"
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
@@ -84,8 +84,32 @@ report: setup
 up: setup
 	$(PY) -m testbed up $(TOPO)
 
-validate: setup
+# Needs the virtualenv and what the validator's kernel probe runs, not all of `make setup` (no
+# Mininet, no sshd): its verdicts are those of a set-up machine's (ip for SRv6 next-csid, nft for
+# loss, clang and libbpf for the switch program that ECN and trimming need).
+validate: .stamp-venv .stamp-apt-probe
 	$(PY) -m testbed validate topologies/*.yaml scenarios/*.yaml scenarios/paper/*.yaml
+
+# The Debian packages the virtualenv needs (python3-venv; gcc, python3-dev and libisal-dev for the
+# native engine's build) and those of the kernel probe (above); `make setup` installs them first.
+APT_VENV  := python3-venv gcc python3-dev libisal-dev
+APT_PROBE := iproute2 nftables clang llvm libbpf-dev
+# $(call apt_install,PACKAGES,WHAT FOR): install the missing ones (output to $(APT_LOG)), touch the stamp.
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing Debian packages for $(2):$$missing (apt and dpkg output: $(APT_LOG))"; \
+	  if ! { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; } \
+	       >$(APT_LOG) 2>&1; then \
+	    tail -n 20 $(APT_LOG); echo "make: apt-get failed; its whole output is in $(APT_LOG)"; exit 1; \
+	  fi; \
+	fi
+	@touch $@
+endef
+.stamp-apt-venv: Makefile
+	$(call apt_install,$(APT_VENV),the virtualenv and the native engine's build)
+.stamp-apt-probe: Makefile | .stamp-apt-venv
+	$(call apt_install,$(APT_PROBE),the kernel probe of testbed validate)
 
 test: setup .stamp-torch
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests

@@ -82,7 +82,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "per agent (default: the scenario's agent_processes, else one runtime per core)")
     p.add_argument("--servers", metavar="SERVERS_YAML",
                    help="spread each fabric over these servers: a worker per server over SSH builds its "
-                        "part, VXLAN tunnels carry the links between servers (README: across servers)")
+                        "part, VXLAN tunnels carry the links between servers (docs/servers.md: Across servers)")
     p.add_argument("--placer", default="pods", choices=sorted(PLACERS),
                    help="placement algorithm with --servers (default: pods)")
     p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",

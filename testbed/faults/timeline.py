@@ -19,6 +19,10 @@ ends it; :mod:`testbed.metrics` reads the same words):
 * ``link_down`` / ``link_up``: one :class:`LinkState` step (apply).
 * ``switch_down`` / ``switch_up``: one :class:`LinkState` step (apply) per link of the switch,
   all at T, in link name order (the step's action stays ``switch_down`` / ``switch_up``).
+* ``plane_down`` / ``plane_up``: one :class:`LinkState` step (apply) per link of the plane, all
+  at T, in link name order, each with the action ``link_down`` / ``link_up``: journaled as the
+  same ``link_down`` lines spelled out one per link would be (the metrics count the links of one
+  instant as one fault).
 * ``flap {period, count}``: ``count`` cycles of down at ``T + i*period`` (apply) and
   up half a period later (revert).
 * ``loss`` / ``rate`` / ``blackhole``: a :class:`Loss` / :class:`Rate` / :class:`Blackhole`
@@ -118,14 +122,17 @@ class Timeline:
         self._fired.add(i)
         e = self.events[i]
 
-        def step(dt: float, change: Change, phase: str) -> None:
-            self._push(Step(t + dt, change, e.action, phase, i, self._planned(t + dt)))
+        def step(dt: float, change: Change, phase: str, action: str = e.action) -> None:
+            self._push(Step(t + dt, change, action, phase, i, self._planned(t + dt)))
 
         if e.action in ("link_down", "link_up"):
             step(0.0, LinkState(e.link, up=e.action == "link_up"), "apply")
         elif e.action in ("switch_down", "switch_up"):
             for link in e.links:
                 step(0.0, LinkState(link, up=e.action == "switch_up"), "apply")
+        elif e.action in ("plane_down", "plane_up"):
+            for link in e.links:
+                step(0.0, LinkState(link, up=e.action == "plane_up"), "apply", e.action.replace("plane", "link"))
         elif e.action.startswith("ev_"):
             step(0.0, EVAction(e.link, e.action.removeprefix("ev_")), "apply")
         elif e.action == "flap":

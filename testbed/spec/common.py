@@ -21,13 +21,16 @@ _CLASS_KEYS = ["rate", "queue", "delay", "loss", "mtu", "ecn", "trim", "control_
 TRIM_HEADER_QUEUE_PKTS = 64
 #: Host NIC uSIDs 0x1000.. are limited to 0x8000 NICs (topology.py's plan).
 MAX_HOST_NICS = 0x8000
-ACTIONS = ("link_down", "link_up", "switch_down", "switch_up", "flap", "loss", "rate", "blackhole", "ev_deny",
-           "ev_allow", "ev_replace")
+ACTIONS = ("link_down", "link_up", "switch_down", "switch_up", "plane_down", "plane_up", "flap", "loss", "rate",
+           "blackhole", "ev_deny", "ev_allow", "ev_replace")
 SWITCH_ACTIONS = ("switch_down", "switch_up")
+"""Timeline actions on every link of one switch at once (a switch restart)."""
+PLANE_ACTIONS = ("plane_down", "plane_up")
+"""Timeline actions on every link of one plane at once (its NICs' host links and its switch links),
+resolved when the file is loaded; each link goes down or up as a ``link_down`` / ``link_up``."""
 LINK_SET_ACTIONS = ("loss", "rate", "blackhole")
 """Timeline actions whose ``link`` may be a link set (``all``, ``all <role>-<role>``): the same
 change on each of its links at once (the paper's random loss on every link)."""
-"""Timeline actions on every link of one switch at once (a switch restart)."""
 EV_ACTIONS = ("ev_deny", "ev_allow", "ev_replace")
 """Timeline actions for the MRC controller: deny, allow or replace the EVs that cross a link."""
 CONTROLLER_POLICIES = ("none", "replace")

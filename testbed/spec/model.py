@@ -99,7 +99,11 @@ class TimelineEvent:
     are all its links (sorted), each taken down or up at once; with a ``target``, both are
     empty until the runner resolves it (:func:`testbed.faults.targets.resolve_switch`).
     ``loss``/``rate``/``blackhole`` on a link set (``all``, ``all <role>-<role>``): ``link`` is
-    None, ``selector`` the set's text and ``links`` its links (sorted), each changed at once."""
+    None, ``selector`` the set's text and ``links`` its links (sorted), each changed at once.
+    ``plane_down``/``plane_up``: ``link`` is None, ``selector`` is ``plane <N>`` and ``links`` the
+    plane's links (sorted: :func:`testbed.spec.names.plane_links`), each a ``link_down``/``link_up``.
+    A named ``random`` draw (``random <role>-<role> as <name>``) keeps that text as ``selector``;
+    a later reference by the name has the same ``link`` and the name as ``selector``."""
 
     action: str
     link: str | None

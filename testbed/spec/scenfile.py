@@ -18,11 +18,12 @@ from testbed.spec.yamlread import Problem, Reader, SpecError, join, line_of
 from testbed.spec.common import (COLLECTIVE_REQUIRED, COMMAND_ONLY, JOB_BACKENDS, COLLECTIVES, JOB_NAME_RE, ORDERS, EV_PATHS, parse_transport, transport_variant, SCENARIO_KEYS,
                                  _WORKLOAD_REQUIRED, SCENARIO_NAME_RE, ELEMENT_BYTES, MAX_WORKLOAD_BYTES,
                                  MAX_ITERATIONS, MAX_EVS, MAX_REFERRED_PROBLEMS, _sorted, _not_a_mapping,
-                                 _did_you_mean, _explain_missing, CONTROLLER_POLICIES, EV_ACTIONS)
+                                 _explain_missing, CONTROLLER_POLICIES, EV_ACTIONS)
 from testbed.spec.model import Scenario, WorkloadSpec
 from testbed.spec.overrides import with_overrides
 from testbed.spec.schema import SCENARIO, SCENARIO_DEFAULTS, TIMEOUT_BASE_S, TIMEOUT_MARGIN
 from testbed.spec.timelinefile import _timeline, timeline_warnings
+from testbed.spec.names import unknown
 from testbed.spec.topofile import load_topology
 
 
@@ -468,7 +469,7 @@ def _hosts(r: Reader, node: Node, topo: Topology | None, where: str = "workload"
     for i, host in enumerate(names):
         path = join(f"{where}.hosts", i)
         if host is not None and known is not None and host not in known:
-            r.error(items[i], path, f"unknown host {show(host)}{_did_you_mean(host, known)}")
+            r.error(items[i], path, f"unknown host {show(host)}{unknown(host, known, topo, 'host')}")
         elif host is not None and host in names[:i]:
             r.error(items[i], path, f"duplicate host {show(host)}")
     if len(items) < 2:

@@ -4,6 +4,7 @@ flow targets) and the warnings a suspicious timeline gets (see :mod:`testbed.spe
 from __future__ import annotations
 
 import random
+import re
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
@@ -15,9 +16,14 @@ from testbed.model.topology import Role, Topology
 from testbed.model.units import show
 from testbed.spec.yamlread import Problem, Reader, join
 from testbed.spec.schema import FLOW_TARGET, SCENARIO
-from testbed.spec.common import (ACTIONS, LINK_SET_ACTIONS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S, SWITCH_ACTIONS,
-                                 _did_you_mean)
+from testbed.spec.common import (ACTIONS, LINK_SET_ACTIONS, MAX_TIMELINE_EVENTS, MAX_FLAP_COUNT, MIN_FLAP_PERIOD_S,
+                                 PLANE_ACTIONS, SWITCH_ACTIONS)
 from testbed.spec.model import TimelineEvent, WorkloadSpec
+from testbed.spec.names import plane_links, role_links, unknown
+
+#: The name of a ``random`` draw (``link_down: random aggregation-core as flaky``): no ``-``, so it is
+#: never a link's name.
+DRAW_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 
 
 def _timeline(r: Reader, node: Node | None, topo: Topology | None, seed: int | None, timeout_s: float | None,
@@ -32,7 +38,8 @@ def _timeline(r: Reader, node: Node | None, topo: Topology | None, seed: int | N
         return None
     rng = random.Random(seed)
     names = _link_names(topo) if topo is not None else {}
-    events = [_event(r, item, join("timeline", i), topo, rng, timeout_s, workload, feats, names)
+    draws: dict[str, str] = {}   # a named random draw -> the link it drew (the items above)
+    events = [_event(r, item, join("timeline", i), topo, rng, timeout_s, workload, feats, names, draws)
               for i, item in enumerate(items)]
     return tuple(events) if None not in events else None
 
@@ -46,7 +53,7 @@ def _link_names(topo: Topology) -> dict[str, str]:
 
 def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
            timeout_s: float | None, workload: WorkloadSpec | None, feats: KernelFeatures,
-           names: dict[str, str]) -> TimelineEvent | None:
+           names: dict[str, str], draws: dict[str, str] | None = None) -> TimelineEvent | None:
     m = r.mapping(node, path, *SCENARIO["timeline[]"])
     if m is None:
         return None
@@ -62,6 +69,9 @@ def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.
     if action in SWITCH_ACTIONS:
         switch = _switch_ref(r, m[action], apath, topo, fields, workload)
         return TimelineEvent(link=None, **fields) if ok and switch is not None else None
+    if action in PLANE_ACTIONS:
+        plane = _plane_ref(r, m[action], apath, topo, fields)
+        return TimelineEvent(link=None, **fields) if ok and plane is not None else None
     if action in ("link_down", "link_up"):
         ref_node, ref_path = m[action], apath
     else:
@@ -74,7 +84,7 @@ def _event(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.
             r.error(m[action], apath, feats.lacks("loss", "nftables (numgen) or sch_netem"))
             ok = False
     link = _link_ref(r, ref_node, ref_path, topo, rng, fields, workload, names,
-                     link_set=action in LINK_SET_ACTIONS)
+                     link_set=action in LINK_SET_ACTIONS, draws=draws)
     if fields.get("links"):
         if "direction" in am:
             r.error(am["direction"], join(apath, "direction"), f"a one-way loss needs one link, not the link set "
@@ -178,8 +188,9 @@ def _target_field(r: Reader, node: Node, path: str, topo: Topology | None, field
 
 def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: random.Random,
               fields: dict, workload: WorkloadSpec | None = None, names: dict[str, str] | None = None,
-              link_set: bool = False) -> str | None:
-    """A link name, a ``random <role>-<role>`` selector, or a flow target mapping
+              link_set: bool = False, draws: dict[str, str] | None = None) -> str | None:
+    """A link name, a ``random <role>-<role>`` selector (``... as <name>`` names the draw in
+    ``draws``), the name of an earlier draw, or a flow target mapping
     (:mod:`testbed.faults.targets`: sets ``fields["target"]`` and returns "" for "resolved later").
     With ``link_set`` also ``all`` or ``all <role>-<role>``: sets ``fields["links"]`` (sorted
     names) and ``fields["selector"]``, and returns ""."""
@@ -200,14 +211,71 @@ def _link_ref(r: Reader, node: Node, path: str, topo: Topology | None, rng: rand
         return ""
     if words and words[0] == "random":
         fields["selector"] = ref
-        candidates = _role_links(r, node, path, topo, ref, words)
-        return rng.choice(candidates).name if candidates else None
+        draw_as = None
+        if len(words) > 2:
+            if len(words) != 4 or words[2] != "as":
+                r.error(node, path, f"selector {show(ref)} is not 'random <role>-<role>' or "
+                                    f"'random <role>-<role> as <name>'")
+                return None
+            draw_as = _draw_name(r, node, path, topo, words[3], draws)
+            if draw_as is None:
+                return None
+        candidates = _role_links(r, node, path, topo, ref, words[:2])
+        link = rng.choice(candidates).name if candidates else None
+        if draw_as is not None and link is not None and draws is not None:
+            draws[draw_as] = link
+        return link
+    if draws and ref in draws:
+        fields["selector"] = ref
+        return draws[ref]
     names = names if names is not None else _link_names(topo)
     if ref not in names:
-        near = _did_you_mean(ref, list(names)) if len(ref) <= 64 and len(names) <= 5000 else ""
-        r.error(node, path, f"unknown link {show(ref)} in topology {show(topo.name)}{near}")
+        canonical = [l.name for l in topo.links]
+        named = (f"; the random draws named above: {', '.join(draws)}" if draws else
+                 "; a random draw is named with 'random <role>-<role> as <name>'" if DRAW_NAME_RE.fullmatch(ref)
+                 else "")
+        r.error(node, path, f"unknown link {show(ref)} in topology {show(topo.name)}"
+                            f"{unknown(ref, canonical, topo, 'link', close_from=names)}{named}")
         return None
     return names[ref]
+
+
+def _draw_name(r: Reader, node: Node, path: str, topo: Topology, name: str,
+               draws: dict[str, str] | None) -> str | None:
+    """The ``<name>`` of ``random <role>-<role> as <name>`` if it can name a draw, else None (a problem)."""
+    if not DRAW_NAME_RE.fullmatch(name) or name in ("all", "random"):
+        r.error(node, path, f"{show(name)} cannot name a draw: 1-32 letters, digits and '_', starting with a "
+                            f"letter or '_', not 'all' or 'random'")
+        return None
+    if draws is not None and name in draws:
+        r.error(node, path, f"{show(name)} already names an earlier draw ({draws[name]}): give each draw its "
+                            f"own name")
+        return None
+    if name in topo.nodes:
+        r.error(node, path, f"{show(name)} is a node of topology {show(topo.name)}: name the draw otherwise")
+        return None
+    return name
+
+
+def _plane_ref(r: Reader, node: Node, path: str, topo: Topology | None, fields: dict) -> int | None:
+    """A plane number (sets ``fields["selector"]`` to ``plane <N>`` and ``fields["links"]`` to
+    its links: :func:`testbed.spec.names.plane_links`); None after a problem."""
+    value = r.value(node)
+    if isinstance(value, str) and (spelt := re.fullmatch(r"plane\s*(\d+)", value.strip())):
+        r.error(node, path, f"expected the plane's number ({path.rsplit('.', 1)[-1]}: {spelt[1]}), got {show(value)}")
+        return None
+    plane = r.integer(node, path, minimum=0)
+    if plane is None or topo is None:
+        return None
+    planes = topo.planes
+    if plane not in planes:
+        valid = (f"{planes[0]}-{planes[-1]}" if planes == list(range(planes[0], planes[-1] + 1)) and len(planes) > 1
+                 else ", ".join(map(str, planes)))
+        r.error(node, path, f"topology {show(topo.name)} has no plane {plane} "
+                            f"({'its planes' if len(planes) > 1 else 'its one plane'}: {valid})")
+        return None
+    fields["selector"], fields["links"] = f"plane {plane}", plane_links(topo, plane)
+    return plane
 
 
 def _role_links(r: Reader, node: Node, path: str, topo: Topology, ref: str, words: list[str]) -> list:
@@ -220,7 +288,8 @@ def _role_links(r: Reader, node: Node, path: str, topo: Topology, ref: str, word
     links = [l for l in topo.links if sorted(roles) == sorted(
         (topo.nodes[l.a.node].role.value, topo.nodes[l.b.node].role.value))]
     if not links:
-        r.error(node, path, f"no {words[1]} link in topology {show(topo.name)}")
+        r.error(node, path, f"no {words[1]} link in topology {show(topo.name)} "
+                            f"(its links: {', '.join(role_links(topo))})")
     return links
 
 
@@ -236,8 +305,13 @@ def _switch_ref(r: Reader, node: Node, path: str, topo: Topology | None, fields:
         return None
     if name not in topo.nodes:
         switches = [n.name for n in topo.switches]
-        near = _did_you_mean(name, switches) if len(name) <= 64 and len(switches) <= 5000 else ""
-        r.error(node, path, f"unknown switch {show(name)} in topology {show(topo.name)}{near}")
+        plane = re.fullmatch(r"plane\s*(\d+)", name.strip())
+        action = path.rsplit(".", 1)[-1]   # switch_down or switch_up
+        hint = (f"; a whole plane is '{action.replace('switch', 'plane')}: {plane[1]}'" if plane else
+                f"; {show(name)} is a link: '{action.replace('switch', 'link')}: {name}'"
+                if name in topo.link_by_name else "")
+        r.error(node, path, f"unknown switch {show(name)} in topology {show(topo.name)}"
+                            f"{unknown(name, switches, topo, 'switch')}{hint}")
         return None
     if not topo.nodes[name].role.is_switch:
         r.error(node, path, f"{show(name)} is a host, not a switch (a host's link: link_down)")
@@ -313,10 +387,11 @@ def timeline_warnings(r: Reader, timeline: tuple[TimelineEvent, ...], timeout_s:
             continue
         base, start = _when(e)
         if e.action in _DOWN_OF:
-            downs = [_when(d) for d in timeline if d.action == _DOWN_OF[e.action] and _subject(d) == subject]
+            downs = [_when(d) for d in timeline if d.action == _DOWN_OF[e.action] and _subject(d) == subject
+                     or e.action == "link_up" and d.action in _DOWN_OF.values() and d.links and e.link in d.links]
             if all(b[0] == base[0] and (b, t) > (base, start) for b, t in downs):
                 out.append(_warning(r, i, f"{e.action} {subject} with no {_DOWN_OF[e.action]} of that "
-                                          f"{e.action.split('_')[0]} before it"))
+                                          f"{e.action.split('_')[0]} before it{_redraw_fix(e, timeline)}"))
             continue
         end = _fault_end(e, start, base, timeline)
         links = _links(e)
@@ -334,7 +409,18 @@ def timeline_warnings(r: Reader, timeline: tuple[TimelineEvent, ...], timeout_s:
 
 
 #: The action that ends each restoring action's fault.
-_DOWN_OF = {"link_up": "link_down", "switch_up": "switch_down"}
+_DOWN_OF = {"link_up": "link_down", "switch_up": "switch_down", "plane_up": "plane_down"}
+
+
+def _redraw_fix(e: TimelineEvent, timeline: tuple[TimelineEvent, ...]) -> str:
+    """The fix when a restoring action's link was drawn by ``random``: each ``random`` draws
+    anew, so name the earlier draw and restore that name ("" for any other link)."""
+    if not (e.selector or "").startswith("random "):
+        return ""
+    down = next((d.selector for d in timeline if d.action == _DOWN_OF[e.action]
+                 and (d.selector or "").startswith("random ") and len(d.selector.split()) == 2), e.selector)
+    return (f" ({show(e.selector)} drew another link; each 'random' draws anew: name the first draw, "
+            f"'{_DOWN_OF[e.action]}: {down} as <name>', and give '{e.action}: <name>')")
 
 
 def _subject(e: TimelineEvent) -> str | None:

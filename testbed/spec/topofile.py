@@ -118,6 +118,12 @@ def _build(r: Reader, build) -> Topology | None:
         return None
 
 
+#: What a link class's ``loss`` is for without sch_netem: the scenario timeline's ``loss`` action.
+_TIMELINE_LOSS = ("; a scenario's timeline 'loss' action drops packets without netem (with nftables): "
+                  "e.g. '- {at: 0s, loss: {link: all, percent: 1%}}' (every link; 'link: all host-edge' for one "
+                  "role pair's links)")
+
+
 def _link_params(r: Reader, m: dict[str, Node], path: str, base: LinkParams | None,
                  feats: KernelFeatures) -> LinkParams | None:
     fields = {}
@@ -139,7 +145,7 @@ def _link_params(r: Reader, m: dict[str, Node], path: str, base: LinkParams | No
     if "control_priority" in m:
         fields["control_priority"] = r.boolean(m["control_priority"], join(path, "control_priority"))
     if fields.get("loss_pct") and not feats.netem:
-        r.error(m["loss"], join(path, "loss"), feats.lacks("loss", "sch_netem"))
+        r.error(m["loss"], join(path, "loss"), feats.lacks("loss", "sch_netem") + _TIMELINE_LOSS)
         fields["loss_pct"] = None
     _switch_features(r, m, path, fields, base, feats)
     if any(v is None for v in fields.values()):

@@ -152,7 +152,8 @@ BAD = [
           "15: qp.rto_base_rtts: expected a number of base RTTs from 1 to 1000 (the paper's ratio is ~33), got 0.5",
           "15: qp.ecn: expected true or false, got 1"]),
     ("unknown host", HEAD.replace("hosts: all", "hosts: [h0_0_0, h0_0_9, h0_0_0]"),
-     ["7: workload.hosts[1]: unknown host 'h0_0_9' (did you mean 'h0_0_1'?)",
+     ["7: workload.hosts[1]: unknown host 'h0_0_9' (did you mean 'h0_0_1' or 'h0_0_0'?); hosts here are h<pod>_<edge>_<i> "
+      "(pod 0-3, edge 0-1, i 0-1)",
       "7: workload.hosts[2]: duplicate host 'h0_0_0'"]),
     ("missing keys", """
     topology: nowhere.yaml
@@ -170,9 +171,12 @@ BAD = [
       - at: 2s
         blackhole: {link: random leaf-spine}
     """, ["16: timeline[0].link_down: unknown link 'a0_0-c9_9' in topology 'fat-tree-k4' "
-          "(did you mean 'a0_0-c0_1'?)",
-          "18: timeline[1].flap.link: no spine-core link in topology 'fat-tree-k4'",
-          "20: timeline[2].blackhole.link: no leaf-spine link in topology 'fat-tree-k4'"]),
+          "(did you mean 'a0_0-c0_1' or 'a0_0-c0_0'?); links here are h<pod>_<edge>_<i>-e<pod>_<edge> or e<pod>_<i>-a<pod>_<j> "
+          "or a<pod>_<i>-c<i>_<j> (either end first)",
+          "18: timeline[1].flap.link: no spine-core link in topology 'fat-tree-k4' "
+          "(its links: host-edge, edge-aggregation, aggregation-core)",
+          "20: timeline[2].blackhole.link: no leaf-spine link in topology 'fat-tree-k4' "
+          "(its links: host-edge, edge-aggregation, aggregation-core)"]),
     ("bad selector", HEAD + """
     timeline:
       - {at: 1s, link_up: random pod-core}
@@ -191,14 +195,14 @@ BAD = [
     """, ["15: timeline[0]: needs exactly one trigger: 'at' or 'at_iteration'",
           "16: timeline[1]: needs exactly one trigger: 'at' or 'at_iteration'",
           "17: timeline[2].after: 'after' goes with 'at_iteration', not 'at'",
-          "18: timeline[3]: needs exactly one action (link_down, link_up, switch_down, switch_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), got none",
-          "19: timeline[4]: needs exactly one action (link_down, link_up, switch_down, switch_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), "
+          "18: timeline[3]: needs exactly one action (link_down, link_up, switch_down, switch_up, plane_down, plane_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), got none",
+          "19: timeline[4]: needs exactly one action (link_down, link_up, switch_down, switch_up, plane_down, plane_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), "
           "got link_down, link_up",
           "20: timeline[5].at: 90s is not before the timeout (60s)",
           "21: timeline[6].at_iteration: iteration 6 never happens: the workload measures 6 iterations (0..5)",
-          "22: timeline[7].crash: unknown key (allowed: at, at_iteration, after, link_down, link_up, switch_down, switch_up, flap, loss, "
+          "22: timeline[7].crash: unknown key (allowed: at, at_iteration, after, link_down, link_up, switch_down, switch_up, plane_down, plane_up, flap, loss, "
           "rate, blackhole, ev_deny, ev_allow, ev_replace)",
-          "22: timeline[7]: needs exactly one action (link_down, link_up, switch_down, switch_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), got none"]),
+          "22: timeline[7]: needs exactly one action (link_down, link_up, switch_down, switch_up, plane_down, plane_up, flap, loss, rate, blackhole, ev_deny, ev_allow, ev_replace), got none"]),
     ("action params", HEAD + """
     timeline:
       - at: 1s

@@ -18,6 +18,10 @@ SHIPPED = sorted((ROOT / "topologies").glob("*.yaml"))
 NO_NETEM = KernelFeatures(frozenset({"htb", "tbf", "pfifo"}), seg6_next_csid=True, nftables=True)
 NETEM = KernelFeatures(frozenset({"htb", "tbf", "pfifo", "netem"}), seg6_next_csid=True, nftables=True)
 UNPROBED = KernelFeatures(probed=False, reason="not root")
+#: A link class's loss without netem names the timeline's loss action, which needs none.
+TIMELINE_LOSS = ("; a scenario's timeline 'loss' action drops packets without netem (with nftables): e.g. "
+                 "'- {at: 0s, loss: {link: all, percent: 1%}}' (every link; 'link: all host-edge' for one role "
+                 "pair's links)")
 
 
 def write(tmp_path: Path, text: str, name: str = "t.yaml") -> Path:
@@ -217,7 +221,7 @@ BAD = [
         link_classes:
           host: {rate: 1Gbit, delay: 5ms}
           fabric: {rate: 1Gbit, loss: 1%}
-        """, ["5: link_classes.fabric.loss: loss needs sch_netem, which this kernel lacks"]),
+        """, ["5: link_classes.fabric.loss: loss needs sch_netem, which this kernel lacks" + TIMELINE_LOSS]),
     ("too many hosts", """
         kind: fat-tree
         k: 64
@@ -296,7 +300,7 @@ def test_all_errors_in_one_file_reported_together(tmp_path):
     found = problems(path)
     assert found == [f"{path}:7: nodes.h1.role: 'hots' is not one of host, edge, aggregation, core, leaf, spine",
                      f"{path}:12: links[0].rate: 'fast' is not a rate (examples: 10Mbit, 1Gbit)",
-                     f"{path}:13: links[1].loss: loss needs sch_netem, which this kernel lacks",
+                     f"{path}:13: links[1].loss: loss needs sch_netem, which this kernel lacks" + TIMELINE_LOSS,
                      f"{path}:14: stray: unknown key (allowed: kind, link_classes, nodes, links, name)"]
 
 
@@ -308,7 +312,7 @@ def test_unprobed_kernel_treats_netem_as_absent(tmp_path):
         """)
     assert problems(path, UNPROBED) == [
         f"{path}:3: link_classes.host.loss: loss needs sch_netem, which could not be detected (not root); "
-        "assumed absent"]
+        "assumed absent" + TIMELINE_LOSS]
     load_topology(ROOT / "topologies/fat-tree-k4.yaml", features=UNPROBED)
 
 
