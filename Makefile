@@ -144,8 +144,11 @@ sanitize: setup
 # libFuzzer (clang, ASan + UBSan) on the native decoder and on one QP fed datagrams, each for
 # FUZZ_SECONDS (default 60).
 FUZZ_SECONDS ?= 60
+# Then the engine-comparison tests' random scenarios from a random seed (MRC_FUZZ_RANDOM=1: new
+# examples each run; make test runs them derandomized).
 fuzz: setup
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash agents/mrc/core/fuzz.sh
+	MRC_FUZZ_RANDOM=1 $(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS) tests/unit/test_native_qp.py -k "random and agree"
 
 # The documentation site (mkdocs.yml, pages under docs/): strict, so a broken link or a page
 # missing from the nav fails; the site goes to site/ (git-ignored). CI builds it after lint.

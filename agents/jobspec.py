@@ -37,7 +37,8 @@ QP_ATTR_KEYS = {"mpr": "mpr", "mpr_dest": "mpr_dest", "max_wimm": "max_wimm",
 QP_CONFIG_KEYS = {"time_scale": float, "min_rto_s": float, "initial_rto_s": float, "sack_every": int,
                   "ack_delay_s": float, "ack_coalesce_s": float, "reorder_threshold": int, "probe_interval_s": float,
                   "probe_timeout_s": float, "probe_successes": int, "skip_timeout_s": float,
-                  "cc": str, "cc_params": dict, "max_burst": int, "cnp_interval_s": float}
+                  "cc": str, "cc_params": dict, "max_burst": int, "cnp_interval_s": float,
+                  "loss_inference": bool}
 """Job-spec ``qp`` keys -> :class:`agents.mrc.QPConfig` fields (emulation parameters)."""
 QP_CHANNEL_KEYS = {"ev_min_active": int, "ecn": bool, "control_priority": int}
 """Job-spec ``qp`` keys the channel applies itself: ``ev_min_active`` (INIT's EV floor),
@@ -331,7 +332,7 @@ def _qp_keys(c: _Checker, qp: dict) -> None:
         elif key in QP_CONFIG_KEYS:
             want = QP_CONFIG_KEYS[key]
             ok = isinstance(value, want) or want is float and isinstance(value, int)
-            if not ok or isinstance(value, bool):
+            if not ok or isinstance(value, bool) and want is not bool:
                 c.problems.append(f"qp.{key}: expected {want.__name__}, got {value!r}")
         elif key not in QP_CHANNEL_KEYS:
             c.problems.append(f"qp.{key}: unknown key")

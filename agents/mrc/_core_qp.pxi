@@ -61,6 +61,7 @@ cdef extern from "mrcn_requester.h":
         int64_t reorder_threshold, ooo_threshold
         double ooo_time_frac
         uint64_t ev_loss_run
+        int loss_inference
         double probe_interval_s, probe_timeout_s
         int64_t probe_successes
         uint32_t ev_min_active
@@ -474,6 +475,7 @@ cdef class QP:
         c.reorder_threshold, c.ooo_threshold = cfg.reorder_threshold, cfg.ooo_threshold
         c.ooo_time_frac = cfg.ooo_time_frac
         c.ev_loss_run = cfg.ev_loss_run
+        c.loss_inference = bool(cfg.loss_inference)
         c.probe_interval_s, c.probe_timeout_s = cfg.probe_interval_s, cfg.probe_timeout_s
         c.probe_successes = cfg.probe_successes
         c.ev_min_active = cfg.ev_min_active
@@ -656,6 +658,11 @@ cdef class QP:
                 raise ValueError(f"ev_min_active={floor} not in [0, {len(evs)}]")
             if mask & ~3:
                 raise ValueError(f"event_mask {mask:#x}: only GOOD and ASSUMED_BAD (mrc_ctl.h)")
+            # validated before the EV set is built: a failed INIT leaves the QP in RST with
+            # no EVs (mrcn_qp_init_evs refuses a QP that has some), so INIT can be retried
+            reverse = list(attrs.get("reverse_evs", evs))
+            if not reverse or not set(reverse) <= set(attrs["evs"]):
+                raise ValueError(f"reverse_evs {reverse} must be a non-empty subset of the QP's EVs")
             buf = _u32_array(evs)
             try:
                 _qp_check(mrcn_qp_init_evs(self.qp, buf, len(evs), floor, mask))
@@ -673,9 +680,6 @@ cdef class QP:
             self._evs_view = view
             if profile is not None:
                 profile.attach(self)
-            reverse = list(attrs.get("reverse_evs", evs))
-            if not reverse or not set(reverse) <= set(attrs["evs"]):
-                raise ValueError(f"reverse_evs {reverse} must be a non-empty subset of the QP's EVs")
             reverse = reverse[:1] if rc_mode else reverse
             buf = _u32_array(reverse)
             try:

@@ -66,6 +66,7 @@ cdef extern from "mrcn_responder.h":
         int64_t max_wimm_dest
         uint64_t rcv_cum
         size_t n_recvs
+        size_t n_chunks, n_imm
         mrcn_ctrl *out
         size_t n_out
         mrcn_wc *wcs
@@ -260,6 +261,13 @@ cdef class Responder:
     @property
     def rx_cum_psn(self):
         return self.r.rcv_cum
+
+    @rx_cum_psn.setter
+    def rx_cum_psn(self, psn):
+        """responder.Responder.rx_cum_psn's setter (tests: the end of the PSN space)."""
+        if self.r.n_chunks or self.r.n_imm or not 0 <= psn <= 0xFFFFFFFF:
+            raise ValueError(f"rx_cum_psn={psn!r}: only 0..{0xFFFFFFFF}, nothing held above it")
+        self.r.rcv_cum = psn
 
     @property
     def bad_packets(self):

@@ -25,7 +25,8 @@ lost when ``reorder_threshold`` later transmissions on the same EV were acknowle
 never-retransmitted PSNs count: their ACK is unambiguous), when enough transmissions sent
 after it on any EV were acknowledged (:meth:`ooo_scan`), or when its timer fires: the RFC 6298
 RTO (:mod:`agents.mrc.rto`, floored by the QP ``timeout``), restarted per EV by ACKs, then the
-linear and exponential retry ladder.
+linear and exponential retry ladder. ``config.loss_inference`` False (a control) turns the first
+two off: only NACKs and timers find losses.
 """
 from __future__ import annotations
 
@@ -131,17 +132,22 @@ class LossDetector:
 
     def on_retransmit(self, tx, seq: int, now: float) -> None:
         """``tx`` was just retransmitted as transmission ``seq`` of its EV at ``now``."""
-        if self.transport is Transport.MRC:
-            self.sent_order.append((tx.gseq, tx))
-        self.ev_q[tx.ev].append((seq, tx))
+        if self.config.loss_inference:   # the inference rules' queues (none without inference)
+            if self.transport is Transport.MRC:
+                self.sent_order.append((tx.gseq, tx))
+            self.ev_q[tx.ev].append((seq, tx))
         heapq.heappush(self.timers, (now + self._rtt.backoff_s(tx.timeouts, self.attr.retry_linear_cnt),
                                      tx.psn, tx.ts_ns))
 
     def on_acked(self, touched, hi_gseq: int, hi_sent_at: float, now: float) -> None:
         """After an ACK: ``touched``, EVs whose ``acked_seq`` moved (walked in the order they moved:
         an ordered dict, so the native twin walks them alike); ``hi_gseq``/``hi_sent_at``,
-        the latest-sent newly acknowledged first transmission (or the previous ones)."""
-        if touched:   # per-EV packet threshold: reorder_threshold later ones on the EV acked
+        the latest-sent newly acknowledged first transmission (or the previous ones).
+
+        Without ``config.loss_inference`` the queues the two rules read stay empty (the
+        requester and :meth:`on_retransmit` fill them only with inference on): nothing is
+        declared lost here, and ``hi_acked_gseq`` still moves (:meth:`charge_ev` reads it)."""
+        if touched and self.config.loss_inference:   # per-EV packet threshold
             ev_q, threshold, infos = self.ev_q, self.config.reorder_threshold, self.evs.info
             for e in touched:
                 q = ev_q[e]

@@ -186,6 +186,11 @@ class QP:
             if self.transport is Transport.RC:
                 evs = evs[:1]
             floor = attrs.get("ev_min_active", self.config.ev_min_active)
+            # validated before anything is built: a failed INIT leaves the QP as it was (RST,
+            # no EV set, not attached to the profile), so that INIT can be tried again
+            reverse = list(attrs.get("reverse_evs", evs))
+            if not reverse or not set(reverse) <= set(attrs["evs"]):
+                raise ValueError(f"reverse_evs {reverse} must be a non-empty subset of the QP's EVs")
             self.evs = self.requester.evs = EVSet(evs, qpn=self.qpn, rng=self.rng,
                                                   ev_min_active=min(floor, len(evs)),
                                                   skip_timeout_s=self.config.skip_timeout_s,
@@ -195,9 +200,6 @@ class QP:
                                                   sink=self._events)
             if profile is not None:
                 profile.attach(self)
-            reverse = list(attrs.get("reverse_evs", evs))
-            if not reverse or not set(reverse) <= set(attrs["evs"]):
-                raise ValueError(f"reverse_evs {reverse} must be a non-empty subset of the QP's EVs")
             self.responder.reverse.evs = reverse[:1] if self.transport is Transport.RC else reverse
         elif state is QPState.RTR:
             dest_qpn = int(attrs["dest_qpn"])

@@ -277,7 +277,9 @@ class Requester:
         unsent, outstanding, ev_q, ev_fresh, infos = self._unsent, self._outstanding, \
             loss.ev_q, loss.ev_fresh, self.evs.info
         dest, append, cc_sent = self._dest_qpn, out.append, self._cc_sent
-        order = loss.sent_order.append if self.transport is Transport.MRC else None
+        # the inference rules' queues (per-EV threshold, cross-EV scan): none without inference
+        infer = self.config.loss_inference
+        order = loss.sent_order.append if infer and self.transport is Transport.MRC else None
         gseq = self._gseq
         ts = int(now * 1e9)
         if ts <= self._last_ts_ns:
@@ -312,7 +314,8 @@ class Requester:
                 order((gseq, tx))
             gseq += 1
             outstanding[psn] = tx
-            ev_q[ev].append((seq, tx))
+            if infer:
+                ev_q[ev].append((seq, tx))
             ev_fresh[ev].append(tx)
             sent_bytes += length
             if cc_sent is not None:
@@ -466,15 +469,19 @@ class Requester:
                 return
             self._go_back_n(pkt.psn, now, LossCause.SEQ_ERR)
             return
+        # The echoed stamp is evidence of a delivery only if this QP could have sent it (as a
+        # SACK's, :meth:`on_sack`): a stamp beyond any sent would excuse every later loss on
+        # the EV and bring a retired one back.
+        ts_ok = 0 < pkt.timestamp_ns <= self._last_ts_ns
         if pkt.reason == pk.NackReason.NO_PKT_BUFFER:
             # the responder had no posted receive: its header arrived, the EV is fine; the
             # retransmission timer (retry ladder) sends it again
             self.nacks_no_buffer += 1
-            if self.transport is Transport.MRC:
+            if self.transport is Transport.MRC and ts_ok:
                 self.loss.delivered(pkt.ev, pkt.timestamp_ns, now)
             return
         trimmed = pkt.reason in (pk.NackReason.TRIMMED, pk.NackReason.TRIMMED_LASTHOP)
-        if trimmed and self.transport is Transport.MRC:   # the header crossed the EV: it delivers
+        if trimmed and self.transport is Transport.MRC and ts_ok:   # the header crossed the EV
             self.loss.delivered(pkt.ev, pkt.timestamp_ns, now)
         if tx is None or tx.ts_ns != pkt.timestamp_ns:
             return

@@ -121,6 +121,14 @@ class Responder:
         """Every PSN below this one has been received (responder view)."""
         return self._rcv_cum
 
+    @rx_cum_psn.setter
+    def rx_cum_psn(self, psn: int) -> None:
+        """Start the receive window at ``psn`` (0..MAX_PSN + 1) before anything arrived above
+        it: tests place a responder at the end of the PSN space."""
+        if self._chunks or self._imm_heap or not 0 <= psn <= _MAX_PSN + 1:
+            raise ValueError(f"rx_cum_psn={psn!r}: only 0..{_MAX_PSN + 1}, nothing held above it")
+        self._rcv_cum = psn
+
     def on_data(self, data: bytes, now: float, ecn: bool) -> None:
         """One DATA datagram (``ecn``: its IP header carried CE)."""
         n = len(data)
@@ -245,7 +253,7 @@ class Responder:
             if clear and not marked and n >= _PLAIN_BYTES and data[1] == _DATA:
                 (ver, _, opcode, flags, dq, psn, ev, off, length, ts) = _unpack_hdr(data)
                 end = n - 4
-                if psn == cum and ver == _VERSION and opcode in _PLAIN_OPCODES and \
+                if psn == cum and psn <= _MAX_PSN and ver == _VERSION and opcode in _PLAIN_OPCODES and \
                         not flags & _FAST_FLAGS_MASK and end - _HDR_BYTES == length and dq == qpn and \
                         off + length <= memlen:
                     mv = memoryview(data)

@@ -145,7 +145,12 @@ class QPConfig:
     packets sent later on any EV acknowledged, and ``ooo_time_frac``, the
     time guard; see :mod:`agents.mrc.requester`), ``ev_loss_run`` (losses
     in a row on one EV, none of its later packets delivered, before it is
-    ASSUMED_BAD), probe
+    ASSUMED_BAD), ``loss_inference`` (default True; False turns off fast loss inference: no
+    loss is declared from SACK reordering, neither by the per-EV ``reorder_threshold`` rule,
+    LossCause.EV_THRESHOLD, nor by the cross-EV out-of-order rule, LossCause.OOO, so a
+    dropped packet is found only by an explicit NACK, trimmed or not, or by its RTO; the EV
+    state machine is unchanged, so an EV on a dead path is retired from charged timeouts
+    alone: the control that shows what detection costs without inference), probe
     parameters (``probe_interval_s``, ``probe_timeout_s`` — mrc_ctl example
     2 ms, a floor: the effective timeout is ``max(probe_timeout_s, RTO)``,
     see ``QP.probe_timeout_s`` — and ``probe_successes`` k), ``ev_min_active``, ``skip_timeout_s``
@@ -179,6 +184,7 @@ class QPConfig:
     ooo_threshold: int = 5
     ooo_time_frac: float = 0.25
     ev_loss_run: int = 2
+    loss_inference: bool = True
     probe_interval_s: float = 0.005
     probe_timeout_s: float = 0.002
     probe_successes: int = 3
@@ -202,6 +208,8 @@ class QPConfig:
             raise ValueError("probe_successes, probe_interval_s and max_burst must be positive")
         if self.ooo_threshold < 1 or self.ev_loss_run < 1 or self.ooo_time_frac < 0:
             raise ValueError("ooo_threshold and ev_loss_run must be >= 1, ooo_time_frac >= 0")
+        if not isinstance(self.loss_inference, bool):
+            raise ValueError(f"loss_inference={self.loss_inference!r}: expected True or False")
         if self.cnp_interval_s < 0:
             raise ValueError("cnp_interval_s must be >= 0 (0: no CNPs)")
         if self.always_skip_ce_run < 1 or self.skip_timeout_s < 0:

@@ -10,7 +10,9 @@ import random
 import pytest
 
 from agents.mrc.ev import EVEvent, EVState
+from agents.mrc.loss import LossCause
 from agents.mrc.qp import QP, connect_pair
+from agents.mrc.rto import mrc_timeout_s
 from agents.mrc.sim import MultipathNetwork, PathSpec
 from agents.mrc.types import QPAttr, QPConfig, QPError, Transport, WorkCompletion
 from tests.unit.qp_diff import make_qp, qp_required
@@ -20,9 +22,10 @@ BASE_RTT_S = 2 * DELAY_S
 
 
 def run(paths, *, size=4 << 20, seed=1, timeout=12, time_scale=1.5, ev_min_active=2,
-        base_rtt_s=BASE_RTT_S, engine="python", retry=(3, 2), **kw):
+        base_rtt_s=BASE_RTT_S, engine="python", retry=(3, 2), on_connect=None, **kw):
     """Write ``size`` bytes from QP a to b (both of ``engine``) over ``paths`` on the fake clock;
-    ``retry``: (linear_cnt, exp_cnt); ``kw`` overrides :class:`QPConfig` keywords."""
+    ``retry``: (linear_cnt, exp_cnt); ``on_connect(a, b)`` runs once they are connected;
+    ``kw`` overrides :class:`QPConfig` keywords."""
     attr = QPAttr(timeout=timeout, mpr=16, mpr_dest=16, retry_linear_cnt=retry[0],
                   retry_exp_cnt=retry[1])
     cfg = QPConfig(**{**dict(min_rto_s=0.0, time_scale=time_scale, cc="uet-1.0-nscc",
@@ -33,6 +36,8 @@ def run(paths, *, size=4 << 20, seed=1, timeout=12, time_scale=1.5, ev_min_activ
     a = make_qp(engine, 1, seed=seed, memory=None, config=cfg)
     b = make_qp(engine, 2, seed=seed + 1, memory=bytearray(size), config=cfg)
     connect_pair(a, b, range(len(paths)), attr=attr, ev_min_active=ev_min_active)
+    if on_connect is not None:
+        on_connect(a, b)
     net = MultipathNetwork(a, b, paths, seed=seed)
     src = random.Random(seed).randbytes(size)
     a.post_write(wr_id=1, local=src, remote_offset=0)
@@ -128,3 +133,58 @@ def test_a_window_of_one_packet_still_retires_dead_evs(engine):
     # two charged losses per dead EV, then no more: not one timeout every other packet
     assert stats["timeouts"] <= 8, stats["timeouts"]
     assert stats["ev_losses_confirmed"] >= 2
+
+
+
+def _spy_charges(qp, causes: list) -> None:
+    """Record (time, EV, cause) of every loss ``qp``'s requester charges to an EV."""
+    charge = qp.requester.loss.charge_ev
+
+    def spy(tx, info, now, cause=LossCause.TIMEOUT):
+        causes.append((now, tx.ev, cause))
+        return charge(tx, info, now, cause)
+    qp.requester.loss.charge_ev = spy
+
+
+@pytest.mark.parametrize("inference", [True, False])
+def test_without_loss_inference_a_dead_ev_is_retired_only_by_timeouts(inference):
+    """QPConfig.loss_inference False (the control of the failure claims): the dead path of
+    test_a_dead_ev_is_retired_within_3_base_rtts, 10 ms in. With inference the EV is retired
+    from losses inferred from later ACKs (EV_THRESHOLD / OOO) before any timeout, within 3
+    base RTTs; without, no loss is inferred (no retry spent on loss evidence, no OOO loss,
+    the inference queues stay empty) and the EV is retired from charged TIMEOUT losses alone,
+    one RTO or more after the failure (fake clock); the write still completes."""
+    paths = [PathSpec(1e9, DELAY_S)] * 4
+    paths[1] = PathSpec(1e9, DELAY_S, down=((0.010, math.inf),))
+    causes: list = []
+    a, net, bad = run(paths, size=8 << 20, timeout=14, loss_inference=inference,
+                      on_connect=lambda qa, qb: _spy_charges(qa, causes))
+    stats, loss = a.stats(), a.requester.loss
+    assert [e.ev for e in bad] == [1]
+    charged = {c for t, ev, c in causes if ev == 1 and t <= bad[0].time}
+    if inference:
+        assert stats["timeouts"] == 0 and stats["loss_retries"] > 0
+        assert charged and charged <= {LossCause.EV_THRESHOLD, LossCause.OOO}
+        assert bad[0].time - 0.010 <= 3 * BASE_RTT_S
+    else:
+        assert stats["loss_retries"] == 0 and loss.ooo_losses == 0
+        assert not loss.sent_order and not any(loss.ev_q.values())
+        assert stats["timeouts"] > 0 and charged == {LossCause.TIMEOUT}
+        # the RTO's floor (timeout 14 x time_scale 1.5 = 25 ms) after the last packet that
+        # crossed before the failure (sent at most a base RTT before it)
+        assert bad[0].time - 0.010 >= mrc_timeout_s(14, 1.5) - BASE_RTT_S > 10 * BASE_RTT_S
+
+
+def test_without_loss_inference_nacks_still_declare_losses():
+    """Explicit signals stay: trimmed packets are NACKed and resent (TRIMMED), with no
+    inferred loss and no timeout needed."""
+    paths = [PathSpec(1e9, DELAY_S, queue_bytes=15000, trim=True)] * 4
+    a, net, bad = run(paths, size=2 << 20, loss_inference=False)
+    assert sum(c["trimmed"] for c in net.counters().values()) > 0
+    assert a.requester.rtx_packets > 0 and a.requester.loss.ooo_losses == 0
+    assert a.stats()["loss_retries"] == 0        # trims spend no retry; nothing inferred
+
+
+def test_loss_inference_must_be_a_bool():
+    with pytest.raises(ValueError, match="loss_inference"):
+        QPConfig(loss_inference=0).validate()

@@ -453,3 +453,47 @@ def test_reordering_guard_counts_from_the_configured_base_rtt_not_a_burst_sample
     learnt.requester.loss.rtt_min_s = 0.002
     learnt.evs.info[0].rtt_srtt_s = 0.055
     assert learnt.requester.loss.ooo_guard_s() == pytest.approx(0.055 - 0.002 + 0.25 * 0.002)
+
+
+@pytest.mark.parametrize("reason", [pk.NackReason.TRIMMED, pk.NackReason.TRIMMED_LASTHOP,
+                                    pk.NackReason.NO_PKT_BUFFER])
+def test_a_nack_stamped_beyond_anything_sent_proves_no_delivery(reason):
+    """NACK timestamps are validated as SACK timestamps are (0 < ts <= the latest stamp sent):
+    one CRC-valid NACK echoing a stamp from the future neither revives a retired EV nor
+    marks the EV delivered (which would excuse every later loss on it)."""
+    a, b = pair(sack_every=1)
+    size = 8 * a.config.payload_bytes
+    a.post_write(wr_id=1, local=bytes(size), remote_offset=0)
+    dead = deliver_all_but_the_first_ev(a, b)
+    a.post_write(wr_id=2, local=bytes(size), remote_offset=size)
+    for data, ev in a.datagrams_to_send(0.002):
+        if ev != dead:
+            b.receive_datagram(data, 0.0025)
+    for data, _ in b.datagrams_to_send(0.0025):
+        a.receive_datagram(data, 0.003)
+    info = a.evs.info[dead]
+    assert info.state is EVState.ASSUMED_BAD
+    good = next(e for e in a.evs.info if e != dead)
+    before = {e: a.evs.info[e].delivered_ts_ns for e in a.evs.info}
+    for ev in (dead, good):
+        forged = pk.encode(pk.NackPacket(dest_qpn=1, psn=0, ev=ev, timestamp_ns=2**63,
+                                         reason=reason))
+        a.receive_datagram(forged, 0.0031)
+    assert a.evs.info[dead].state is EVState.ASSUMED_BAD
+    assert {e: a.evs.info[e].delivered_ts_ns for e in a.evs.info} == before
+    assert before[good] > 0          # the GOOD EV had delivered: its real stamp stands
+
+
+def test_an_init_refused_for_its_reverse_evs_leaves_the_qp_in_rst_and_retryable():
+    """reverse_evs is validated before the EV set is built: the refused INIT leaves the QP in
+    RST without a timer, a second INIT with valid reverse EVs works, and the QP comes up."""
+    a = QP(1, rng=random.Random(1), config=cfg())
+    with pytest.raises(ValueError, match="reverse_evs"):
+        a.modify_qp(QPState.INIT, evs=[0, 1], reverse_evs=[7])
+    assert a.state is QPState.RST and a.get_timer() is None
+    a.modify_qp(QPState.INIT, evs=[0, 1], reverse_evs=[1])
+    a.modify_qp(QPState.RTR, dest_qpn=2)
+    a.modify_qp(QPState.RTS, timeout=8)
+    assert a.state is QPState.RTS and a.get_timer() is None
+    a.post_write(wr_id=1, local=bytes(100), remote_offset=0)
+    assert a.datagrams_to_send(0.0) and a.get_timer() is not None

@@ -343,3 +343,42 @@ def test_run_due_serves_the_native_endpoints_timers_between_turns(core):
     finally:
         closing(ea)
         loop.close()
+
+
+def test_a_timer_error_leaves_the_other_due_qps_their_timers(core):
+    """run_due takes every due QP off the heap; one whose flush fails (its route's socket is
+    closed: EBADF, not a drop) must not leave the others with no timer: they all run, the
+    failing one is re-armed, and the error is still reported."""
+    ep = core.Endpoint()
+    good = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    bad = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        ok_route = ep.add_route(good.fileno(), ("::1", 9))
+        qps = []
+        for qpn in (10, 30, 50):
+            a = core.QP(qpn, rng=random.Random(qpn), config=config())
+            b = core.QP(qpn + 1, rng=random.Random(qpn + 1), memory=bytearray(1 << 16), config=config())
+            connect_pair(a, b, [0, 1, 2, 3], attr=QPAttr(timeout=12), now=0.0)
+            ep.attach(a)
+            for ev in range(4):
+                ep.set_route(qpn, ev, ok_route)
+            a.post_write(wr_id=1, local=bytes(10000), remote_offset=0)
+            ep.kick(qpn, 0.0)               # sent (nothing listens), timers armed
+            qps.append(a)
+        bad_route = ep.add_route(bad.fileno(), ("::1", 9))
+        for ev in range(4):
+            ep.set_route(10, ev, bad_route)   # the first QP due now sends on a closed socket
+        bad.close()
+        with pytest.raises(Exception):
+            ep.on_timer(1e9)
+        assert [q.stats()["timeouts"] >= 1 for q in qps] == [True, True, True]   # all ran
+        assert ep.next_deadline() is not None
+        for ev in range(4):
+            ep.set_route(10, ev, ok_route)
+        ep.on_timer(2e9)                      # every QP still has its timer
+        assert all(q.stats()["timeouts"] >= 2 for q in qps)
+    finally:
+        good.close()
+        if bad.fileno() >= 0:
+            bad.close()
+        del ep

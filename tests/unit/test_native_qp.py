@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import os
 import random
 import re
 import time
@@ -30,7 +31,12 @@ from agents.mrc.types import QPAttr, WorkCompletion
 from tests.unit import qp_diff as qd
 from tests.unit.qp_diff import DCQCN, ENGINE_PAIRS, FIXED, NSCC, Mismatch, Op, Scenario
 
-SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
+FUZZ_RANDOM = os.environ.get("MRC_FUZZ_RANDOM", "").strip() == "1"
+"""``make fuzz`` sets MRC_FUZZ_RANDOM=1: the random-scenario tests draw from a random seed (new
+examples every run, MRC_FUZZ_EXAMPLES of them, default 300) instead of the derandomized ~100
+that ``make test`` runs, deterministic and fast."""
+SETTINGS = settings(max_examples=int(os.environ.get("MRC_FUZZ_EXAMPLES", "300")) if FUZZ_RANDOM else 100,
+                    deadline=None, derandomize=not FUZZ_RANDOM, database=None, print_blob=FUZZ_RANDOM,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -176,6 +182,19 @@ def loss_retries_rc() -> Scenario:
                     net_seed=3, until=2.0)
 
 
+def no_loss_inference() -> Scenario:
+    """QPConfig.loss_inference False (the failure claims' control): EV 1 drops 30% of its
+    packets and EV 3 dies for good, a trimming queue on EV 2; only NACKs (TRIMMED) and
+    timeouts find the losses, and the dead EV is retired from timeouts alone."""
+    paths = [P, dataclasses.replace(P, loss=0.3),
+             dataclasses.replace(P, queue_bytes=4 * PAYLOAD, trim=True),
+             dataclasses.replace(P, down=((0.002, math.inf),))]
+    cfg = sim_config(loss_inference=False, reorder_threshold=1, ooo_threshold=1)
+    attr = dataclasses.replace(ATTR, retry_linear_cnt=7, retry_exp_cnt=25)
+    return scenario(paths, [write(0.0, "a", 1, 200_000), write(0.0, "b", 2, 20_000)],
+                    config=cfg, attr=attr, net_seed=4, until=3.0)
+
+
 def _wcs(result, opcode=None, status=None):
     return [e[1] for e in result.events if e[0] == "WorkCompletion"
             and (opcode is None or e[1]["opcode"] == f"WCOpcode.{opcode}")
@@ -260,6 +279,15 @@ def check_loss_retries_rc(r):
     assert r.final[0]["stats"]["loss_retries"] >= 1
 
 
+def check_no_loss_inference(r):
+    a = r.final[0]["stats"]
+    assert a["loss_retries"] == 0 and a["timeouts"] > 0 and a["retransmissions"] > 0
+    assert sum(c["trimmed"] for c in r.net.values()) > 0
+    bad = [e for e in _ev_events(r) if e["new"] == "EVState.ASSUMED_BAD" and e["qpn"] == 1]
+    assert 3 in {e["ev"] for e in bad}
+    assert r.memory[1][:200_000] == _payload(1, 200_000)
+
+
 def check_rc(r):
     assert r.final[0]["stats"]["retransmissions"] > 0
     assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2]
@@ -279,6 +307,7 @@ HAND_MADE = {
     "one_packet_window": (one_packet_window, check_one_packet_window),
     "loss_retries_mrc": (loss_retries_mrc, check_loss_retries_mrc),
     "loss_retries_rc": (loss_retries_rc, check_loss_retries_rc),
+    "no_loss_inference": (no_loss_inference, check_no_loss_inference),
 }
 
 

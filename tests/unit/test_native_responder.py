@@ -433,3 +433,63 @@ def test_on_timer_without_a_held_sack_does_not_read_the_time_in_both():
     for e in (py, nat):
         e.r.on_timer(None)             # QP.handle_timer may pass what it was given
     same(py, nat, "no deadline")
+
+
+@pytest.mark.parametrize("cum", [pk.MAX_PSN + 1, pk.MAX_PSN])
+@pytest.mark.parametrize("size", [0, 37])
+def test_the_batch_path_bounds_the_psn_as_the_one_by_one_path(cum, size):
+    """A responder whose cumulative PSN is at the end of the PSN space: a DATA packet with
+    the reserved PSN 2**32 - 1 (== the cumulative PSN when every PSN was received) is a
+    protocol error one by one; the batch path hands it to ``slow`` (the one-by-one path)
+    instead of placing it, on both engines; the last valid PSN is placed by both paths."""
+    cfg = QPConfig(sack_every=1)
+    results = []
+    for cls in (Responder, core.Responder):
+        for batched in (False, True):
+            e = Engine(cls, cfg, Transport.MRC, bytearray(4096), 8, 128, EVS)
+            e.r.rx_cum_psn = cum
+            data = pk.encode_data_parts(QPN, cum, 1, int(pk.Opcode.WRITE_ONLY), 0, 0, 123, None,
+                                        bytes(range(size)))
+            if batched:
+                calls = e.batch([data], 0.001, None, -1)
+                outcome = [c[3] for c in calls]
+            else:
+                outcome = [e.data(data, 0.001, False)]
+            results.append((cls.__module__, batched, outcome, e.view()))
+    want = ["ProtocolError"] if cum > pk.MAX_PSN else ["ok"]
+    for mod, batched, outcome, view in results:
+        if cum > pk.MAX_PSN:
+            assert outcome == want, (mod, batched)        # handed to the slow path: rejected
+            assert view[4] == cum and view[6] == 0         # rx_cum_psn, rx_packets unchanged
+        else:
+            assert outcome == ([] if batched else want), (mod, batched)   # placed
+            assert view[4] == cum + 1 and view[6] == 1
+    views = {(batched, repr(view)) for _, batched, _, view in results}
+    assert len({v for b, v in views if b}) == 1 and len({v for b, v in views if not b}) == 1
+
+
+def test_rx_cum_psn_is_set_only_with_nothing_held_above_it():
+    for cls in (Responder, core.Responder):
+        e = Engine(cls, QPConfig(), Transport.MRC, bytearray(4096), 8, 128, EVS)
+        with pytest.raises(ValueError):
+            e.r.rx_cum_psn = 2**32
+        e.data(pk.encode_data_parts(QPN, 5, 1, int(pk.Opcode.WRITE_ONLY), 0, 0, 1, None, b"x"),
+               0.0, False)
+        with pytest.raises(ValueError):
+            e.r.rx_cum_psn = 100
+
+
+def test_ev_maps_with_ids_differing_only_in_high_bits_look_up_correctly():
+    """The native EV maps (mrcn_evmap.c: the reverse EVs' bookkeeping, reverse_evs) hash with
+    the product's high bits: ids that differ only above bit 20 must not collide into one run
+    of slots. Correctness check against the Python dicts: 200 such EVs, each seen on a data
+    packet, then looked up (their last-seen times) in insertion order."""
+    evs = [(k << 20) | 3 for k in range(200)]
+    py, nat = both(QPConfig(sack_every=1), Transport.MRC, 1 << 16, 8, 128, evs)
+    for i, ev in enumerate(evs):
+        data = pk.encode_data_parts(QPN, i, ev, int(pk.Opcode.WRITE_ONLY), 0, 0, 1 + i, None, b"x")
+        for e in (py, nat):
+            assert e.data(data, 0.001 * (i + 1), False) == "ok"
+        same(py, nat, f"after EV {ev:#x}")
+    assert list(dict(nat.r.reverse_evs)) == evs
+    assert dict(nat.r.reverse_evs) == {ev: 0.001 * (i + 1) for i, ev in enumerate(evs)}

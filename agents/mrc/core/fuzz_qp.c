@@ -27,6 +27,7 @@ static mrcn_qp *bring_up(void)
         .rc = 0, .payload_bytes = 1024, .time_scale = 1.0, .min_rto_s = 0.010,
         .initial_rto_s = 0.0, .sack_every = 8, .ack_delay_s = 0.0005, .ack_coalesce_s = 0.0,
         .reorder_threshold = 3, .ooo_threshold = 5, .ooo_time_frac = 0.25, .ev_loss_run = 2,
+        .loss_inference = 1,
         .probe_interval_s = 0.005, .probe_timeout_s = 0.002, .probe_successes = 3,
         .ev_min_active = 1, .skip_timeout_s = 0.001, .always_skip_ce_run = 8,
         .ev_event_mask = 3, .max_burst = 256, .cnp_interval_s = 0.0001,

@@ -238,11 +238,13 @@ static int send_room(mrcn_endpoint *ep, size_t n)
 static int dropped_on_send(int err)
 {
     return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == ENETUNREACH ||
-           err == EHOSTUNREACH || err == ECONNREFUSED || err == EINTR;
+           err == EHOSTUNREACH || err == ECONNREFUSED;
 }
 
 /* sendmmsg `n` prepared messages on `fd`; a datagram the kernel refuses for a reason a
- * NIC would drop it for is counted and skipped. */
+ * NIC would drop it for is counted and skipped. EINTR (a signal before anything was sent)
+ * is retried, not a drop. EAGAIN (the socket's send buffer is full) drops the rest of the
+ * batch at once: each further datagram would cost a sendmmsg only to be refused too. */
 static int send_batch(mrcn_endpoint *ep, int fd, size_t n)
 {
     size_t done = 0;
@@ -253,8 +255,15 @@ static int send_batch(mrcn_endpoint *ep, int fd, size_t n)
             done += (size_t)sent;
             continue;
         }
-        if (sent < 0 && !dropped_on_send(errno))
-            return MRCN_ESYS(errno);
+        int err = sent < 0 ? errno : 0;
+        if (err == EINTR)
+            continue;
+        if (sent < 0 && !dropped_on_send(err))
+            return MRCN_ESYS(err);
+        if (err == EAGAIN || err == EWOULDBLOCK) {
+            ep->c.tx_errors += n - done;   /* the queue is full: the rest is dropped */
+            return MRCN_OK;
+        }
         ep->c.tx_errors++;   /* the first unsent datagram is dropped; go on past it */
         done++;
     }
@@ -518,13 +527,21 @@ static int run_due(mrcn_endpoint *ep, double now)
         heap_remove(ep, slot);
         ep->dirty[n++] = slot;
     }
+    /* Every QP taken off the heap runs, even after another's error (which would otherwise
+     * leave it with no timer at all); one whose run failed is re-armed from its own
+     * deadline. The first error is returned. */
     int rc = MRCN_OK;
-    for (size_t i = 0; i < n && rc >= 0; i++) {
+    for (size_t i = 0; i < n; i++) {
         size_t slot = ep->dirty[i];
-        rc = mrcn_qp_handle_timer(ep->qps[slot].qp, now);
+        int r = mrcn_qp_handle_timer(ep->qps[slot].qp, now);
         ep->c.timer_fires++;
-        if (rc >= 0)
-            rc = flush(ep, slot, now);
+        if (r >= 0)
+            r = flush(ep, slot, now);
+        if (r < 0) {
+            (void)arm(ep, slot);
+            if (rc >= 0)
+                rc = r;
+        }
     }
     return rc < 0 ? rc : (int)n;
 }

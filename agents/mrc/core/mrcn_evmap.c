@@ -19,8 +19,13 @@ void mrcn_evmap_free(mrcn_evmap *m)
 
 static size_t slot_of(uint32_t key, size_t index_cap)
 {
-    /* Fibonacci hashing: EV ids are often small consecutive numbers. */
-    return (size_t)((key * 2654435761u) & (uint32_t)(index_cap - 1));
+    /* Fibonacci hashing: EV ids are often small consecutive numbers. The product's HIGH
+     * bits are the ones every key bit reaches (its low k bits depend on the key's low k bits
+     * only: keys differing above them would all share a slot). index_cap: a power of two. */
+    unsigned bits = (unsigned)__builtin_ctzll((unsigned long long)index_cap);
+    if (bits == 0)
+        return 0;
+    return (size_t)((uint32_t)(key * 2654435761u) >> (32u - bits));
 }
 
 static size_t find_slot(const mrcn_evmap *m, uint32_t key)

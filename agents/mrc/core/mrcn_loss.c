@@ -175,10 +175,12 @@ int mrcn_loss_on_retransmit(mrcn_req *r, uint32_t psn, int64_t seq, double now)
     mrcn_loss *l = &r->loss;
     mrcn_tx *tx = mrcn_req_tx(r, psn);
     int rc;
-    if (!r->cfg->rc && (rc = mrcn_deque_push(&l->sent_order, tx->gseq, psn)) < 0)
-        return rc;
-    if ((rc = mrcn_deque_push(&l->ev_q[rec_of(r, tx->ev)], seq, psn)) < 0)
-        return rc;
+    if (r->cfg->loss_inference) {   /* the inference rules' queues (none without inference) */
+        if (!r->cfg->rc && (rc = mrcn_deque_push(&l->sent_order, tx->gseq, psn)) < 0)
+            return rc;
+        if ((rc = mrcn_deque_push(&l->ev_q[rec_of(r, tx->ev)], seq, psn)) < 0)
+            return rc;
+    }
     double d = now + mrcn_rtt_backoff_s(r->rtt, tx->timeouts, r->attr.retry_linear_cnt);
     return mrcn_loss_timer_push(l, d, psn, tx->ts_ns);
 }
@@ -188,8 +190,9 @@ int mrcn_loss_on_acked(mrcn_req *r, const uint32_t *touched, uint32_t n_touched,
 {
     mrcn_loss *l = &r->loss;
     int rc;
-    /* per-EV packet threshold: reorder_threshold later ones on the EV acked */
-    for (uint32_t i = 0; i < n_touched; i++) {
+    /* per-EV packet threshold: reorder_threshold later ones on the EV acked (its queues
+     * are empty without loss inference) */
+    for (uint32_t i = 0; r->cfg->loss_inference && i < n_touched; i++) {
         uint32_t e = touched[i];
         mrcn_deque *q = &l->ev_q[e];
         mrcn_ev_info *info = &r->evs->info[e];

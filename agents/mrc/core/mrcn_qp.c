@@ -393,6 +393,8 @@ int mrcn_qp_get_timer(const mrcn_qp *cqp, double *deadline)
     if (qp->state == MRCN_QPS_RST || qp->state == MRCN_QPS_INIT || qp->state == MRCN_QPS_ERR)
         return 0;
     double t = 0.0, d;
+    if (qp->evs == NULL)   /* no EV set (an INIT that failed): nothing of the requester's */
+        return mrcn_responder_deadline(&qp->resp, deadline);
     int has = mrcn_responder_deadline(&qp->resp, &t);
     if (qp->state == MRCN_QPS_RTS) {
         if (mrcn_loss_deadline(&qp->req, &d) && (!has || d < t)) {

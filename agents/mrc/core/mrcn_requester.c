@@ -391,6 +391,7 @@ static int send_new(mrcn_req *r, double now, mrcn_txq *out, int64_t budget)
         return rc;
     mrcn_loss *loss = &r->loss;
     bool mrc = !r->cfg->rc;
+    bool infer = r->cfg->loss_inference != 0;   /* the inference rules' queues */
     int64_t gseq = r->gseq;
     int64_t ts = mrcn_stamp_of(now);
     if (ts <= r->last_ts_ns)
@@ -436,11 +437,11 @@ static int send_new(mrcn_req *r, double now, mrcn_txq *out, int64_t budget)
                         .sent_at = now, .timeouts = 0, .loss_retries = 0, .rtx_count = 0,
                         .gseq = gseq};
         r->next_psn = psn + 1;   /* the table covers the PSN from here on */
-        if (mrc && (rc = mrcn_deque_push(&loss->sent_order, gseq, (int64_t)psn)) < 0)
+        if (infer && mrc && (rc = mrcn_deque_push(&loss->sent_order, gseq, (int64_t)psn)) < 0)
             return rc;
         gseq++;
         uint32_t rec = (uint32_t)(info - r->evs->info);
-        if ((rc = mrcn_deque_push(&loss->ev_q[rec], seq, (int64_t)psn)) < 0 ||
+        if ((infer && (rc = mrcn_deque_push(&loss->ev_q[rec], seq, (int64_t)psn)) < 0) ||
             (rc = mrcn_loss_fresh_push(loss, rec, (uint32_t)psn)) < 0)
             return rc;
         sent_bytes += length;
@@ -738,15 +739,17 @@ int mrcn_req_on_nack(mrcn_req *r, const mrcn_nack *k, double now)
             return rc < 0 ? rc : MRCN_OK;
         return mrcn_req_go_back_n(r, k->psn, now, MRCN_LOSS_SEQ_ERR);
     }
+    /* the echoed stamp is a delivery only if this QP could have sent it (as a SACK's) */
+    bool ts_ok = 0 < k->timestamp_ns && k->timestamp_ns <= (uint64_t)r->last_ts_ns;
     if (k->reason == MRCN_NACK_NO_PKT_BUFFER) {
         /* the responder had no posted receive: the EV is fine, the retry timer resends */
         r->nacks_no_buffer++;
-        if (mrc)
+        if (mrc && ts_ok)
             return mrcn_loss_delivered(r, k->ev, k->timestamp_ns, now);
         return MRCN_OK;
     }
     bool trimmed = k->reason == MRCN_NACK_TRIMMED || k->reason == MRCN_NACK_TRIMMED_LASTHOP;
-    if (trimmed && mrc && (rc = mrcn_loss_delivered(r, k->ev, k->timestamp_ns, now)) < 0)
+    if (trimmed && mrc && ts_ok && (rc = mrcn_loss_delivered(r, k->ev, k->timestamp_ns, now)) < 0)
         return rc;
     if (tx == NULL || tx->ts_ns != k->timestamp_ns)
         return MRCN_OK;

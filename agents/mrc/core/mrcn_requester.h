@@ -39,6 +39,8 @@ typedef struct mrcn_qp_config {
     int64_t reorder_threshold, ooo_threshold;
     double ooo_time_frac;
     uint64_t ev_loss_run;
+    int loss_inference;            /* 0: no per-EV threshold nor cross-EV scan (their queues
+                                      stay empty): NACKs and timers alone find losses */
     double probe_interval_s, probe_timeout_s;      /* s */
     int64_t probe_successes;
     uint32_t ev_min_active;

@@ -637,9 +637,10 @@ int mrcn_responder_batch_fast(mrcn_responder *r, mrcn_responder_batch *b, const 
         uint64_t off = be64(buf + 16), ts = be64(buf + 28);
         uint32_t length = be32(buf + 24);
         size_t end = n - MRCN_CRC_BYTES;
-        if (psn == b->cum && ver == MRCN_VERSION && plain_opcode(opcode)
+        /* the one-by-one fast path's checks (on_data), PSN bound and memory included */
+        if (psn == b->cum && psn <= MRCN_MAX_PSN && ver == MRCN_VERSION && plain_opcode(opcode)
             && !(flags & FAST_FLAGS_MASK) && end - HDR == length && dq == r->qpn
-            && fits(r, off, length) && mrcn_crc32(buf, end) == be32(buf + end)) {
+            && r->has_mem && fits(r, off, length) && mrcn_crc32(buf, end) == be32(buf + end)) {
             int rc;
             b->cum = (uint64_t)psn + 1;
             if ((rc = reverse_seen(r, ev, now)))
