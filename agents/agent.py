@@ -116,7 +116,7 @@ class Agent:
         self.ev_transitions += 1
         self.send(Event(self.spec.agent, self.wall(ev.time), "ev_state", peer=peer, dir=side,
                         qpn=ev.qpn, ev_id=ev.ev, old=ev.old.name, new=ev.new.name,
-                        cause=ev.cause.value, drop_count=ev.drop_count))
+                        cause=ev.cause.value, drop_count=ev.drop_count, loss_cause=ev.loss_cause))
 
     def _ev_stats(self, flows: list[dict], now: float) -> None:
         """Per MRC tx connection, its EVs' cumulative packet counts, for the controller."""

@@ -25,7 +25,7 @@ Wire format: newline-delimited JSON objects over a Unix stream socket, each with
                      "samples_path", written there instead (the same object without
                      "type", one a line: the runner merges the files)
     agent -> runner  {"type": "event", "rank", "t", "kind": "ev_state", "peer", "dir",
-                      "qpn", "ev_id", "old", "new", "cause"}
+                      "qpn", "ev_id", "old", "new", "cause"[, "loss_cause"]}
     agent -> runner  {"type": "event", "rank", "t", "kind": "qp_error", "reason"}
     agent -> runner  {"type": "event", "rank", "t", "kind": "ev_command", "peer", "ev_id", "cause",
                       "reason"}  a controller command applied ("reason": "ok") or refused (why)
@@ -173,7 +173,8 @@ class Sample(_Message):
 class Event(_Message):
     """``kind`` "ev_state" (an EV transition: ``peer``, ``dir``, ``qpn``, ``ev_id``, ``old``,
     ``new``, ``cause``; optional ``drop_count``: losses charged to the EV, ``plane``: the NIC
-    port it leaves by), "qp_error" (``reason``) or "ev_command" (a controller command on the
+    port it leaves by, ``loss_cause``: how a retiring run of losses was found, "timeout",
+    "ev_threshold" or "ooo": :attr:`agents.mrc.ev.EVEvent.loss_cause`), "qp_error" (``reason``) or "ev_command" (a controller command on the
     connection to ``peer``: ``cause`` its op, ``ev_id``, ``reason`` "ok" or why it was refused)
     or "ev_stats" (``evs``: ``[{"ev_id", "sent", "lost"}]`` of the connection to ``peer``)
     or "ev_query" (the answer to a :class:`Query`: ``evs`` ``[{"ev_id", "port", "state"}]``,
@@ -195,6 +196,7 @@ class Event(_Message):
     plane: int | None = None
     new_ev_id: int | None = None
     evs: list | None = None
+    loss_cause: str | None = None
 
     def __post_init__(self):
         need = {"ev_state": ("peer", "dir", "qpn", "ev_id", "old", "new", "cause"),

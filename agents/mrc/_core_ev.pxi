@@ -1,5 +1,5 @@
 # The EV set (agents/mrc/core/mrcn_ev.h), the twin of agents.mrc.ev.EVSet.
-from libc.stdint cimport int64_t
+from libc.stdint cimport int32_t, int64_t
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport NAN, isnan
 
@@ -40,6 +40,7 @@ cdef extern from "mrcn_ev.h":
         double delivered_at_s
         uint64_t loss_run
         uint64_t loss_run_ts_ns
+        bint loss_run_timeout
         uint64_t losses_excused
         uint64_t skip_picks
         bint always_skip
@@ -52,6 +53,7 @@ cdef extern from "mrcn_ev.h":
         mrcn_ev_state new_state
         mrcn_ev_cause cause
         int64_t drop_count
+        int32_t loss_cause
     ctypedef struct mrcn_ev_set:
         uint32_t qpn
         uint32_t ev_min_active
@@ -97,6 +99,8 @@ cdef extern from "mrcn_ev.h":
     const char *mrcn_ev_state_name(mrcn_ev_state state)
 
 _EV_CAUSES = tuple(_EVCause)   # the C enum follows EVCause's declaration order
+from agents.mrc.loss import LossCause as _LossCause
+_LOSS_CAUSE_NAMES = tuple(c.value for c in _LossCause)   # mrcn_loss_cause follows LossCause's order
 _EV_CAUSE_INDEX = {c: i for i, c in enumerate(_EV_CAUSES)}
 
 
@@ -317,6 +321,14 @@ cdef class EVInfoView:
         self.p.loss_run_ts_ns = v
 
     @property
+    def loss_run_timeout(self):
+        return bool(self.p.loss_run_timeout)
+
+    @loss_run_timeout.setter
+    def loss_run_timeout(self, bint v):
+        self.p.loss_run_timeout = v
+
+    @property
     def losses_excused(self):
         return self.p.losses_excused
 
@@ -437,7 +449,8 @@ cdef class EVSet:
         while mrcn_ev_next_event(self.s, &e):
             self.events.append(_EVEvent(e.time, self.s.qpn, e.ev, _EVState(e.old_state),
                                         _EVState(e.new_state), _EV_CAUSES[e.cause],
-                                        e.drop_count))
+                                        e.drop_count,
+                                        _LOSS_CAUSE_NAMES[e.loss_cause] if e.loss_cause >= 0 else None))
 
     @property
     def qpn(self):

@@ -858,7 +858,8 @@ cdef class QP:
         if e.kind == MRCN_EVENT_EV:
             return _EVEvent(e.u.ev.time, qpn, e.u.ev.ev, _EVState(e.u.ev.old_state),
                             _EVState(e.u.ev.new_state), _EV_CAUSES[e.u.ev.cause],
-                            e.u.ev.drop_count)
+                            e.u.ev.drop_count,
+                            _LOSS_CAUSE_NAMES[e.u.ev.loss_cause] if e.u.ev.loss_cause >= 0 else None)
         return _QPError(e.time, qpn, e.u.reason.decode())
 
     def next_event(self):

@@ -121,6 +121,12 @@ class EVEvent:
     event. mrc_ctl.h's ``struct mrc_ctl_ev_event`` field of that name counts EV events
     the device dropped from the event queue; this queue never drops one, so the field
     carries the losses behind the change instead.
+
+    ``loss_cause``: for a retirement on losses (cause LOSS), how the run of losses that retired
+    the EV was found (a :class:`agents.mrc.loss.LossCause` value): ``"timeout"`` when any loss of
+    the run was a retransmission timeout, else the last one's (``"ev_threshold"`` or ``"ooo"``:
+    inferred from later packets' SACKs); None for any other event. Not in mrc_ctl.h: the testbed
+    reports it so that a detection can be told from a timeout.
     """
 
     time: float
@@ -130,6 +136,7 @@ class EVEvent:
     new: EVState
     cause: EVCause
     drop_count: int = 0
+    loss_cause: str | None = None
 
 
 EVENT_MASK_ALLOWED = int(EVState.GOOD) | int(EVState.ASSUMED_BAD)
@@ -150,7 +157,8 @@ class EVInfo:
                  "bytes_sent", "packets_acked", "packets_lost",
                  "retransmits", "seq", "acked_seq", "last_ack_s", "rtt_last_s", "rtt_min_s",
                  "rtt_srtt_s", "rtt_samples", "probes_sent", "probes_ok_total",
-                 "delivered_ts_ns", "delivered_at_s", "loss_run", "loss_run_ts_ns", "losses_excused",
+                 "delivered_ts_ns", "delivered_at_s", "loss_run", "loss_run_ts_ns", "loss_run_timeout",
+                 "losses_excused",
                  "skip_picks", "always_skip", "skips", "drops_reported")
 
     def __init__(self, ev: int, state: EVState):
@@ -175,6 +183,7 @@ class EVInfo:
         self.delivered_at_s = float("-inf")  # when delivered_ts_ns last grew (s)
         self.loss_run = 0            # losses on this EV since its last delivery (see requester)
         self.loss_run_ts_ns = 0      # send stamp of the last loss counted in loss_run
+        self.loss_run_timeout = False  # a retransmission timeout among loss_run's losses
         self.losses_excused = 0      # losses not charged: a later packet on the EV arrived
         self.probes_sent = 0
         self.probes_ok_total = 0
@@ -292,11 +301,12 @@ class EVSet:
                 self.apply(ev, EVCause.SKIP_EXPIRED, now)
 
     def apply(self, ev: int, cause: EVCause, now: float, *, always: bool = False,
-              drop_count: int | None = None) -> EVState:
+              drop_count: int | None = None, loss_cause: str | None = None) -> EVState:
         """Feed one event to EV ``ev``; returns its new state. KeyError for an unknown EV.
 
         ``always``: a CONGESTION that is an ALWAYS_SKIP. ``drop_count``: for a reported
         event, overrides the losses charged to the EV since its last reported event.
+        ``loss_cause``: a reported event's :attr:`EVEvent.loss_cause`.
         """
         info = self.info[ev]
         old = info.state
@@ -322,7 +332,7 @@ class EVSet:
                 if drop_count is None:
                     drop_count = info.packets_lost - info.drops_reported
                 info.drops_reported = info.packets_lost
-                self.events.append(EVEvent(now, self.qpn, ev, old, new, cause, drop_count))
+                self.events.append(EVEvent(now, self.qpn, ev, old, new, cause, drop_count, loss_cause))
             log.info("qpn %d ev %d: %s -> %s (%s)", self.qpn, ev, old.name, new.name, cause.value)
         elif new is EVState.SKIP:
             self._start_skip(info, now, always)

@@ -228,19 +228,23 @@ class LossDetector:
                 self.stalled.popleft()
             self.stalled.append((int(now * 1e9), tx.ts_ns, tx.ev))
             return
-        self._charge_run(tx.ev, tx.ts_ns, info, now)
+        self._charge_run(tx.ev, tx.ts_ns, info, now, cause)
 
-    def _charge_run(self, ev: int, ts_ns: int, info, now: float) -> None:
-        """Extend ``ev``'s run of unexcused losses with the transmission stamped ``ts_ns``;
-        ``config.ev_loss_run`` in a row retire it (:meth:`charge_ev`)."""
+    def _charge_run(self, ev: int, ts_ns: int, info, now: float, cause: LossCause) -> None:
+        """Extend ``ev``'s run of unexcused losses with the transmission stamped ``ts_ns``, found
+        by ``cause``; ``config.ev_loss_run`` in a row retire it (:meth:`charge_ev`), the event
+        saying how the run was found (:attr:`agents.mrc.ev.EVEvent.loss_cause`)."""
         if info.loss_run_ts_ns < info.delivered_ts_ns:   # a delivery since the last counted loss
             info.loss_run = 0
+            info.loss_run_timeout = False
         if ts_ns <= info.loss_run_ts_ns:
             return                                       # counted already (RC rewinds, races)
         info.loss_run += 1
         info.loss_run_ts_ns = ts_ns
+        info.loss_run_timeout = info.loss_run_timeout or cause is LossCause.TIMEOUT
         if info.loss_run >= self.config.ev_loss_run:
-            if self.evs.apply(ev, EVCause.LOSS, now) is not EVState.GOOD and \
+            found = LossCause.TIMEOUT if info.loss_run_timeout else cause
+            if self.evs.apply(ev, EVCause.LOSS, now, loss_cause=found.value) is not EVState.GOOD and \
                     info.state is EVState.ASSUMED_BAD:
                 info.loss_run = 0
 
@@ -262,7 +266,7 @@ class LossDetector:
                 self.ev_losses_excused += 1
                 continue
             self.ev_losses_confirmed += 1
-            self._charge_run(ev, ts, info, now)
+            self._charge_run(ev, ts, info, now, LossCause.TIMEOUT)
 
     def _exhausted(self, tx, now: float, cause: LossCause) -> bool:
         """True, with the QP sent to ERR, when ``tx``'s retries (timeouts and

@@ -86,7 +86,8 @@ class EventReporter:
         """An EV transition (``agents.mrc.EVEvent`` ``ev`` of the ``side`` "tx"/"rx" connection with
         host ``peer``) at wall-clock ``t``, as :meth:`agents.agent.Agent._on_ev_event` reports it."""
         self.emit(Event(self.agent, t, "ev_state", peer=peer, dir=side, qpn=ev.qpn, ev_id=ev.ev,
-                        old=ev.old.name, new=ev.new.name, cause=ev.cause.value, drop_count=ev.drop_count))
+                        old=ev.old.name, new=ev.new.name, cause=ev.cause.value, drop_count=ev.drop_count,
+                        loss_cause=ev.loss_cause))
 
     def qp_error(self, reason: str, t: float) -> None:
         """A QP in ERR (the "job crash"), as :meth:`agents.agent.Agent._report_failure` reports it."""

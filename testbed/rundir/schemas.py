@@ -65,7 +65,7 @@ from testbed.rundir.schema import ANY, BOOL, COUNTER, KEY, NUM, RANK, STR, TIME,
 
 EVENT = Obj({"t": TIME, "kind": STR})
 _EV_FIELDS = {"peer": KEY, "dir": Opt(STR), "qpn": Opt(Int()), "ev_id": KEY, "old": Opt(STR), "new": Opt(STR),
-              "cause": Opt(STR), "reason": Opt(STR)}
+              "cause": Opt(STR), "reason": Opt(STR), "loss_cause": Opt(STR)}
 EVENT_KINDS = {
     "iteration": EVENT.extend({"rank": RANK, "size": Int(0, 1 << 40, "a size in bytes"), "iter": Int(0, 1 << 31),
                                "t_start": TIME, "t_end": TIME, "seconds": Num(0, 1e9)},

@@ -196,7 +196,7 @@ ATTR_FIELDS = tuple(f.name for f in dataclasses.fields(QPAttr))
 EV_RECORD_FIELDS = ("ev", "state", "skip_until", "probe_ok", "probe_due", "probe_outstanding",
                     "packets_sent", "bytes_sent", "packets_acked", "packets_lost", "retransmits",
                     "acked_seq", "last_ack_s", "rtt_last_s", "rtt_min_s", "rtt_srtt_s", "rtt_samples",
-                    "probes_sent", "probes_ok_total", "delivered_ts_ns", "delivered_at_s", "loss_run", "loss_run_ts_ns",
+                    "probes_sent", "probes_ok_total", "delivered_ts_ns", "delivered_at_s", "loss_run", "loss_run_ts_ns", "loss_run_timeout",
                     "losses_excused", "always_skip", "skips", "drops_reported")
 """The fields of an EV record (agents.mrc.ev.EVInfo) that the engines must agree on."""
 QP_VALUES = ("state", "timer", "idle", "rto_s", "srtt_s", "bad_packets", "probe_timeout_s",

@@ -373,8 +373,8 @@ def test_the_scenario_qp_settings_reach_every_qp(scenario):
     """``qp: {loss_inference: false, ecn: false}`` lands in every mrc and rc job's ``qp`` (parsed
     by the agents: :func:`agents.jobspec.parse_job`), and ``ecn: false`` wins over the fabric's
     marking default."""
-    sc = replace(scenario, qp=(("ecn", False),))
+    sc = replace(scenario, qp=(("loss_inference", False), ("ecn", False)))
     for transport in ("mrc", "rc"):
         for job in build_jobs(sc, transport, run_id="r", control_socket="/tmp/c.sock"):
-            assert job["qp"]["ecn"] is False
+            assert job["qp"]["loss_inference"] is False and job["qp"]["ecn"] is False
             parse_job(job, "rank")

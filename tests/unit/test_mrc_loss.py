@@ -166,10 +166,12 @@ def test_without_loss_inference_a_dead_ev_is_retired_only_by_timeouts(inference)
         assert stats["timeouts"] == 0 and stats["loss_retries"] > 0
         assert charged and charged <= {LossCause.EV_THRESHOLD, LossCause.OOO}
         assert bad[0].time - 0.010 <= 3 * BASE_RTT_S
+        assert bad[0].loss_cause in ("ev_threshold", "ooo")     # the event says how it was found
     else:
         assert stats["loss_retries"] == 0 and loss.ooo_losses == 0
         assert not loss.sent_order and not any(loss.ev_q.values())
         assert stats["timeouts"] > 0 and charged == {LossCause.TIMEOUT}
+        assert bad[0].loss_cause == "timeout"
         # the RTO's floor (timeout 14 x time_scale 1.5 = 25 ms) after the last packet that
         # crossed before the failure (sent at most a base RTT before it)
         assert bad[0].time - 0.010 >= mrc_timeout_s(14, 1.5) - BASE_RTT_S > 10 * BASE_RTT_S

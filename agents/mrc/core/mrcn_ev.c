@@ -128,6 +128,7 @@ int mrcn_ev_set_create(mrcn_ev_set **out, const uint32_t *evs, uint32_t count,
     mrcn_ev_set *set = calloc(1, sizeof *set);
     if (set == NULL)
         return MRCN_ENOMEM;
+    set->loss_cause_next = -1;
     set->order = malloc((size_t)count * sizeof *set->order);
     set->rotation = malloc((size_t)count * sizeof *set->rotation);
     set->info = malloc((size_t)capacity * sizeof *set->info);
@@ -296,6 +297,7 @@ static int apply_at(mrcn_ev_set *set, uint32_t i, mrcn_ev_cause cause, double no
             /* u64 difference read as signed: Python's int when a caller lowered packets_lost */
             e.drop_count = has_drop_count ? drop_count
                                           : (int64_t)(info->packets_lost - info->drops_reported);
+            e.loss_cause = set->loss_cause_next;
             info->drops_reported = info->packets_lost;
             push_event(set, &e);
         }
@@ -315,6 +317,15 @@ int mrcn_ev_apply(mrcn_ev_set *set, uint32_t ev, mrcn_ev_cause cause, double now
     if (i < 0)
         return MRCN_EINVAL;
     return apply_at(set, (uint32_t)i, cause, now, always, has_drop_count, drop_count, new_state);
+}
+
+int mrcn_ev_apply_loss(mrcn_ev_set *set, uint32_t ev, double now, int32_t loss_cause,
+                       mrcn_ev_state *new_state)
+{
+    set->loss_cause_next = loss_cause;
+    int rc = mrcn_ev_apply(set, ev, MRCN_EV_LOSS, now, false, false, 0, new_state);
+    set->loss_cause_next = -1;
+    return rc;
 }
 
 int mrcn_ev_set_state(mrcn_ev_set *set, uint32_t ev, mrcn_ev_state state, double now)

@@ -97,6 +97,7 @@ typedef struct mrcn_ev_info {
     double delivered_at_s;       /* s: when delivered_ts_ns last grew, -inf before */
     uint64_t loss_run;           /* losses since its last delivery (requester/loss.py) */
     uint64_t loss_run_ts_ns;     /* send stamp of the last loss counted in loss_run */
+    bool loss_run_timeout;       /* a retransmission timeout among loss_run's losses */
     uint64_t losses_excused;     /* losses not charged: a later packet on the EV arrived */
     uint64_t skip_picks;         /* set pick count at which a SKIP has seen one rotation */
     bool always_skip;            /* ALWAYS_SKIP: only a clean SACK (or a long bound) ends it */
@@ -113,6 +114,8 @@ typedef struct mrcn_ev_event {
     mrcn_ev_state new_state;
     mrcn_ev_cause cause;
     int64_t drop_count;
+    int32_t loss_cause;          /* how a retiring run of losses was found: an mrcn_loss_cause
+                                  * (mrcn_loss.h), -1 for any other event (ev.py loss_cause) */
 } mrcn_ev_event;
 
 typedef struct mrcn_ev_set {
@@ -139,6 +142,7 @@ typedef struct mrcn_ev_set {
     uint32_t ev_head;
     uint32_t ev_count;
     uint64_t events_overflow;    /* events dropped because the caller did not drain */
+    int32_t loss_cause_next;     /* the next event's loss_cause (-1 unless mrcn_ev_apply_loss) */
 } mrcn_ev_set;
 
 /* Create a set over ``evs`` (count >= 1 distinct ids) with room for ``capacity``
@@ -166,6 +170,11 @@ uint32_t mrcn_ev_usable_count(const mrcn_ev_set *set);
 int mrcn_ev_apply(mrcn_ev_set *set, uint32_t ev, mrcn_ev_cause cause, double now,
                   bool always, bool has_drop_count, int64_t drop_count,
                   mrcn_ev_state *new_state);
+
+/* mrcn_ev_apply of MRCN_EV_LOSS whose reported event carries ``loss_cause`` (an
+ * mrcn_loss_cause: how the retiring run of losses was found; ev.py apply(loss_cause=)). */
+int mrcn_ev_apply_loss(mrcn_ev_set *set, uint32_t ev, double now, int32_t loss_cause,
+                       mrcn_ev_state *new_state);
 
 /* Controller call (mrc_ctl MODIFY_EV_STATE, ev.py set_state): GOOD or DENIED, else
  * MRCN_EINVAL (checked first); an unknown EV is MRCN_EINVAL as in apply. */

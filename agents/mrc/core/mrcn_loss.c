@@ -215,18 +215,23 @@ int mrcn_loss_on_acked(mrcn_req *r, const uint32_t *touched, uint32_t n_touched,
     return MRCN_OK;
 }
 
-/* LossDetector._charge_run: extend ``ev``'s run of unexcused losses. */
-static int charge_run(mrcn_req *r, uint32_t ev, uint64_t ts, mrcn_ev_info *info, double now)
+/* LossDetector._charge_run: extend ``ev``'s run of unexcused losses, found by ``cause``. */
+static int charge_run(mrcn_req *r, uint32_t ev, uint64_t ts, mrcn_ev_info *info, double now,
+                      mrcn_loss_cause cause)
 {
-    if (info->loss_run_ts_ns < info->delivered_ts_ns)   /* a delivery since the last loss */
+    if (info->loss_run_ts_ns < info->delivered_ts_ns) { /* a delivery since the last loss */
         info->loss_run = 0;
+        info->loss_run_timeout = false;
+    }
     if (ts <= info->loss_run_ts_ns)
         return MRCN_OK;                                 /* counted already (RC rewinds, races) */
     info->loss_run++;
     info->loss_run_ts_ns = ts;
+    info->loss_run_timeout = info->loss_run_timeout || cause == MRCN_LOSS_TIMEOUT;
     if (info->loss_run >= r->cfg->ev_loss_run) {
         mrcn_ev_state st = 0;
-        int a = mrcn_ev_apply(r->evs, ev, MRCN_EV_LOSS, now, false, false, 0, &st);
+        int a = mrcn_ev_apply_loss(r->evs, ev, now,
+                                   info->loss_run_timeout ? MRCN_LOSS_TIMEOUT : (int32_t)cause, &st);
         int rc = mrcn_req_drain_ev(r);
         if (a < 0)
             return a;
@@ -266,7 +271,7 @@ int mrcn_loss_charge_ev(mrcn_req *r, uint32_t psn, mrcn_ev_info *info, double no
         l->n_stalled++;
         return MRCN_OK;
     }
-    return charge_run(r, tx->ev, tx->ts_ns, info, now);
+    return charge_run(r, tx->ev, tx->ts_ns, info, now, cause);
 }
 
 /* LossDetector._confirm_stalled: the transmission stamped ``ts`` arrived; the timeouts that
@@ -300,7 +305,7 @@ static int confirm_stalled(mrcn_req *r, uint64_t ts, double now)
             continue;
         }
         l->ev_losses_confirmed++;
-        int rc = charge_run(r, cev[i], cts[i], info, now);
+        int rc = charge_run(r, cev[i], cts[i], info, now, MRCN_LOSS_TIMEOUT);
         if (rc < 0)
             return rc;
     }
