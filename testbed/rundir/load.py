@@ -100,7 +100,7 @@ def load_transport(run_dir: Path, name: str, job: str | None = None) -> Transpor
         return _windowed(iter_jsonl(d / fname), lo, hi, d / fname)
 
     manifest = manifest if isinstance(manifest, dict) else {}
-    jobs, paths = _jobs(d / rec.JOBS_DIR, manifest), _paths(d / rec.PATHS)
+    jobs, paths = _jobs(d / rec.JOBS_DIR, manifest), read_paths(d / rec.PATHS)
     mrc_jobs = _jobs(d / rec.JOBS_DIR, manifest, MRC_JOBS_GLOB)
     samples, sched = recs(rec.SAMPLES), list(recs(rec.SCHED))
     if job is not None:
@@ -172,11 +172,12 @@ def _steps(d: Path) -> dict[int, list[dict]]:
     return out
 
 
-def _paths(path: Path) -> list[dict]:
-    """``flows`` of paths.json, each checked (:data:`testbed.rundir.schemas.PATH_FLOW`)."""
+def read_paths(path: Path) -> list[dict]:
+    """``flows`` of paths.json, each checked (:data:`testbed.rundir.schemas.PATH_FLOW`); a bad
+    flow is a :func:`problem` and left out; [] if the file is missing."""
     doc = read_json(path, {}, schemas.PATHS_DOC)
     out = []
-    for i, f in enumerate(doc.get("flows", [])):
+    for i, f in enumerate(doc.get("flows", []) if isinstance(doc, dict) else []):
         bad = check_record(schemas.PATH_FLOW, f)
         if bad is None:
             out.append(f)

@@ -60,10 +60,9 @@ from rich.console import Console
 
 from testbed.report.layout import Grid
 from testbed.rundir import names as rec
-from testbed.rundir import schemas
-from testbed.rundir.damage import Damage, collecting, problem
+from testbed.rundir.damage import Damage, collecting
 from testbed.rundir.read import load_manifest, read_json
-from testbed.rundir.schema import check_record
+from testbed.rundir.load import read_paths as load_paths
 
 if TYPE_CHECKING:
     from testbed.model.topology import Topology
@@ -166,16 +165,7 @@ def read_paths(run_dir: Path, transport: str) -> list[dict]:
     :data:`testbed.rundir.schemas.PATH_FLOW`; a bad flow is a :func:`problem` and left out
     (raises MetricsError outside a :func:`collecting` block); [] if the file is missing.
     (:func:`testbed.rundir.load.load_transport` reads them too, with every sample of the run.)"""
-    path = Path(run_dir) / transport / rec.PATHS
-    doc = read_json(path, {}, schemas.PATHS_DOC)
-    out = []
-    for i, f in enumerate(doc.get("flows", []) if isinstance(doc, dict) else []):
-        bad = check_record(schemas.PATH_FLOW, f)
-        if bad is None:
-            out.append(f)
-        else:
-            problem(path, None, f"flows[{i}].{bad}")
-    return out
+    return load_paths(Path(run_dir) / transport / rec.PATHS)
 
 
 def subflows(paths: Iterable[dict], topo: Topology | None = None) -> tuple[list[Subflow], list[str]]:
