@@ -131,15 +131,21 @@ lint: setup
 
 # The native engine under AddressSanitizer and UBSan: a separate build in build/sanitize/ (with the
 # venv's Cython, a dev extra) that the engine-comparison tests (tests/unit/test_native_*.py) load
-# through MRC_NATIVE_LIB.
+# through MRC_NATIVE_LIB. LeakSanitizer checks at exit: PYTHONMALLOC=malloc so that it sees every
+# Python object (pymalloc's mmap'd arenas hide references), suppressions for CPython's own
+# leftovers only (agents/mrc/core/lsan.supp), orjson and numpy imported with LSan off
+# (tests/lsan_plugin.py). Both make the random scenarios several times slower than pyproject's
+# per-test timeout allows: --timeout=900.
 SAN_DIR    := build/sanitize
 SAN_RT     := $(shell gcc -print-file-name=libasan.so):$(shell gcc -print-file-name=libubsan.so)
 sanitize: setup
 	MRCN_SANITIZE=1 $(PY) setup.py -q build_clib -f --build-clib $(SAN_DIR)/tmp --build-temp $(SAN_DIR)/tmp \
 	  build_ext -f --build-lib $(SAN_DIR)/lib --build-temp $(SAN_DIR)/tmp
-	LD_PRELOAD=$(SAN_RT) ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	LD_PRELOAD=$(SAN_RT) PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/agents/mrc/core/lsan.supp:print_suppressions=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1 \
 	  MRC_NATIVE_REQUIRE=1 MRC_NATIVE_LIB=$$(ls $(SAN_DIR)/lib/agents/mrc/_core*.so) \
-	  $(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS) tests/unit/test_native_*.py
+	  $(PY) -m pytest -p no:cacheprovider -p tests.lsan_plugin -q --timeout=900 $(PYTEST_ARGS) tests/unit/test_native_*.py
 
 # libFuzzer (clang, ASan + UBSan) on the native decoder and on one QP fed datagrams, each for
 # FUZZ_SECONDS (default 60).

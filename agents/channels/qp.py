@@ -194,7 +194,8 @@ class QPChannel:
         prof = self.profiles.get(peer.rank + 1)
         prof.modify(ev_mode=EVMode.EXPLICIT, ev_count=len(peer.evs), profile_state=ProfileState.OFFLINE)
         for e in peer.evs:
-            prof.modify(ev_op=EVOp.REPLACE_EV, cur_ev=EV_INVALID, new_ev=EV(e.ev_id, e.plane + 1))
+            prof.modify(ev_op=EVOp.REPLACE_EV, cur_ev=EV_INVALID, new_ev=EV(e.ev_id, e.plane + 1),
+                        state=EVState.GOOD)
         prof.modify(ev_min_active=min(ev_min or self.config.ev_min_active, len(peer.evs)),
                     ev_event_mask=self.config.ev_event_mask, profile_state=ProfileState.ONLINE)
         return prof
@@ -213,7 +214,8 @@ class QPChannel:
                 if new_ev_id not in {e.ev_id for e in conn.peer.backup_evs}:
                     return f"EV {new_ev_id} is not a backup EV of the connection to {peer_host}"
                 prof.modify(ev_op=EVOp.REPLACE_EV, cur_ev=EV(ev_id, port[ev_id]),
-                            new_ev=EV(new_ev_id, port[new_ev_id]), all_copies=1, now=now)
+                            new_ev=EV(new_ev_id, port[new_ev_id]), state=EVState.GOOD,
+                            all_copies=1, now=now)
             else:
                 prof.modify(ev_op=EVOp.MODIFY_EV_STATE, ev=EV(ev_id, port.get(ev_id, 1)),
                             state=EVState.DENIED if op == "deny" else EVState.GOOD, now=now)

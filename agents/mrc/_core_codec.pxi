@@ -227,11 +227,16 @@ cdef bytes _encode_data(pkt):
     f.take(flags, 8)
     d.payload_len = pv.shape[0]
     length = pkt.length
-    d.length = f.take(length, 32)
-    if d.length != length:
-        # Not a u32 (struct.error later): C's length test must still see Python's verdict
-        # on `length != len(payload)`.
-        d.length = <uint32_t>(d.payload_len if length == d.payload_len else d.payload_len + 1)
+    if d.flags & 0x04:
+        # Trimmed: packet.encode packs pkt.length itself (struct.error if it is no u32).
+        d.length = f.take(length, 32)
+    elif length == d.payload_len:
+        # Not trimmed: packet.encode only tests `pkt.length != len(payload)` and then packs
+        # len(payload), so a length equal to it in value (1.0, True) is no struct error.
+        d.length = f.take(d.payload_len, 32)
+    else:
+        # C's length test must see Python's verdict on `length != len(payload)`.
+        d.length = <uint32_t>(d.payload_len + 1)
     d.dest_qpn = f.take(pkt.dest_qpn, 32)
     d.psn = f.take(pkt.psn, 32)
     d.ev = f.take(pkt.ev, 32)

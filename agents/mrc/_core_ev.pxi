@@ -84,7 +84,8 @@ cdef extern from "mrcn_ev.h":
                       bint always, bint has_drop_count, int64_t drop_count,
                       mrcn_ev_state *new_state)
     int mrcn_ev_set_state(mrcn_ev_set *set, uint32_t ev, mrcn_ev_state state, double now)
-    int mrcn_ev_replace(mrcn_ev_set *set, uint32_t cur, uint32_t new_ev, double now)
+    int mrcn_ev_replace(mrcn_ev_set *set, uint32_t cur, uint32_t new_ev, mrcn_ev_state state,
+                        double now)
     double mrcn_ev_skip_bound_s(const mrcn_ev_set *set)
     int mrcn_ev_clear_always_skip(mrcn_ev_set *set, uint32_t ev, double now)
     int mrcn_ev_expire_skips(mrcn_ev_set *set, double now)
@@ -522,11 +523,13 @@ cdef class EVSet:
     def skip_bound_s(self):
         return mrcn_ev_skip_bound_s(self.s)
 
-    def replace(self, cur, new, now):
+    def replace(self, cur, new, now, state=_EVState.GOOD):
         """As EVSet.replace; OverflowError for a ``new`` that is not a u32 (Python takes any int)."""
+        if state != _EVState.GOOD and state != _EVState.DENIED:
+            raise ValueError(f"REPLACE_EV installs GOOD or DENIED, not {_EVState(state).name}")
         if _ev_id(cur) < 0:
             raise ValueError(f"EV {cur} is not in the EV set")
-        rc = mrcn_ev_replace(self.s, cur, new, now)
+        rc = mrcn_ev_replace(self.s, cur, new, int(state), now)
         if rc == MRCN_EINVAL:
             if cur not in self.order:
                 raise ValueError(f"EV {cur} is not in the EV set")

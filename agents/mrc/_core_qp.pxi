@@ -125,6 +125,8 @@ cdef extern from "mrcn_qp.h":
     int mrcn_qp_set_reverse_evs(mrcn_qp *qp, const uint32_t *evs, size_t count)
     void mrcn_qp_set_dest_qpn(mrcn_qp *qp, uint32_t dest_qpn)
     int mrcn_qp_set_attr(mrcn_qp *qp, int to, const mrcn_qp_attr *attr)
+    int mrcn_qp_set_rq_psn(mrcn_qp *qp, uint32_t psn)
+    int mrcn_qp_set_sq_psn(mrcn_qp *qp, uint32_t psn)
     int mrcn_qp_enter_error(mrcn_qp *qp, double now, const char *reason)
     int mrcn_qp_reset(mrcn_qp *qp)
     mrcn_ev_set *mrcn_qp_detach_evs(mrcn_qp *qp)
@@ -142,7 +144,8 @@ cdef extern from "mrcn_qp.h":
     int mrcn_qp_next_event(mrcn_qp *qp, mrcn_event *event)
     size_t mrcn_qp_events_pending(const mrcn_qp *qp)
     int mrcn_qp_set_ev_state(mrcn_qp *qp, uint32_t ev, mrcn_ev_state state, double now)
-    int mrcn_qp_replace_ev(mrcn_qp *qp, uint32_t cur, uint32_t new_ev, double now)
+    int mrcn_qp_replace_ev(mrcn_qp *qp, uint32_t cur, uint32_t new_ev, mrcn_ev_state state,
+                           double now)
     uint32_t mrcn_qp_num(const mrcn_qp *qp)
     uint32_t mrcn_qp_max_burst(const mrcn_qp *qp)
     uint64_t mrcn_qp_bad_packets(const mrcn_qp *qp)
@@ -162,10 +165,12 @@ _S = _QPState
 _RTS_ATTRS = frozenset({"mpr", "max_wimm", "timeout", "retry_linear_cnt", "retry_exp_cnt"})
 _TRANSITIONS = {
     (_S.RST, _S.INIT): frozenset({"evs", "ev_min_active", "ev_profile", "reverse_evs"}),
-    (_S.INIT, _S.RTR): frozenset({"dest_qpn", "mpr_dest", "max_wimm_dest"}),
-    (_S.RTR, _S.RTS): _RTS_ATTRS,
+    (_S.INIT, _S.RTR): frozenset({"dest_qpn", "mpr_dest", "max_wimm_dest", "rq_psn"}),
+    (_S.RTR, _S.RTS): _RTS_ATTRS | {"sq_psn"},
     (_S.RTS, _S.RTS): _RTS_ATTRS,
 }
+_PSN_ATTRS = ("rq_psn", "sq_psn")
+_MAX_PSN = 0xFFFFFFFE
 _REQUIRED = {(_S.INIT, _S.RTR): {"dest_qpn"}}
 _NATIVE_CC = {"fixed": FixedWindow, "uet-1.0-nscc": NSCC, "dcqcn": DCQCN}
 
@@ -633,6 +638,10 @@ cdef class QP:
         missing = _REQUIRED.get(key, set()) - set(attrs)
         if missing:
             raise ValueError(f"{cur.name} -> {state.name} needs {sorted(missing)}")
+        for name in _PSN_ATTRS:
+            psn = attrs.get(name, 0)
+            if type(psn) is not int or not 0 <= psn <= _MAX_PSN:
+                raise ValueError(f"{name}={psn!r} is not a PSN (0..{_MAX_PSN})")
         rc_mode = self.transport is _qtypes.Transport.RC
         if state is _QPState.INIT:
             profile = attrs.get("ev_profile")
@@ -680,6 +689,8 @@ cdef class QP:
             self._evs_view = view
             if profile is not None:
                 profile.attach(self)
+                for ev in profile.denied_vals():   # as agents.mrc.qp.QP.modify_qp
+                    view.set_state(ev, _EVState.DENIED, now)
             reverse = reverse[:1] if rc_mode else reverse
             buf = _u32_array(reverse)
             try:
@@ -704,6 +715,10 @@ cdef class QP:
                                                           new_attr.retry_exp_cnt)
         _qp_check(mrcn_qp_set_attr(self.qp, _QP_STATE_INDEX[state], &a))
         self._attr = new_attr
+        if "rq_psn" in attrs:
+            _qp_check(mrcn_qp_set_rq_psn(self.qp, attrs["rq_psn"]))
+        if "sq_psn" in attrs:
+            _qp_check(mrcn_qp_set_sq_psn(self.qp, attrs["sq_psn"]))
 
     def _enter_error(self, double now, str reason):
         if self.qp.state == 4:
@@ -753,6 +768,8 @@ cdef class QP:
         wid = wr_id if is_u64 else 0
         rc = mrcn_qp_post_write(self.qp, wid, p, n, remote_offset, imm is not None,
                                 imm if imm is not None else 0, &index)
+        if rc < 0:
+            v = None   # the typed view's own export first, or release() raises BufferError
         if rc == MRCN_EINVAL:
             for x in reversed(views):
                 x.release()
@@ -877,10 +894,10 @@ cdef class QP:
             raise _QPStateError("the QP has no EV profile before INIT")
         self._evs_view.set_state(ev, state, now)
 
-    def replace_ev(self, cur, new, now):
+    def replace_ev(self, cur, new, now, state=_EVState.GOOD):
         if self.qp.evs == NULL:
             raise _QPStateError("the QP has no EV profile before INIT")
-        self._evs_view.replace(cur, new, now)
+        self._evs_view.replace(cur, new, now, state)
 
     def stats(self):
         """A JSON-ready snapshot of counters, as agents.mrc.qp.QP.stats."""

@@ -256,20 +256,23 @@ class EVSet:
         info = self.info
         self._all_good = all(info[ev].state is EVState.GOOD for ev in self.order)
 
-    def replace(self, cur: int, new: int, now: float) -> None:
-        """mrc_ctl REPLACE_EV: EV ``new`` takes ``cur``'s slot, GOOD with fresh counters.
+    def replace(self, cur: int, new: int, now: float, state: EVState = EVState.GOOD) -> None:
+        """mrc_ctl REPLACE_EV: EV ``new`` takes ``cur``'s slot with fresh counters, in ``state``
+        (the op entry's required ``state``: GOOD or DENIED).
 
         ``cur``'s record stays (DENIED, out of the spray order and the stats) so that SACKs
         and timers of packets still in flight on it find it; no event is reported.
-        ValueError if ``cur`` is not in the set or ``new`` already is.
+        ValueError for another ``state``, if ``cur`` is not in the set or ``new`` already is.
         """
+        if state != EVState.GOOD and state != EVState.DENIED:
+            raise ValueError(f"REPLACE_EV installs GOOD or DENIED, not {EVState(state).name}")
         if cur not in self.order:
             raise ValueError(f"EV {cur} is not in the EV set")
         if new in self.order:
             raise ValueError(f"EV {new} is already in the EV set")
         self.order[self.order.index(cur)] = new
         self.info[cur].state = EVState.DENIED
-        self.info[new] = EVInfo(new, EVState.GOOD)
+        self.info[new] = EVInfo(new, EVState(state))
         self._rotation, self._pos = [], 0
         self._update_all_good()
         log.info("qpn %d: EV %d replaced by EV %d", self.qpn, cur, new)

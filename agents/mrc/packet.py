@@ -39,7 +39,8 @@ CNP (16 bytes + CRC), type 0x81 as RoCEv2's CNP opcode (IBTA RoCEv2 annex A17)
     (:mod:`agents.mrc.dcqcn`).
 
 PSNs are 32 bits and never wrap in this emulation (a QP carries fewer than
-2**32 packets in any run); 2**32 - 1 is reserved.
+2**32 packets in any run; one started near the end by ``sq_psn`` runs out of PSNs and
+refuses further writes); 2**32 - 1 is reserved.
 
 :func:`parse` turns any ``bytes`` into a packet object or raises
 :class:`ProtocolError`; the ``encode_*`` functions are its inverse.

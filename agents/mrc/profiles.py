@@ -27,8 +27,10 @@ another's window), so they stay on the QP; QUERY_EV_STATE reports DENIED from th
 otherwise ASSUMED_BAD if any active QP holds the EV ASSUMED_BAD, else GOOD (ENOENT for an
 unpopulated slot).
 
-REPLACE_EV on a QP keeps the slot (spray order) and starts the new EV GOOD with fresh
-counters; packets in flight on the old EV are left alone: their SACKs still find the old
+REPLACE_EV on a QP keeps the slot (spray order) and starts the new EV with fresh counters in
+the op entry's ``state`` (mrc_ctl.h marks it required; here it defaults to GOOD when not
+given): GOOD, or DENIED (then held DENIED by the profile, as MODIFY_EV_STATE would); another
+state is EINVAL. A QP attaching to the profile starts with its DENIED EVs DENIED. Packets in flight on the old EV are left alone: their SACKs still find the old
 EV's record, and any that are lost are retransmitted on the current EVs as usual
 (:meth:`agents.mrc.ev.EVSet.replace`).
 """
@@ -158,13 +160,19 @@ class EVProfile:
         """The EV values a QP sprays over (the QP's EV ids), in slot order."""
         return [e.val for e in self.evs]
 
+    def denied_vals(self) -> list[int]:
+        """The values of the EVs the controller holds DENIED, in slot order (a QP attaching
+        starts with them DENIED)."""
+        return [e.val for e in self.evs if e in self.denied]
+
     # ---- mrc_ctl_modify_ev_profile ----------------------------------------
     def modify(self, *, profile_state: ProfileState | None = None, ev_mode: EVMode | None = None,
                ev_count: int | None = None, ev_min_active: int | None = None,
                ev_event_mask: int | None = None, ev_op: EVOp | None = None, now: float = 0.0, **op_args):
         """Set attributes, run one EV op, then move state (mrc_ctl_modify_ev_profile).
 
-        ``op_args`` per op: REPLACE_EV ``cur_ev``, ``new_ev`` (:class:`EV`), ``all_copies``;
+        ``op_args`` per op: REPLACE_EV ``cur_ev``, ``new_ev`` (:class:`EV`), ``all_copies``,
+        ``state`` (GOOD, the default, or DENIED: the new EV's state);
         MODIFY_EV_STATE ``ev``, ``state`` (DENIED or GOOD); QUERY_EV_STATE ``ev``. Returns
         the query's answer (an :class:`EVState`, or the EV array as a list) or None.
         Raises ProfileError (EINVAL, ENOENT, EBUSY).
@@ -256,7 +264,8 @@ class EVProfile:
             return self._query_state(self._find(args["ev"], op))
         if op is EVOp.MODIFY_EV_STATE:
             return self._modify_state(self._find(args["ev"], op), EVState(args["state"]), now)
-        return self._replace(args["cur_ev"], args["new_ev"], bool(args.get("all_copies", 0)), now)
+        return self._replace(args["cur_ev"], args["new_ev"], bool(args.get("all_copies", 0)),
+                             args.get("state", EVState.GOOD), now)
 
     def _find(self, ev: EV, op: EVOp) -> EV:
         if ev == EV_INVALID or ev not in self.evs:
@@ -282,9 +291,12 @@ class EVProfile:
         for qp in self.active_qps():
             qp.set_ev_state(ev.val, state, now)
 
-    def _replace(self, cur: EV, new: EV, all_copies: bool, now: float) -> None:
+    def _replace(self, cur: EV, new: EV, all_copies: bool, state, now: float) -> None:
         if new == EV_INVALID:
             raise self._error(errno.EINVAL, "REPLACE_EV", "the new EV is MRC_CTL_EV_INVALID")
+        if state not in (EVState.DENIED, EVState.GOOD) or isinstance(state, bool):
+            raise self._error(errno.EINVAL, "REPLACE_EV", f"state {state!r}: only DENIED or GOOD")
+        state = EVState(state)
         slots = [i for i, e in enumerate(self.evs) if e == cur]
         if not slots:
             raise self._error(errno.ENOENT, "REPLACE_EV", f"EV {cur.val}/{cur.port} is not in the array")
@@ -297,9 +309,11 @@ class EVProfile:
         for i in (slots if all_copies else slots[:1]):
             self.evs[i] = new
         self.denied.discard(cur)
+        if state is EVState.DENIED:
+            self.denied.add(new)
         if cur != EV_INVALID:
             for qp in self.active_qps():
-                qp.replace_ev(cur.val, new.val, now)
+                qp.replace_ev(cur.val, new.val, now, state)
 
 
 class ProfileTable:

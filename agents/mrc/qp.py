@@ -25,8 +25,8 @@ absolute deadline on that clock, or None. Events: :class:`WorkCompletion`,
 States (mrc.h): RST -> INIT -> RTR -> RTS, any -> ERR, ERR/any -> RST via
 :meth:`QP.modify_qp`; the attributes each step takes follow the table in
 mrc.h's ``enum mrc_qp_attr_mask`` comment (INIT: EV profile; RTR: responder
-``mpr_dest``/``max_wimm_dest`` and the peer's QPN; RTS: ``mpr``,
-``max_wimm``, ``timeout``, retry counts). Timeout mapping: see
+``mpr_dest``/``max_wimm_dest``, the peer's QPN and verbs' ``rq_psn``; RTS: ``mpr``,
+``max_wimm``, ``timeout``, retry counts and verbs' ``sq_psn``: :data:`PSN_ATTRS`). Timeout mapping: see
 :class:`agents.mrc.types.QPConfig`.
 """
 from __future__ import annotations
@@ -54,14 +54,20 @@ _RTS, _RTR = QPState.RTS, QPState.RTR
 _DATA, _SACK = int(pk.PacketType.DATA), int(pk.PacketType.SACK)
 TRANSITIONS: dict[tuple[QPState, QPState], frozenset[str]] = {
     (S.RST, S.INIT): frozenset({"evs", "ev_min_active", "ev_profile", "reverse_evs"}),
-    (S.INIT, S.RTR): frozenset({"dest_qpn", "mpr_dest", "max_wimm_dest"}),
+    (S.INIT, S.RTR): frozenset({"dest_qpn", "mpr_dest", "max_wimm_dest", "rq_psn"}),
     (S.RTR, S.RTS): frozenset({"mpr", "max_wimm", "timeout", "retry_linear_cnt",
-                               "retry_exp_cnt"}),
+                               "retry_exp_cnt", "sq_psn"}),
     (S.RTS, S.RTS): frozenset({"mpr", "max_wimm", "timeout", "retry_linear_cnt",
                                "retry_exp_cnt"}),
 }
 """(from, to) -> attributes that step may set. Any state may go to ERR or RST."""
 REQUIRED = {(S.INIT, S.RTR): {"dest_qpn"}}
+PSN_ATTRS = ("rq_psn", "sq_psn")
+"""``struct ibv_qp_attr``'s ``rq_psn`` (``IBV_QP_RQ_PSN``, at RTR: the first PSN the responder
+expects) and ``sq_psn`` (``IBV_QP_SQ_PSN``, at RTS: the first PSN the requester sends), which
+mrc.h's ``mrc_modify_qp`` takes with the other verbs attributes (it does not list them as
+unsupported). Default 0. PSNs never wrap (:mod:`agents.mrc.packet`): a QP started at ``sq_psn``
+can send up to ``MAX_PSN - 1``, then ``post_write`` raises "PSN space exhausted"."""
 _ATTR_FIELDS = {f.name for f in dataclasses.fields(QPAttr)}
 
 
@@ -147,8 +153,9 @@ class QP:
 
         INIT takes ``evs`` (EV ids) or ``ev_profile``, ``ev_min_active`` and ``reverse_evs``
         (the EVs its SACKs/NACKs rotate over, default ``evs``); RTR takes
-        ``dest_qpn``, ``mpr_dest``, ``max_wimm_dest``; RTS takes ``mpr``,
-        ``max_wimm``, ``timeout``, ``retry_linear_cnt``, ``retry_exp_cnt``.
+        ``dest_qpn``, ``mpr_dest``, ``max_wimm_dest``, ``rq_psn``; RTS takes ``mpr``,
+        ``max_wimm``, ``timeout``, ``retry_linear_cnt``, ``retry_exp_cnt`` and, from RTR only,
+        ``sq_psn`` (:data:`PSN_ATTRS`).
         The requester must not be given an ``mpr`` above the peer's
         ``mpr_dest``. Raises QPStateError for an illegal transition, ValueError
         for an attribute the step does not take or out of range, or for a
@@ -172,6 +179,10 @@ class QP:
         missing = REQUIRED.get(key, set()) - set(attrs)
         if missing:
             raise ValueError(f"{self.state.name} -> {state.name} needs {sorted(missing)}")
+        for name in PSN_ATTRS:
+            psn = attrs.get(name, 0)
+            if type(psn) is not int or not 0 <= psn <= pk.MAX_PSN:
+                raise ValueError(f"{name}={psn!r} is not a PSN (0..{pk.MAX_PSN})")
         if state is QPState.INIT:
             profile = attrs.get("ev_profile")
             if ("evs" in attrs) == (profile is not None):
@@ -200,6 +211,10 @@ class QP:
                                                   sink=self._events)
             if profile is not None:
                 profile.attach(self)
+                # the controller's DENIED (MODIFY_EV_STATE, REPLACE_EV) holds for a QP that
+                # attaches after it was set, as for those attached then
+                for ev in profile.denied_vals():
+                    self.evs.set_state(ev, EVState.DENIED, now)
             self.responder.reverse.evs = reverse[:1] if self.transport is Transport.RC else reverse
         elif state is QPState.RTR:
             dest_qpn = int(attrs["dest_qpn"])
@@ -215,6 +230,10 @@ class QP:
         self.attr = self.requester.attr = new_attr
         self.responder.mpr_dest = new_attr.mpr_dest
         self.responder.max_wimm_dest = new_attr.max_wimm_dest
+        if "rq_psn" in attrs:
+            self.responder.rx_cum_psn = attrs["rq_psn"]
+        if "sq_psn" in attrs:
+            self.requester.start_at(attrs["sq_psn"])
         self._update_rto()
         self.state = state
 
@@ -406,12 +425,13 @@ class QP:
             raise QPStateError("the QP has no EV profile before INIT")
         self.evs.set_state(ev, state, now)
 
-    def replace_ev(self, cur: int, new: int, now: float) -> None:
+    def replace_ev(self, cur: int, new: int, now: float, state: EVState = EVState.GOOD) -> None:
         """Controller call (mrc_ctl REPLACE_EV, through the QP's profile): EV ``new`` takes
-        ``cur``'s slot (:meth:`agents.mrc.ev.EVSet.replace`). The I/O layer must route ``new``."""
+        ``cur``'s slot in ``state``, GOOD or DENIED (:meth:`agents.mrc.ev.EVSet.replace`). The
+        I/O layer must route ``new``."""
         if self.evs is None:
             raise QPStateError("the QP has no EV profile before INIT")
-        self.evs.replace(cur, new, now)
+        self.evs.replace(cur, new, now, state)
 
     @property
     def idle(self) -> bool:
@@ -447,15 +467,17 @@ class QP:
 
 def bring_up(qp: QP, now: float, *, evs: Iterable[int] | None = None, dest_qpn: int,
              attr: QPAttr | None = None, ev_min_active: int | None = None, ev_profile=None,
-             reverse_evs: Iterable[int] | None = None) -> None:
+             reverse_evs: Iterable[int] | None = None, rq_psn: int | None = None,
+             sq_psn: int | None = None) -> None:
     """Take a fresh ``qp`` through RESET -> INIT -> RTR -> RTS (``mrc_modify_qp``'s sequence).
 
     ``evs``: the EV ids it sprays over (INIT); ``dest_qpn``: the peer's QPN (RTR);
     ``attr``: the mrc.h attributes (default QPAttr()), the requester's ``mpr`` capped at
     the peer's ``mpr_dest``; ``ev_min_active``: the floor of usable EVs (default: the
     QP's); ``ev_profile``: an ONLINE :class:`agents.mrc.profiles.EVProfile` to take the EVs,
-    floor and event mask from instead of ``evs`` (the QP attaches to it). Raises ValueError
-    for attributes :meth:`QP.modify_qp` rejects.
+    floor and event mask from instead of ``evs`` (the QP attaches to it); ``rq_psn`` (RTR) and
+    ``sq_psn`` (RTS): the first PSNs received and sent (:data:`PSN_ATTRS`; not passed when
+    None). Raises ValueError for attributes :meth:`QP.modify_qp` rejects.
     """
     attr = attr or QPAttr()
     init = {"evs": list(evs)} if ev_profile is None else {"ev_profile": ev_profile}
@@ -464,21 +486,29 @@ def bring_up(qp: QP, now: float, *, evs: Iterable[int] | None = None, dest_qpn: 
     if reverse_evs is not None:
         init["reverse_evs"] = list(reverse_evs)
     qp.modify_qp(QPState.INIT, now, **init)
+    rtr = {} if rq_psn is None else {"rq_psn": rq_psn}
+    rts = {} if sq_psn is None else {"sq_psn": sq_psn}
     qp.modify_qp(QPState.RTR, now, dest_qpn=dest_qpn, mpr_dest=attr.mpr_dest,
-                 max_wimm_dest=attr.max_wimm_dest)
+                 max_wimm_dest=attr.max_wimm_dest, **rtr)
     qp.modify_qp(QPState.RTS, now, mpr=min(attr.mpr, attr.mpr_dest), max_wimm=attr.max_wimm,
                  timeout=attr.timeout, retry_linear_cnt=attr.retry_linear_cnt,
-                 retry_exp_cnt=attr.retry_exp_cnt)
+                 retry_exp_cnt=attr.retry_exp_cnt, **rts)
 
 
 def connect_pair(a: QP, b: QP, evs: Iterable[int], *, attr: QPAttr | None = None,
-                 ev_min_active: int | None = None, now: float = 0.0) -> None:
+                 ev_min_active: int | None = None, now: float = 0.0,
+                 first_psns: tuple[int, int] | None = None) -> None:
     """Bring two fresh QPs to RTS connected to each other, both using EV ids ``evs``
     (:func:`bring_up` on each, with the other's QPN).
 
     ``attr``: the mrc.h attributes for both sides (default QPAttr()); each
-    requester's ``mpr`` is capped at the peer's ``mpr_dest``.
+    requester's ``mpr`` is capped at the peer's ``mpr_dest``. ``first_psns``: the first PSN
+    ``a`` sends and the first ``b`` sends (each the sender's ``sq_psn`` and the receiver's
+    ``rq_psn``, :data:`PSN_ATTRS`); None: neither is set (both 0).
     """
     evs = list(evs)
-    for qp, peer in ((a, b), (b, a)):
-        bring_up(qp, now, evs=evs, dest_qpn=peer.qpn, attr=attr, ev_min_active=ev_min_active)
+    for i, (qp, peer) in enumerate(((a, b), (b, a))):
+        psns = {} if first_psns is None else {"sq_psn": first_psns[i],
+                                              "rq_psn": first_psns[1 - i]}
+        bring_up(qp, now, evs=evs, dest_qpn=peer.qpn, attr=attr, ev_min_active=ev_min_active,
+                 **psns)

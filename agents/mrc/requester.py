@@ -173,6 +173,12 @@ class Requester:
         """No posted write is waiting for its completion."""
         return not self._wrs
 
+    def start_at(self, psn: int) -> None:
+        """The first PSN to send (``sq_psn``, set at RTR -> RTS before anything is posted)."""
+        if self._wrs or self._outstanding:
+            raise ValueError("sq_psn is set before the first write")
+        self._psn_assign = self._next_psn = self._snd_una = psn
+
     # ---- posting ---------------------------------------------------------
     def post(self, wr_id, data: memoryview, remote_offset: int, imm: int | None) -> None:
         npkts = max(1, -(-len(data) // self.config.payload_bytes))

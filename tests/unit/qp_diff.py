@@ -158,6 +158,8 @@ class Scenario:
     batch: bool = False
     until: float = 1.0
     max_steps: int = 4000
+    first_psns: tuple[int, int] = (0, 0)
+    """The first PSN ``a`` sends and the first ``b`` sends (``sq_psn``, the peer's ``rq_psn``)."""
 
     def qp_config(self) -> QPConfig:
         cfg = dict(self.config)
@@ -170,7 +172,8 @@ class Scenario:
         lines = [f"  config: {self.config}", f"  attr: {self.attr}",
                  f"  evs={self.evs} spare_evs={self.spare_evs} ev_min_active={self.ev_min_active} "
                  f"seeds a={self.seed_a} b={self.seed_b} net={self.net_seed} batch={self.batch} "
-                 f"until={self.until} max_steps={self.max_steps} mem a={self.mem_a} b={self.mem_b}"]
+                 f"until={self.until} max_steps={self.max_steps} mem a={self.mem_a} b={self.mem_b} "
+                 f"first_psns={self.first_psns}"]
         lines += [f"  path {i} (EV {ev}): {_compact(p)}" for i, (ev, p) in
                   enumerate(zip(self.evs + self.spare_evs, self.paths))]
         if self.reverse_paths is not None:
@@ -363,7 +366,8 @@ class _Copy:
         self.sent: list[list] = [[], []]
         self.outcome: list = [None, None]
         connect_pair(self.qps[0], self.qps[1], sc.evs, attr=sc.attr,
-                     ev_min_active=sc.ev_min_active)
+                     ev_min_active=sc.ev_min_active,
+                     first_psns=None if sc.first_psns == (0, 0) else sc.first_psns)
         self.net = MultipathNetwork(self.qps[0], self.qps[1], sc.paths,
                                     ev_ids=list(sc.evs + sc.spare_evs), seed=sc.net_seed,
                                     reverse_paths=sc.reverse_paths, batch=sc.batch,
@@ -645,7 +649,9 @@ def scenarios(draw, transports=("mrc", "rc"), ccs=(NSCC, FIXED, DCQCN),
               max_packets: int = 240) -> Scenario:
     """A random :class:`Scenario`: ``transports`` and ``ccs`` to pick from (DCQCN on RC only,
     as the testbed builds it), at most ``max_packets`` data packets of writes in all (keeps an
-    example well under a second)."""
+    example well under a second), :data:`LONG_FACTOR` times that in about one example in eight
+    (more PSNs than the native PSN table's first 256 entries). In about one example in four a
+    QP's first PSN is near the end of the 32-bit PSN space (:func:`first_psn`)."""
     transport = draw(st.sampled_from(transports))
     cc = draw(st.sampled_from([c for c in ccs if c != DCQCN or transport == "rc"] or [NSCC]))
     n_evs = draw(st.sampled_from([4, 1, 2, 3, 5, 6, 7, 8]))
@@ -659,13 +665,17 @@ def scenarios(draw, transports=("mrc", "rc"), ccs=(NSCC, FIXED, DCQCN),
     style = draw(st.sampled_from([_testbed_config, _sim_config]))
     ecn = cc == DCQCN or chance(draw, 2)
     config, attr = style(draw, transport, cc, payload, rate, delay, n_evs, ecn)
-    # Writes: a -> b always, b -> a sometimes; sizes from 1 byte to a few hundred KB.
-    budget = max_packets * payload
+    # Writes: a -> b always, b -> a sometimes; sizes from 1 byte to a few hundred KB. The budget
+    # is derived from the EVs drawn (a further draw would move every derandomized example).
+    long = sum(evs) % 8 == 3
+    budget = max_packets * payload * (LONG_FACTOR if long else 1)
     n_ab = draw(st.integers(1, 4))
     n_ba = draw(st.sampled_from([0, 1, 2]))
     size_st = st.one_of(st.sampled_from([40 * payload, 100_000, 1, payload, payload + 1]),
                         st.integers(1, 300_000))
     sizes = [draw(size_st) for _ in range(n_ab + n_ba)]
+    if long:   # the first write alone crosses 256 PSNs
+        sizes[0] = max(sizes[0], 320 * payload)
     while sum(sizes) > budget:
         sizes = [max(1, s // 2) for s in sizes]
     line = rate * (n_evs if transport == "mrc" else 1)
@@ -713,13 +723,36 @@ def scenarios(draw, transports=("mrc", "rc"), ccs=(NSCC, FIXED, DCQCN),
                   mem_a=mem["a"], mem_b=mem["b"], ops=tuple(ops),
                   seed_a=draw(st.integers(0, 2**32)), seed_b=draw(st.integers(0, 2**32)),
                   net_seed=draw(st.integers(0, 2**32)), batch=chance(draw, 2),
-                  until=max(0.05, min(1.0, 30 * horizon)), max_steps=3000)
+                  until=max(0.05, min(1.0, 30 * horizon)),
+                  max_steps=3000 * (LONG_FACTOR if long else 1))
     # Knobs derived from values already drawn (a further draw would change every derandomized
     # example after it): no fast loss inference in one example in four (NACKs and timeouts alone
     # find losses); net_seed shrinks to 0, inference on.
     if sc.net_seed % 4 == 1:
         sc = dataclasses.replace(sc, config={**config, "loss_inference": False})
+    # Each direction's first PSN near the end of the PSN space in one example in four, from
+    # the QP seeds (which shrink to 0: PSN 0).
+    psns = (first_psn(sc.seed_a, sc.seed_b), first_psn(sc.seed_b, sc.seed_a))
+    if psns != (0, 0):
+        sc = dataclasses.replace(sc, first_psns=psns)
     return sc
+
+
+LONG_FACTOR = 5
+"""How many times ``max_packets`` a long example of :func:`scenarios` may write."""
+
+
+def first_psn(seed: int, other: int) -> int:
+    """A direction's first PSN from two seeds already drawn: 0 mostly; for ``seed % 8 == 1``
+    250 to 449 PSNs below ``MAX_PSN`` (room for a default example's writes: the last PSNs of
+    the 32-bit space, and the native PSN table's index crossing its end); for ``seed % 8 == 5``
+    1 to 64 below it, so that a write can find the PSN space exhausted (``post_write`` raises,
+    PSNs never wrap: :mod:`agents.mrc.packet`)."""
+    if seed % 8 == 1:
+        return pk.MAX_PSN - 250 - other % 200
+    if seed % 8 == 5:
+        return pk.MAX_PSN - 1 - other % 64
+    return 0
 
 
 @st.composite

@@ -149,6 +149,38 @@ def test_replace_ev_reaches_every_qp_keeping_the_slot():
         assert picks == {10, 21, 12, 13}
 
 
+def test_replace_ev_installs_the_entrys_state():
+    """mrc_ctl.h's op entry requires REPLACE_EV's ``state``: the new EV is installed DENIED or
+    GOOD as given, on the QPs attached now and on those that attach later; another state is
+    EINVAL and changes nothing."""
+    table = ProfileTable()
+    p = table.get(7)
+    p.modify(ev_mode=EVMode.EXPLICIT, ev_count=4, profile_state=ProfileState.OFFLINE)
+    for v, state in zip(VALS, [EVState.GOOD, EVState.DENIED, EVState.GOOD, EVState.GOOD]):
+        p.modify(ev_op=EVOp.REPLACE_EV, cur_ev=EV_INVALID, new_ev=EV(v), state=state)
+    p.modify(ev_min_active=1, ev_event_mask=3, profile_state=ProfileState.ONLINE)
+    qps = qps_on(p)                               # attach after 11 was installed DENIED
+    assert p.modify(ev_op=EVOp.QUERY_EV_STATE, ev=EV(11)) is EVState.DENIED
+    for qp in qps:
+        assert [qp.evs.info[v].state for v in VALS] == \
+            [EVState.GOOD, EVState.DENIED, EVState.GOOD, EVState.GOOD]
+        assert 11 not in {qp.evs.pick(0.0) for _ in range(12)}
+    p.modify(ev_op=EVOp.REPLACE_EV, cur_ev=EV(12), new_ev=EV(22), state=EVState.DENIED, now=1.0)
+    p.modify(ev_op=EVOp.REPLACE_EV, cur_ev=EV(11), new_ev=EV(21), state=EVState.GOOD, now=1.0)
+    assert p.modify(ev_op=EVOp.QUERY_EV_STATE, ev=EV(22)) is EVState.DENIED
+    assert p.modify(ev_op=EVOp.QUERY_EV_STATE, ev=EV(21)) is EVState.GOOD
+    for qp in qps:
+        assert qp.evs.order == [10, 21, 22, 13]
+        assert qp.evs.info[22].state is EVState.DENIED and qp.evs.info[21].state is EVState.GOOD
+        assert {qp.evs.pick(1.0) for _ in range(12)} == {10, 21, 13}
+        assert qp.next_event() is None            # DENIED is never reported
+    for bad in (EVState.ASSUMED_BAD, EVState.SKIP, EVState.UNKNOWN, 3):
+        refused(errno.EINVAL, "REPLACE_EV", p.modify, ev_op=EVOp.REPLACE_EV, cur_ev=EV(13),
+                new_ev=EV(23), state=bad)
+    assert p.modify(ev_op=EVOp.QUERY_EV_ARRAY) == [EV(10), EV(21), EV(22), EV(13)]
+    assert all(qp.evs.order == [10, 21, 22, 13] and 23 not in qp.evs.info for qp in qps)
+
+
 def test_packets_in_flight_on_a_replaced_ev_are_still_acknowledged():
     _, p = online()
     a, b = qps_on(p)

@@ -73,6 +73,57 @@ def test_state_machine_follows_mrc_h():
     assert qp.state is QPState.RST and qp.evs is None
 
 
+def test_sq_psn_and_rq_psn_start_the_psns_at_the_end_of_the_psn_space():
+    """ibv_qp_attr's rq_psn (RTR) and sq_psn (RTS): a write runs over the last PSNs of the
+    32-bit space (they never wrap: the next write finds it exhausted)."""
+    qp = QP(7, rng=random.Random(0))
+    qp.modify_qp(QPState.INIT, evs=[1])
+    for bad in (-1, pk.MAX_PSN + 1, 1.0, True):
+        with pytest.raises(ValueError, match="rq_psn"):
+            qp.modify_qp(QPState.RTR, dest_qpn=9, rq_psn=bad)
+    assert qp.state is QPState.INIT
+    qp.modify_qp(QPState.RTR, dest_qpn=9, rq_psn=5)
+    with pytest.raises(ValueError, match="does not take"):
+        qp.modify_qp(QPState.RTS, rq_psn=5)
+    qp.modify_qp(QPState.RTS, sq_psn=6)
+    with pytest.raises(ValueError, match="does not take"):
+        qp.modify_qp(QPState.RTS, sq_psn=7)      # RTS -> RTS: not once running
+    assert qp.stats()["next_psn"] == qp.stats()["snd_una"] == 6
+    assert qp.stats()["rx_cum_psn"] == 5
+
+    first = pk.MAX_PSN - 300
+    a = QP(1, rng=random.Random(1), config=cfg(payload_bytes=256))
+    b = QP(2, rng=random.Random(2), memory=bytearray(300 * 256), config=cfg(payload_bytes=256))
+    connect_pair(a, b, [0, 1, 2, 3], attr=QPAttr(mpr=4, mpr_dest=4), first_psns=(first, 0))
+    data = random.Random(3).randbytes(300 * 256)       # 300 packets: PSNs first..MAX_PSN - 1
+    a.post_write(wr_id=1, local=data, remote_offset=0, imm=7)
+    b.post_recv(11)
+    now, psns, done = 0.0, [], []
+    for _ in range(50):
+        for d, _ in a.datagrams_to_send(now):
+            psns.append(pk.parse(d).psn)
+            b.receive_datagram(d, now)
+        now += 0.001
+        b.handle_timer(now)
+        for d, _ in b.datagrams_to_send(now):
+            a.receive_datagram(d, now)
+        for qp in (a, b):
+            while (e := qp.next_event()) is not None:
+                done.append(e)
+        if len(done) == 2:
+            break
+    assert sorted(psns) == list(range(first, pk.MAX_PSN))
+    assert bytes(b.responder.memory) == data
+    assert {(e.opcode.name, e.status.name, e.wr_id) for e in done} == \
+        {("RDMA_WRITE", "SUCCESS", 1), ("RECV_RDMA_WITH_IMM", "SUCCESS", 11)}
+    assert [e.psn for e in done if e.wr_id == 11] == [pk.MAX_PSN - 1]
+    assert a.stats()["snd_una"] == b.stats()["rx_cum_psn"] == pk.MAX_PSN
+    buf = bytearray(b"x")
+    with pytest.raises(ValueError, match="PSN space exhausted"):
+        a.post_write(wr_id=2, local=buf, remote_offset=0)
+    buf.append(1)                              # a refused write holds no buffer
+
+
 def test_rto_maps_mrc_timeout_with_scale_and_floor():
     qp = QP(1, rng=random.Random(0), config=QPConfig(time_scale=10.0, min_rto_s=0.001,
                                                      ack_delay_s=0.00025))

@@ -107,6 +107,7 @@ ops = st.one_of(
     st.tuples(st.just("apply"), ev_ids, st.just(EVCause.LOSS), st.just(False), st.none()),
     st.tuples(st.just("set_state"), ev_ids, st.sampled_from(list(EVState))),
     st.tuples(st.just("replace"), ev_ids, ev_ids),
+    st.tuples(st.just("replace"), ev_ids, ev_ids, st.sampled_from(list(EVState))),
     st.tuples(st.just("pick"), st.one_of(st.none(), ev_ids)),
     st.tuples(st.just("pick"), st.none()),
     st.tuples(st.just("pick_alive"), st.one_of(st.none(), ev_ids), st.integers(1, 1 << 40)),
@@ -128,7 +129,7 @@ def step(p: Pair, now: float, op) -> float:
     if kind not in ("advance", "srtt", "pick", "pick_alive", "pick_many", "expire_skips", "event_mask"):
         op = (kind, pick_ev(p, op[1])) + op[2:]
     if kind == "replace":   # the new EV: any id, fresh, replaced-out or in the order
-        op = (kind, op[1], UNIVERSE[op[2] % len(UNIVERSE)])
+        op = (kind, op[1], UNIVERSE[op[2] % len(UNIVERSE)]) + op[3:]
     elif kind in ("pick", "pick_alive") and op[1] is not None:
         op = (kind, pick_ev(p, op[1])) + op[2:]
     if kind == "advance":
@@ -140,8 +141,8 @@ def step(p: Pair, now: float, op) -> float:
         p.call("apply", ev, cause, now, always=always, drop_count=drop)
     elif kind == "set_state":
         p.call("set_state", op[1], op[2], now)
-    elif kind == "replace":
-        p.call("replace", op[1], op[2], now)
+    elif kind == "replace":   # with the op entry's state, or without (GOOD)
+        p.call("replace", op[1], op[2], now, *op[3:])
     elif kind == "pick":
         p.call("pick", now, exclude=op[1])
     elif kind == "pick_alive":   # a retransmission: only EVs that delivered since its lost stamp
@@ -268,6 +269,26 @@ def test_replace_beyond_capacity_is_refused_without_change():
     s.replace(7, 1, 0.0)                 # 1's record is reused in place, as the dict does
     assert s.order == [1, 2] and list(s.info) == [1, 2, 7]
     assert s.info[7].state is EVState.DENIED and s.info[1].state is EVState.GOOD
+
+
+def test_replace_installs_the_given_state_or_refuses_it():
+    """REPLACE_EV's required ``state`` (mrc_ctl.h op entry): DENIED and GOOD are installed as
+    given, in both engines; any other state is refused and changes nothing."""
+    p = Pair([1, 2, 3], seed=4, stream=0)
+    p.call("replace", 2, 7, 0.0, EVState.DENIED)
+    p.check()
+    assert p.c.info[7].state is EVState.DENIED and not p.c.all_good
+    assert 7 not in {p.call("pick", 0.0)[1] for _ in range(9)}
+    p.call("replace", 3, 8, 0.0, EVState.GOOD)
+    p.check()
+    assert p.c.info[8].state is EVState.GOOD
+    for bad in (EVState.ASSUMED_BAD, EVState.SKIP, EVState.UNKNOWN):
+        before = (p.c.order, list(p.c.info))
+        out = p.call("replace", 1, 9, 0.0, bad)
+        assert out[0] == "raise" and out[1] is ValueError and bad.name in out[2]
+        assert (p.c.order, list(p.c.info)) == before
+    p.check()
+    assert p.py.events == []
 
 
 def test_drop_count_carries_losses_since_last_event():

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from agents.mrc import native
+from agents.mrc import packet as pk
 from agents.mrc.qp import QP as PythonQP
 from agents.mrc.sim import PathSpec
 from agents.mrc.types import QPAttr, WorkCompletion
@@ -126,6 +127,22 @@ def failure_without_recovery(transport="mrc") -> Scenario:
     down = dataclasses.replace(P, down=((0.002, math.inf),))
     return scenario([down, down], [write(0.0, "a", 1, 200_000), write(0.003, "b", 2, 5_000)],
                     config=sim_config(transport=transport), until=2.0)
+
+
+PSN_END_A, PSN_END_B = pk.MAX_PSN - 700, pk.MAX_PSN - 5
+
+
+def psn_space_end() -> Scenario:
+    """First PSNs near the end of the 32-bit space (``sq_psn``/``rq_psn``): ``a`` sends 600
+    packets at once (more than the native PSN table's first 256 entries, its index crossing the
+    table's end) over lossy and reordering paths up to PSN MAX_PSN - 101; ``b`` has room for
+    5 PSNs, so its second 4-packet write is refused (PSNs never wrap)."""
+    paths = [P, dataclasses.replace(P, loss=0.02),
+             dataclasses.replace(P, reorder=0.3, reorder_delay_s=0.001), P]
+    ops = [write(0.0, "a", 1, 600 * PAYLOAD, imm=9), Op(0.0, "b", "post_recv", (11,)),
+           write(0.0, "b", 2, 4 * PAYLOAD), write(0.001, "b", 3, 4 * PAYLOAD, off=4 * PAYLOAD)]
+    return scenario(paths, ops, config=sim_config(cc=FIXED, cc_params={}),
+                    mem_b=600 * PAYLOAD, first_psns=(PSN_END_A, PSN_END_B), net_seed=3)
 
 
 def application_error() -> Scenario:
@@ -288,6 +305,16 @@ def check_no_loss_inference(r):
     assert r.memory[1][:200_000] == _payload(1, 200_000)
 
 
+def check_psn_space_end(r):
+    a, b = r.final[0]["stats"], r.final[1]["stats"]
+    assert a["retransmissions"] > 0 and a["next_psn"] == a["snd_una"] == PSN_END_A + 600
+    assert b["rx_cum_psn"] == PSN_END_A + 600 and a["rx_cum_psn"] == b["next_psn"] == PSN_END_B + 4
+    assert r.memory[1] == _payload(1, 600 * PAYLOAD)
+    assert [(w["wr_id"], w["psn"]) for w in _wcs(r, "RECV_RDMA_WITH_IMM", "SUCCESS")] == \
+        [(11, PSN_END_A + 599)]
+    assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2]   # 3 refused
+
+
 def check_rc(r):
     assert r.final[0]["stats"]["retransmissions"] > 0
     assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2]
@@ -308,6 +335,7 @@ HAND_MADE = {
     "loss_retries_mrc": (loss_retries_mrc, check_loss_retries_mrc),
     "loss_retries_rc": (loss_retries_rc, check_loss_retries_rc),
     "no_loss_inference": (no_loss_inference, check_no_loss_inference),
+    "psn_space_end": (psn_space_end, check_psn_space_end),
 }
 
 
@@ -380,19 +408,24 @@ def test_random_loss_retry_scenarios_exhaust_retries_on_loss_evidence():
 def test_random_scenarios_exercise_the_protocol():
     """The generator reaches the behaviours it claims (so the random tests are not vacuous):
     losses and retransmissions, EV state events, SKIPs, trims, CNPs, immediates, every
-    completion status, controller calls, ERR."""
+    completion status, controller calls, ERR, first PSNs near the end of the PSN space and
+    more than 256 PSNs sent by one QP."""
     seen: set[str] = set()
 
     @settings(SETTINGS, max_examples=80)
     @given(qd.scenarios())
     def run(sc):
         r = qd.run_lockstep(sc, ("python", "python"))
-        for side in r.final:
+        for first, side in zip(sc.first_psns, r.final):
             s = side["stats"]
             for key in ("retransmissions", "timeouts", "nacks_no_buffer", "rx_duplicates",
                         "rx_ooo", "cnp_sent"):
                 if s[key]:
                     seen.add(key)
+            if first and s["next_psn"] > first:
+                seen.add("psns_near_the_end")        # sq_psn near 2**32 (qd.first_psn)
+            if s["next_psn"] - first > 256:
+                seen.add("over_256_psns")            # past the native PSN table's first size
             seen.update(f"skip_{k}" for k, v in s["ev_skips"].items() if v)
         seen.update(k for c in r.net.values() for k, v in c.items() if v)
         for kind, ev in r.events:
@@ -405,7 +438,8 @@ def test_random_scenarios_exercise_the_protocol():
               "duplicated", "reordered", "WorkCompletion:WCStatus.SUCCESS",
               "WorkCompletion:WCStatus.RETRY_EXC_ERR", "WorkCompletion:WCStatus.WR_FLUSH_ERR",
               "EVEvent:EVState.ASSUMED_BAD", "EVEvent:EVState.GOOD", "QPError:",
-              "op:set_ev_state", "op:replace_ev", "op:error", "op:post_recv"}
+              "op:set_ev_state", "op:replace_ev", "op:error", "op:post_recv",
+              "psns_near_the_end", "over_256_psns"}
     assert wanted <= seen, f"never exercised: {sorted(wanted - seen)}"
 
 

@@ -337,9 +337,12 @@ int mrcn_ev_set_state(mrcn_ev_set *set, uint32_t ev, mrcn_ev_state state, double
     return MRCN_EINVAL;
 }
 
-int mrcn_ev_replace(mrcn_ev_set *set, uint32_t cur, uint32_t new_ev, double now)
+int mrcn_ev_replace(mrcn_ev_set *set, uint32_t cur, uint32_t new_ev, mrcn_ev_state state,
+                    double now)
 {
     (void)now;   /* as in ev.py: no event, no timestamped state */
+    if (state != MRCN_EV_GOOD && state != MRCN_EV_DENIED)
+        return MRCN_EINVAL;
     int64_t slot = -1;
     for (uint32_t j = 0; j < set->n; j++) {
         uint32_t ev = set->info[set->order[j]].ev;
@@ -362,7 +365,7 @@ int mrcn_ev_replace(mrcn_ev_set *set, uint32_t cur, uint32_t new_ev, double now)
     uint32_t cur_rec = set->order[slot];
     set->order[slot] = (uint32_t)r;
     set->info[cur_rec].state = MRCN_EV_DENIED;
-    info_init(&set->info[r], new_ev, MRCN_EV_GOOD);
+    info_init(&set->info[r], new_ev, state);
     set->rot_len = 0;
     set->pos = 0;
     update_all_good(set);

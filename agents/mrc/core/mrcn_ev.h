@@ -180,10 +180,12 @@ int mrcn_ev_apply_loss(mrcn_ev_set *set, uint32_t ev, double now, int32_t loss_c
  * MRCN_EINVAL (checked first); an unknown EV is MRCN_EINVAL as in apply. */
 int mrcn_ev_set_state(mrcn_ev_set *set, uint32_t ev, mrcn_ev_state state, double now);
 
-/* mrc_ctl REPLACE_EV (ev.py replace): EV ``new_ev`` takes ``cur``'s slot, GOOD with fresh
- * counters; ``cur``'s record stays, DENIED. MRCN_EINVAL if ``cur`` is not in the spray
- * order or ``new_ev`` is; MRCN_ENOSPC when a new record would exceed the capacity. */
-int mrcn_ev_replace(mrcn_ev_set *set, uint32_t cur, uint32_t new_ev, double now);
+/* mrc_ctl REPLACE_EV (ev.py replace): EV ``new_ev`` takes ``cur``'s slot with fresh counters,
+ * in ``state`` (the op entry's: GOOD or DENIED); ``cur``'s record stays, DENIED. MRCN_EINVAL
+ * for another state, if ``cur`` is not in the spray order or ``new_ev`` is; MRCN_ENOSPC when a
+ * new record would exceed the capacity. */
+int mrcn_ev_replace(mrcn_ev_set *set, uint32_t cur, uint32_t new_ev, mrcn_ev_state state,
+                    double now);
 
 /* The SKIP bound in seconds: srtt_s, or skip_timeout_s while it is NaN (ev.py skip_bound_s). */
 double mrcn_ev_skip_bound_s(const mrcn_ev_set *set);

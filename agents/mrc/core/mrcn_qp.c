@@ -146,6 +146,24 @@ void mrcn_qp_set_dest_qpn(mrcn_qp *qp, uint32_t dest_qpn)
     qp->dest_qpn = qp->req.dest_qpn = qp->resp.dest_qpn = dest_qpn;
 }
 
+int mrcn_qp_set_rq_psn(mrcn_qp *qp, uint32_t psn)
+{
+    if (psn > MRCN_MAX_PSN || qp->resp.n_chunks || qp->resp.n_imm)
+        return MRCN_EINVAL;
+    qp->resp.rcv_cum = psn;
+    return MRCN_OK;
+}
+
+int mrcn_qp_set_sq_psn(mrcn_qp *qp, uint32_t psn)
+{
+    mrcn_req *r = &qp->req;
+    if (psn > MRCN_MAX_PSN || r->wr_head != r->wr_tail || r->psn_assign != r->snd_una)
+        return MRCN_EINVAL;
+    /* the PSN table is empty: it starts over at the first PSN sent */
+    r->psn_assign = r->next_psn = r->snd_una = r->tx_base = psn;
+    return MRCN_OK;
+}
+
 int mrcn_qp_set_attr(mrcn_qp *qp, int to, const mrcn_qp_attr *attr)
 {
     if (to == MRCN_QPS_ERR || to == MRCN_QPS_RST || !mrcn_qp_transition_ok(qp->state, to))
@@ -491,11 +509,12 @@ int mrcn_qp_set_ev_state(mrcn_qp *qp, uint32_t ev, mrcn_ev_state state, double n
     return rc < 0 ? rc : d;
 }
 
-int mrcn_qp_replace_ev(mrcn_qp *qp, uint32_t cur, uint32_t new_ev, double now)
+int mrcn_qp_replace_ev(mrcn_qp *qp, uint32_t cur, uint32_t new_ev, mrcn_ev_state state,
+                       double now)
 {
     if (qp->evs == NULL)
         return MRCN_ESTATE;
-    int rc = mrcn_ev_replace(qp->evs, cur, new_ev, now);
+    int rc = mrcn_ev_replace(qp->evs, cur, new_ev, state, now);
     int d = mrcn_req_drain_ev(&qp->req);
     return rc < 0 ? rc : d;
 }

@@ -86,6 +86,11 @@ int mrcn_qp_init_evs(mrcn_qp *qp, const uint32_t *evs, uint32_t count, uint32_t 
 int mrcn_qp_set_reverse_evs(mrcn_qp *qp, const uint32_t *evs, size_t count);
 /* INIT -> RTR's peer QPN (QP, requester and responder). */
 void mrcn_qp_set_dest_qpn(mrcn_qp *qp, uint32_t dest_qpn);
+/* ibv_qp_attr's rq_psn (INIT -> RTR: the first PSN the responder expects) and sq_psn
+ * (RTR -> RTS: the first PSN the requester sends), as QP.modify_qp's. MRCN_EINVAL for a PSN
+ * above MRCN_MAX_PSN, or once something was received / posted. */
+int mrcn_qp_set_rq_psn(mrcn_qp *qp, uint32_t psn);
+int mrcn_qp_set_sq_psn(mrcn_qp *qp, uint32_t psn);
 /* The end of every modify_qp step: the new attributes (validated by the caller), then the
  * RTO floor and the state. MRCN_EINVAL for an illegal transition or mpr_dest > 255. */
 int mrcn_qp_set_attr(mrcn_qp *qp, int to, const mrcn_qp_attr *attr);
@@ -131,7 +136,8 @@ size_t mrcn_qp_events_pending(const mrcn_qp *qp);
 /* QP.set_ev_state / QP.replace_ev (controller calls): MRCN_ESTATE before INIT, else the EV
  * set's codes (MRCN_EINVAL unknown EV or state, MRCN_ENOSPC no record left). */
 int mrcn_qp_set_ev_state(mrcn_qp *qp, uint32_t ev, mrcn_ev_state state, double now);
-int mrcn_qp_replace_ev(mrcn_qp *qp, uint32_t cur, uint32_t new_ev, double now);
+int mrcn_qp_replace_ev(mrcn_qp *qp, uint32_t cur, uint32_t new_ev, mrcn_ev_state state,
+                       double now);
 /* QP.expire_skips on the EV set with its events queued (EVSet.expire_skips). */
 int mrcn_qp_expire_skips(mrcn_qp *qp, double now);
 
