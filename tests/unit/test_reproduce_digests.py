@@ -13,6 +13,7 @@ from testbed.commands import reproduce as cmd
 from testbed.metrics import results
 from testbed.spec.claimdigests import PARTS, claim_digests, entry_digests
 from testbed.spec.claimsfile import load_claims
+from .test_reproduce import GOOD   # the command's claims file, as test_reproduce writes it
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "scenarios" / "paper"
@@ -151,21 +152,6 @@ def test_rules_and_control_recomputed_from_a_reproduce_json_without_digests(tmp_
 
 # -- the command ------------------------------------------------------------------------------------
 
-GOOD = """\
-trials: 2
-claims:
-  - id: bw
-    section: "evaluation: bandwidth"
-    figure: "~96% of peak"
-    scenario: {scenario}
-    rules:
-      - mrc busbw_fraction_of_host >= 0.90
-    scaling: "10 Mbit/s"
-    estimate: {{quick: 1m, full: 3m}}
-    control:
-      removes: "spraying"
-      set: {{workload.evs_per_qp: 1}}
-"""
 
 
 def _claims_file(tmp_path: Path, text: str | None = None) -> Path:
