@@ -151,10 +151,11 @@ sanitize: setup
 # FUZZ_SECONDS (default 60).
 FUZZ_SECONDS ?= 60
 # Then the engine-comparison tests' random scenarios from a random seed (MRC_FUZZ_RANDOM=1: new
-# examples each run; make test runs them derandomized).
+# examples each run; make test runs them derandomized). 300 examples take 1-3 min per engine
+# pair, more on a busy machine: the unit tier's 60 s per test would cut them off.
 fuzz: setup
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash agents/mrc/core/fuzz.sh
-	MRC_FUZZ_RANDOM=1 $(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS) tests/unit/test_native_qp.py -k "random and agree"
+	MRC_FUZZ_RANDOM=1 $(PY) -m pytest -p no:cacheprovider -q --timeout=900 $(PYTEST_ARGS) tests/unit/test_native_qp.py -k "random and agree"
 
 # The documentation site (mkdocs.yml, pages under docs/): strict, so a broken link or a page
 # missing from the nav fails; the site goes to site/ (git-ignored). CI builds it after lint.
