@@ -119,7 +119,7 @@ class FixedWindow(CongestionControl):
 
 
 class NSCC(CongestionControl):
-    """Simplified NSCC (UET 1.0), defaults from the UEC packet simulator (MRC.md).
+    """Simplified NSCC (UET 1.0), defaults from the UEC packet simulator (docs/mrc-spec.md, "Congestion control: NSCC").
 
     Window and delay, all in bytes and seconds:
 

@@ -9,7 +9,7 @@ UNKNOWN = 1<<31) plus the NIC-internal SKIP. All transitions live in one
 table, :data:`TRANSITIONS` (h11 style); an event a state does not accept
 raises :class:`EVStateError` naming both.
 
-Behaviour (MRC.md, after the MRC paper and spec):
+Behaviour (docs/mrc-spec.md, "EV states", after the MRC paper and spec):
 
 * loss on an EV without a congestion signal -> ASSUMED_BAD at once, unless
   that would leave fewer than ``ev_min_active`` usable EVs (the floor holds:
@@ -19,7 +19,7 @@ Behaviour (MRC.md, after the MRC paper and spec):
 * ASSUMED_BAD (and UNKNOWN) -> GOOD after ``probe_successes`` consecutive
   successful background EV probes;
 * a congestion signal (ECN echo, trim NACK before the last hop) -> SKIP; SKIP -> GOOD
-  after one rotation, bounded by a timeout of one SRTT. MRC.md (after the MRC paper and
+  after one rotation, bounded by a timeout of one SRTT. docs/mrc-spec.md ("EV states", after the MRC paper and
   spec): "back to GOOD after one rotation or a short timeout". One rotation: the sprayer
   has picked as many times as there were other usable EVs when the SKIP began (it went
   round them once), and the EV's next turn in the rotation restores it. The timeout is the

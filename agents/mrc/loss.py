@@ -20,7 +20,7 @@ congestion control), ``go_back_n(psn, now, cause)`` (RC) and ``on_error(now, rea
 exhausted). Loss causes are :class:`LossCause`; the requester declares losses from NACKs
 through :meth:`LossDetector.lose` and :meth:`LossDetector.spend_retry`, so that every
 retransmission but a trim's spends one of the PSN's mrc.h retries (:data:`RETRY_SPENT`).
-Detection rules (MRC.md): a transmission is
+Detection rules (docs/mrc-spec.md, "Reliability"): a transmission is
 lost when ``reorder_threshold`` later transmissions on the same EV were acknowledged (only
 never-retransmitted PSNs count: their ACK is unambiguous), when enough transmissions sent
 after it on any EV were acknowledged (:meth:`ooo_scan`), or when its timer fires: the RFC 6298

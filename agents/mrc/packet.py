@@ -158,7 +158,7 @@ class SackMode(enum.IntEnum):
 
 
 class NackReason(enum.IntEnum):
-    """NACK reasons (MRC.md / UET); SEQ_ERR is the RoCE RC go-back-N NAK."""
+    """NACK reasons (docs/mrc-spec.md, "Reliability" / UET); SEQ_ERR is the RoCE RC go-back-N NAK."""
 
     TRIMMED = 1
     TRIMMED_LASTHOP = 2

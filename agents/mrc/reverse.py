@@ -1,6 +1,6 @@
 """The responder's reverse EV set: which EV each SACK/NACK leaves on, and its own health view.
 
-MRC.md: "ACKs need working paths too: the responder keeps a small reverse EV set". SACKs and
+docs/mrc-spec.md, "Reliability": "ACKs need working paths too: the responder keeps a small reverse EV set". SACKs and
 NACKs rotate over :attr:`ReverseEVs.evs` (the QP's EVs unless named at INIT), each still
 echoing the forward EV it acknowledges, so a reverse-only failure costs the SACKs of one
 reverse EV instead of every SACK of one forward EV (which made that forward EV look dead).

@@ -8,14 +8,21 @@ namespaces is touched, and the namespace disappears when the child exits.
 * qdiscs: ``tc qdisc add dev lo root <kind>`` through pyroute2 (netlink);
   ENOENT ("Specified qdisc kind is unknown") means absent, success or any
   other errno (bad options) means the kind is known to the kernel.
-* seg6local next-csid: ``ip -6 route add ... encap seg6local action End
-  flavors next-csid lblen 32 nflen 16`` (pyroute2 cannot encode flavours).
+* seg6local next-csid: the locator route every switch gets (``seg6local action End flavors
+  next-csid lblen 32 nflen 16``), encoded and sent by the fabric's own code
+  (:func:`testbed.fabric.routing.compile_routes` into a :class:`~testbed.fabric.netlink.Batch`),
+  then, if that fails, by ``ip -6 route add`` (iproute2 6.1+ knows the flavour). Without it
+  validation refuses every topology, naming Linux 6.1 (:meth:`KernelFeatures.refusals`).
 * nftables: add a table, a chain and a ``numgen random`` drop rule (what the
   loss fault uses).
 * bpf_egress (:mod:`testbed.fabric.switch`): clang builds the egress program, libbpf
   loads it (the verifier accepts ``bpf_skb_change_tail``, ``bpf_redirect``
   and the spin lock), and it attaches, with a ``clsact`` qdisc, to a veth
-  created for the purpose in the throwaway namespace and deleted by name after.
+  created for the purpose in the throwaway namespace and deleted by name after. When it
+  does not load, the reason names what this release predates of the program's needs
+  (:data:`~testbed.model.kernel.SWITCH_PROGRAM_NEEDS`: its helpers, clsact, bounded loops;
+  all there from Linux 5.3), and a topology asking for ECN marking or trimming is refused
+  (:meth:`KernelFeatures.lacks_switch_program`).
 * multipath hash sysctls (:data:`HASH_FIELDS_SYSCTL`, :data:`HASH_SEED_SYSCTL`): whether
   their ``/proc/sys`` files exist, read by the caller (no child, no root, never cached), so
   an unprivileged ``validate`` refuses a kernel without the hash fields too.
@@ -46,7 +53,7 @@ import subprocess
 import time
 from functools import lru_cache
 from pathlib import Path
-from testbed.model.kernel import HASH_FIELDS_SYSCTL, HASH_SEED_SYSCTL, QDISCS, KernelFeatures
+from testbed.model.kernel import HASH_FIELDS_SYSCTL, HASH_SEED_SYSCTL, QDISCS, KernelFeatures, switch_program_lacks
 from testbed.model.errors import TestbedFailure
 
 log = logging.getLogger(__name__)
@@ -58,7 +65,7 @@ CACHE_PATH = Path("/run/mrc-testbed/kernel-features.json")
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 SYSCTL_ROOT = Path("/proc/sys")
 #: Bump when the probe changes what it measures (invalidates every cache).
-PROBE_VERSION = 2
+PROBE_VERSION = 3
 
 # Minimal valid options per qdisc kind for pyroute2 (kinds not listed take none).
 _QDISC_ARGS = {"tbf": {"rate": "1mbit", "burst": 10240, "latency": "10ms"}}
@@ -76,9 +83,9 @@ def features() -> KernelFeatures:
 
     Returns ``probed=False`` when not root or when the probe child fails.
     """
-    sysctls = probe_sysctls()
+    sysctls = {**probe_sysctls(), "release": os.uname().release}
     if os.geteuid() != 0:
-        return KernelFeatures(probed=False, reason="not root", **sysctls)
+        return KernelFeatures(probed=False, reason="not root", seg6_next_csid=False, **sysctls)
     key = cache_key()
     result = read_cache(CACHE_PATH, key) if key else None
     if result is None:
@@ -86,7 +93,7 @@ def features() -> KernelFeatures:
             result = _run_probe_child()
         except KernelProbeError as exc:
             log.warning("kernel probe failed: %s", exc)
-            return KernelFeatures(probed=False, reason=f"probe failed: {exc}", **sysctls)
+            return KernelFeatures(probed=False, reason=f"probe failed: {exc}", seg6_next_csid=False, **sysctls)
         if key:
             write_cache(CACHE_PATH, key, result)
     return KernelFeatures(qdiscs=frozenset(result["qdiscs"]), seg6_next_csid=result["seg6_next_csid"],
@@ -259,12 +266,30 @@ def _probe_qdisc(ipr, index: int, kind: str) -> bool:
 
 
 def _probe_seg6() -> bool:
+    """Whether this kernel takes a switch's locator route (End, flavour next-csid)."""
+    from testbed.fabric import netlink, routing
+
+    try:
+        batch = netlink.Batch("kernel probe")
+        routing.compile_routes(batch, [seg6_probe_route()])
+        batch.send()
+        return True
+    except Exception as exc:   # NetlinkBatchError (EINVAL, EOPNOTSUPP) or anything else: try iproute2's
+        log.debug("seg6local next-csid over netlink: %s", exc)
     ip = shutil.which("ip")
     if ip is None:
         return False
     argv = [ip, "-6", "route", "add", "fcbb:bb00:1::/48", "encap", "seg6local", "action", "End",
             "flavors", "next-csid", "lblen", "32", "nflen", "16", "dev", "lo"]
     return subprocess.run(argv, capture_output=True, timeout=5).returncode == 0
+
+
+def seg6_probe_route():
+    """The probe's locator route: a switch's (:func:`testbed.fabric.routing.node_routes`), on lo."""
+    import ipaddress
+
+    from testbed.fabric.routing import PlannedRoute
+    return PlannedRoute(ipaddress.IPv6Network("fcbb:bb00:1::/48"), "end", oif=1)   # lo is ifindex 1
 
 
 def _probe_nft() -> bool:
@@ -299,10 +324,19 @@ def _probe_bpf_egress() -> str:
         try:
             switch.attach(os.getpid(), PROBE_VETH[0], config).detach()
         except (switch.SwitchBuildError, switch.SwitchLoadError, switch.SwitchAttachError, OSError) as exc:
-            return f"{type(exc).__name__}: {exc}"
+            return explain_bpf_error(f"{type(exc).__name__}: {exc}", os.uname().release)
         finally:
             ipr.link("del", index=ipr.link_lookup(ifname=PROBE_VETH[0])[0])
     return ""
+
+
+def explain_bpf_error(error: str, release: str) -> str:
+    """``error`` (the switch program's, one line or more) led by what this kernel ``release``
+    predates of the program's needs, when it predates any (a build error is left alone)."""
+    lacks = [] if error.startswith("SwitchBuildError") else switch_program_lacks(release)
+    if not lacks:
+        return error
+    return f"Linux {release} predates {', '.join(lacks)}; {error}"
 
 
 if __name__ == "__main__":  # pragma: no cover - manual check: python -m testbed.fabric.kernel

@@ -90,7 +90,7 @@ def leaf_spine(*, leaves: int, spines: int, hosts_per_leaf: int, planes: int = 1
 
     Each plane ``p`` is its own leaf-spine (leaves ``l<p>_<i>``, spines
     ``s<p>_<j>``, every leaf to every spine); host ``h<n>`` has one NIC per
-    plane, attached to leaf ``n // hosts_per_leaf`` of that plane (MRC.md,
+    plane, attached to leaf ``n // hosts_per_leaf`` of that plane (docs/mrc-spec.md,
     "Multi-plane"). Raises TopologyError for counts below 1.
     """
     problems = [(key, f"must be >= 1, got {val}") for key, val in

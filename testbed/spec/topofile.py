@@ -181,8 +181,7 @@ def _switch_features(r: Reader, m: dict[str, Node], path: str, fields: dict, bas
                                                           maximum=MAX_QUEUE_PKTS)
                                                 if "header_queue" in sm else TRIM_HEADER_QUEUE_PKTS)
         if not getattr(feats, "bpf_egress", False):
-            r.error(m[key], where, feats.lacks(f"{key} marking" if key == "ecn" else "trimming",
-                                               "a tc BPF egress program (clang, clsact, bpf_skb_change_tail)"))
+            r.error(m[key], where, feats.lacks_switch_program(f"{key} marking" if key == "ecn" else "trimming"))
             fields[f"{key}_threshold_pkts"] = None
 
 

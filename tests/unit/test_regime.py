@@ -121,7 +121,7 @@ def test_paper_values_and_a_claims_own():
     c = load_claims(_claims_file_path := PAPER / "claims.yaml")
     assert c.regime["base_rtt"].source.startswith("assumption") and c.regime["base_rtt"].line > 1
     p = paper_regime(c.regime)
-    # 800 Gb/s x 8 us / (4202 B x 8) = 190 packets of 4 KiB (~200, MRC.md)
+    # 800 Gb/s x 8 us / (4202 B x 8) = 190 packets of 4 KiB (~200, docs/mrc-spec.md, "Published figures")
     assert p["bdp_pkts"] == pytest.approx(8e11 * 8e-6 / (8 * 4202))
     assert p["rto_rtts"] == pytest.approx(262e-6 / 8e-6)
     lb = next(x for x in c.claims if x.id == "load-balance")

@@ -1,8 +1,8 @@
 """What the spec's SKIP rules imply for a path that is slow but alive (issue 31, degraded-link).
 
 A fake clock drives one QP's EV set: 16 EVs, 4 of them through a slow link whose queue marks
-every packet; each pick's echo (CE or clean) returns one RTT later, as a SACK would. MRC.md
-(after the spec): a congestion signal puts the EV in SKIP "back to GOOD after one rotation or
+every packet; each pick's echo (CE or clean) returns one RTT later, as a SACK would. docs/mrc-spec.md
+("EV states", after the spec): a congestion signal puts the EV in SKIP "back to GOOD after one rotation or
 a short timeout", so each echoed mark costs the slow EV about one turn, and the slow EVs' share
 falls from 4/16 to ~0.15, not lower. An ALWAYS_SKIP on every mark (held until a clean echo)
 steers nearly all of the traffic away, as adaptive spraying that does not reuse marked paths
