@@ -493,8 +493,9 @@ class LossDetector:
         ``min_retx_config``. The cwnd-sized part is replaced by (2), a
         RACK-style time condition (RFC 8985): spraying reorders by the spread
         of path RTTs, not by a packet count. Only never-retransmitted
-        transmissions serve as the reference (their ACK is unambiguous);
-        retransmissions are judged like first transmissions, so a lost
+        transmissions serve as the reference (their ACK is unambiguous), and
+        retransmissions whose own stamp a SACK echoes (the requester's
+        ``_account_acked``); retransmissions are judged like first transmissions, so a lost
         retransmission is found too. Scanning stops at the first
         transmission that is not yet lost: both conditions are monotone in
         send order.

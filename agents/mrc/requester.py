@@ -389,7 +389,7 @@ class Requester:
                 txs.append(tx)
         acked = 0
         if txs:
-            acked = self._account_acked(txs, now)
+            acked = self._account_acked(txs, now, ts)
             if self.failed:            # an inferred loss exhausted a PSN's retries: ERR
                 return
             first = txs[0]             # lowest PSN newly acked: the oldest first transmission
@@ -417,8 +417,14 @@ class Requester:
         if self._wrs and self._wrs[0].last_psn < self._snd_una:
             self._complete_writes(now)
 
-    def _account_acked(self, txs: list, now: float) -> int:
-        """Bookkeeping for newly acknowledged transmissions; returns their payload bytes."""
+    def _account_acked(self, txs: list, now: float, echo_ts: int = 0) -> int:
+        """Bookkeeping for newly acknowledged transmissions; returns their payload bytes.
+
+        ``echo_ts``: the SACK's echoed timestamp (ns; 0: none). A retransmission stamped with it
+        is known to have arrived, so it serves as the cross-EV rule's reference like a first
+        transmission (RFC 8985 section 6.2 step 2 disambiguates by timestamp the same way):
+        when the tail of a write is lost on a dead EV, the retransmissions sent after it are
+        the only later packets acknowledged, and without them only the RTO finds the tail."""
         infos = self.evs.info
         srtt = self._rtt.srtt_s or 0.0
         acked = lost_acked = 0
@@ -446,6 +452,8 @@ class Requester:
                 if seq > info.acked_seq:
                     info.acked_seq = seq
                     touched[ev] = None
+            elif echo_ts and tx.ts_ns == echo_ts and tx.gseq > hi_gseq:   # its stamp echoed: it arrived
+                hi_gseq, hi_sent_at = tx.gseq, tx.sent_at
         self._inflight_bytes -= acked - lost_acked
         if touched or hi_gseq > loss.hi_acked_gseq:
             loss.on_acked(touched, hi_gseq, hi_sent_at, now)

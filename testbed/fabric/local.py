@@ -42,6 +42,7 @@ from typing import Iterable, Iterator
 from mininet.node import Node
 
 from testbed.fabric import routing, shaping
+from testbed.fabric.kernel import features as kernel_features
 from testbed.fabric.backend import FabricError, register_backend
 from testbed.fabric.ledger import LEDGER_DIR, Ledger
 from testbed.fabric.netlink import Batch, netns, open_netns, write_sysctls
@@ -192,10 +193,11 @@ class Fabric(LocalOps):
 
     def _set_sysctls(self) -> None:
         ecn = any(link.params.ecn_threshold_pkts for link in self.topo.links)
+        kernel = kernel_features()
         for name, node in self.topo.nodes.items():
             if not self.is_local(name):
                 continue
-            values = routing.host_sysctls(ecn) if node.role is Role.HOST else routing.switch_sysctls(name)
+            values = routing.host_sysctls(ecn) if node.role is Role.HOST else routing.switch_sysctls(name, kernel)
             with netns(self._nsfd[name]):
                 write_sysctls(values)
 

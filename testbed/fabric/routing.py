@@ -97,17 +97,14 @@ class Neighbour:
     ifindex: int
 
 
-def switch_sysctls(node: str, features: KernelFeatures | None = None) -> dict[str, int]:
+def switch_sysctls(node: str, features: KernelFeatures) -> dict[str, int]:
     """Sysctls of a switch namespace (set before any fault). ``features``: the kernel's
-    (default :func:`testbed.fabric.kernel.features`, probed once per process).
+    (:func:`testbed.fabric.kernel.features`).
 
     Without ``multipath_hash_seed`` (Linux < 6.11) the seed is left out and every router
     hashes with the kernel's one boot-time key: ECMP polarises (:meth:`KernelFeatures.fallbacks`
     says so, and the run records it). The hash fields (Linux 5.14) are required: validation
     refuses a kernel without them (:meth:`KernelFeatures.refusals`)."""
-    if features is None:
-        from testbed.fabric.kernel import features as probed
-        features = probed()
     out = {**_common_sysctls(), "net.ipv6.conf.all.forwarding": 1,
            "net.ipv6.conf.all.seg6_enabled": 1, "net.ipv6.conf.default.seg6_enabled": 1,
            # L4 hash. Policy 3 (custom fields) with the 5-tuple, not policy 1: IPv6 policy 1

@@ -136,6 +136,29 @@ def test_a_window_of_one_packet_still_retires_dead_evs(engine):
 
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
+@pytest.mark.parametrize("before_end_rtts", [1.0, 1.75, 2.5])
+def test_a_tail_lost_on_a_dying_ev_is_found_from_later_retransmissions(engine, before_end_rtts):
+    """Path 1 of 4 dies 1-2.5 base RTTs before a 2 MiB write would end. The write's last
+    transmissions on EV 1 have fewer than ``ooo_threshold`` first transmissions after them, so
+    only packets sent later can expose them: the retransmissions of EV 1's earlier losses,
+    whose SACKs echo their own stamps. Before, a retransmission never served as the cross-EV
+    reference and the tail waited for the RTO (25 ms; 1-2 timeouts, the write ended at 34-37
+    ms against 7.1 ms healthy): plane-failure's 2.14 s stall (docs/reproducing.md). Now no
+    timeout, ~10-13 ms."""
+    if engine == "native" and not qp_required():
+        pytest.importorskip("agents.mrc._core")
+    size = 2 << 20
+    healthy = run([PathSpec(1e9, DELAY_S)] * 4, size=size, timeout=14, engine=engine)[1].now
+    t_fail = healthy - before_end_rtts * BASE_RTT_S
+    paths = [PathSpec(1e9, DELAY_S)] * 4
+    paths[1] = PathSpec(1e9, DELAY_S, down=((t_fail, math.inf),))
+    a, net, bad = run(paths, size=size, timeout=14, engine=engine)
+    assert [e.ev for e in bad] == [1]
+    assert a.stats()["timeouts"] == 0
+    assert net.now - t_fail < mrc_timeout_s(14, 1.5) / 2, (net.now - t_fail) / BASE_RTT_S
+
+
 def _spy_charges(qp, causes: list) -> None:
     """Record (time, EV, cause) of every loss ``qp``'s requester charges to an EV."""
     charge = qp.requester.loss.charge_ev

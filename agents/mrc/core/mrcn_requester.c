@@ -542,8 +542,9 @@ int mrcn_req_go_back_n(mrcn_req *r, uint64_t from_psn, double now, mrcn_loss_cau
     return MRCN_OK;
 }
 
-/* Requester._account_acked over r->acked[0..n): their payload bytes in *acked_out. */
-static int account_acked(mrcn_req *r, size_t n, double now, uint64_t *acked_out)
+/* Requester._account_acked over r->acked[0..n): their payload bytes in *acked_out. echo_ts: the
+ * SACK's echoed stamp (0: none); a retransmission carrying it arrived, so it is a reference. */
+static int account_acked(mrcn_req *r, size_t n, double now, uint64_t echo_ts, uint64_t *acked_out)
 {
     double srtt = r->rtt->has_srtt && r->rtt->srtt_s != 0.0 ? r->rtt->srtt_s : 0.0;
     uint64_t acked = 0, lost_acked = 0;
@@ -581,6 +582,9 @@ static int account_acked(mrcn_req *r, size_t n, double now, uint64_t *acked_out)
                     r->touched[n_touched++] = rec;
                 }
             }
+        } else if (echo_ts != 0 && tx->ts_ns == echo_ts && tx->gseq > hi_gseq) {   /* stamp echoed */
+            hi_gseq = tx->gseq;
+            hi_sent_at = tx->sent_at;
         }
     }
     for (uint32_t i = 0; i < n_touched; i++)
@@ -657,7 +661,7 @@ int mrcn_req_on_sack(mrcn_req *r, const mrcn_sack *s, double now)
     }
     uint64_t acked = 0;
     if (n) {
-        if ((rc = account_acked(r, n, now, &acked)) < 0)
+        if ((rc = account_acked(r, n, now, s->timestamp_ns, &acked)) < 0)
             return rc;
         if (r->failed)   /* an inferred loss exhausted a PSN's retries: ERR */
             return MRCN_OK;
@@ -725,7 +729,7 @@ int mrcn_req_on_nack(mrcn_req *r, const mrcn_nack *k, double now)
             }
         }
         uint64_t acked = 0;
-        if ((rc = account_acked(r, n, now, &acked)) < 0)
+        if ((rc = account_acked(r, n, now, 0, &acked)) < 0)
             return rc;
         r->acked_bytes += acked;
         if (r->failed)
