@@ -42,6 +42,7 @@ with a clear message instead of a half-built fabric.
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import logging
 import os
@@ -83,7 +84,7 @@ def features() -> KernelFeatures:
 
     Returns ``probed=False`` when not root or when the probe child fails.
     """
-    sysctls = {**probe_sysctls(), "release": os.uname().release}
+    sysctls = {**probe_sysctls(), "release": os.uname().release, "epoll_pwait2": probe_epoll_pwait2()}
     if os.geteuid() != 0:
         return KernelFeatures(probed=False, reason="not root", seg6_next_csid=False, **sysctls)
     key = cache_key()
@@ -110,6 +111,22 @@ def probe_sysctls(root: Path | None = None) -> dict[str, bool]:
     def has(name: str) -> bool:
         return (root / name.replace(".", "/")).is_file()
     return {"multipath_hash_fields": has(HASH_FIELDS_SYSCTL), "multipath_hash_seed": has(HASH_SEED_SYSCTL)}
+
+
+#: epoll_pwait2's number: one table for every architecture from 5.11 on (include/uapi/asm-generic/unistd.h).
+NR_EPOLL_PWAIT2 = 441
+
+
+def probe_epoll_pwait2() -> bool:
+    """Whether this process may call epoll_pwait2 (no root needed): called on fd -1 it fails
+    with EBADF where it exists, ENOSYS before Linux 5.11, EPERM under a seccomp profile that
+    predates it (the native poller's own fallback tests, agents/mrc/core/mrcn_poller.c)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        rc = libc.syscall(NR_EPOLL_PWAIT2, -1, None, 0, None, None, 0)
+    except (OSError, AttributeError):
+        return False
+    return rc == -1 and ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM)
 
 
 def cache_key() -> str | None:

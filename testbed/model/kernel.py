@@ -13,9 +13,10 @@ HASH_FIELDS_SYSCTL = "net.ipv6.fib_multipath_hash_fields"
 HASH_SEED_SYSCTL = "net.ipv4.fib_multipath_hash_seed"
 #: The first mainline release with each feature: the net-next merges of the custom multipath
 #: hash (2021-05-18: 5.14), the multipath hash seed (2024-06-12: 6.11) and seg6local's
-#: NEXT-C-SID flavour for End (2022-09-20: 6.1).
+#: NEXT-C-SID flavour for End (2022-09-20: 6.1); ``epoll_pwait2``, the agents' nanosecond wait
+#: (Linux 5.11, syscall 441).
 FIRST_KERNEL = {"multipath_hash_fields": "5.14", "multipath_hash_seed": "6.11", "seg6_next_csid": "6.1",
-                "bpf_egress": "5.3"}
+                "bpf_egress": "5.3", "epoll_pwait2": "5.11"}
 #: What the switch program (testbed/fabric/switch/egress.bpf.c, a tc ``sched_cls`` program on a
 #: ``clsact`` egress hook) needs of the kernel, with the first mainline release that has each:
 #: every BPF helper it calls (tests/unit/test_kernel_requirements.py checks the list against the
@@ -70,7 +71,9 @@ class KernelFeatures:
     ``probed`` is False; they default to present (a ``KernelFeatures`` built by hand), and so
     does ``seg6_next_csid`` (:func:`testbed.fabric.kernel.features` sets every field).
     Without the hash fields the testbed refuses (:meth:`refusals`); without the seed the
-    fabric falls back (:meth:`fallbacks`).
+    fabric falls back (:meth:`fallbacks`). ``epoll_pwait2``: the syscall the native engine's
+    poller waits with (nanosecond timeouts); without it (an older kernel, or a seccomp profile
+    that predates it) the agents fall back to ``epoll_wait``'s milliseconds (:meth:`fallbacks`).
     """
 
     qdiscs: frozenset[str] = field(default_factory=frozenset)
@@ -83,6 +86,7 @@ class KernelFeatures:
     multipath_hash_fields: bool = True
     multipath_hash_seed: bool = True
     release: str = ""
+    epoll_pwait2: bool = True
 
     @property
     def netem(self) -> bool:
@@ -133,16 +137,23 @@ class KernelFeatures:
     def fallbacks(self) -> tuple[str, ...]:
         """One line per feature the fabric does without here, saying what that changes; the
         run records them (manifest ``kernel_fallbacks``) and the report prints them."""
-        if self.multipath_hash_seed:
-            return ()
-        return (f"no per-router ECMP hash seed ({HASH_SEED_SYSCTL}, from Linux "
-                f"{FIRST_KERNEL['multipath_hash_seed']}): every router hashes the 5-tuple alike (one key "
-                f"per boot), so ECMP choices correlate across tiers (polarisation): the rc and tcp "
-                f"baselines' paths collide more, and differ from boot to boot; mrc's SRv6 paths are not hashed",)
+        out = []
+        if not self.multipath_hash_seed:
+            out.append(f"no per-router ECMP hash seed ({HASH_SEED_SYSCTL}, from Linux "
+                       f"{FIRST_KERNEL['multipath_hash_seed']}): every router hashes the 5-tuple alike (one key "
+                       f"per boot), so ECMP choices correlate across tiers (polarisation): the rc and tcp "
+                       f"baselines' paths collide more, and differ from boot to boot; mrc's SRv6 paths are not hashed")
+        if not self.epoll_pwait2:
+            out.append(f"no epoll_pwait2 (Linux {FIRST_KERNEL['epoll_pwait2']}, or a seccomp profile that blocks "
+                       f"it): the agents' native engine waits with epoll_wait, whose timeout is whole "
+                       f"milliseconds (rounded up), so its timers (RTO, probes, pacing gaps, loss inference's "
+                       f"reordering timer) fire up to 1 ms late; the fidelity check's timer lateness shows it")
+        return tuple(out)
 
     def to_dict(self) -> dict:
         return {"qdiscs": sorted(self.qdiscs), "seg6_next_csid": self.seg6_next_csid,
                 "nftables": self.nftables, "bpf_egress": self.bpf_egress,
                 "bpf_egress_error": self.bpf_egress_error, "probed": self.probed, "reason": self.reason,
                 "multipath_hash_fields": self.multipath_hash_fields,
-                "multipath_hash_seed": self.multipath_hash_seed, "release": self.release}
+                "multipath_hash_seed": self.multipath_hash_seed, "release": self.release,
+                "epoll_pwait2": self.epoll_pwait2}

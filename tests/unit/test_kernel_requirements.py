@@ -8,6 +8,8 @@ switch's SRv6 uSID locator route) validation refuses every topology, and without
 helpers (Linux < 5.3) it refuses ECN marking and trimming, naming what the release predates. No root,
 nothing built: the kernel is faked."""
 
+import ctypes
+import errno
 import io
 import json
 from dataclasses import replace
@@ -232,3 +234,33 @@ def test_without_the_switch_program_trimming_and_ecn_are_refused_naming_the_help
     assert all("cannot be built here: clang not found" in str(p) and "lacks" not in str(p)
                for p in info.value.problems)
     load_topology(ROOT / "topologies/fat-tree-k4.yaml", features=NO_BPF)   # no ecn or trim: no refusal
+
+
+def test_without_epoll_pwait2_the_fallback_says_the_timers_fire_up_to_a_millisecond_late():
+    no_wait = replace(FEATURES, epoll_pwait2=False)
+    (line,) = no_wait.fallbacks()
+    assert "\n" not in line and no_wait.refusals() == ()
+    for words in ("epoll_pwait2", "Linux 5.11", "seccomp", "milliseconds", "1 ms late", "fidelity"):
+        assert words in line, words
+    assert no_wait.to_dict()["epoll_pwait2"] is False
+
+
+@pytest.mark.parametrize("err, present", [(errno.EBADF, True), (errno.ENOSYS, False), (errno.EPERM, False)])
+def test_epoll_pwait2_is_probed_by_its_errno_on_a_bad_fd(monkeypatch, err, present):
+    calls = []
+
+    class FakeLibc:
+        def syscall(self, nr, *args):
+            calls.append((nr, args[0]))
+            ctypes.set_errno(err)
+            return -1
+    monkeypatch.setattr(kernel.ctypes, "CDLL", lambda *a, **k: FakeLibc())
+    assert kernel.probe_epoll_pwait2() is present
+    assert calls == [(441, -1)]
+
+
+def test_epoll_pwait2_is_probed_without_root(monkeypatch):
+    monkeypatch.setattr(kernel, "probe_epoll_pwait2", lambda: False)
+    monkeypatch.setattr(kernel.os, "geteuid", lambda: 1000)
+    feats = kernel.features.__wrapped__()
+    assert not feats.probed and not feats.epoll_pwait2 and len(feats.fallbacks()) >= 1
