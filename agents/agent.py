@@ -50,9 +50,11 @@ SAMPLE_FLUSH_S = 0.5
 """How often a samples file is flushed, s (what a SIGKILLed agent can lose)."""
 
 
-EV_STATS_KEYS = ("ev_id", "sent", "lost", "rtx", "skips")
+EV_STATS_KEYS = ("ev_id", "sent", "lost", "rtx", "skips", "charged")
 """Per EV in an ``ev_stats`` event: transmissions (retransmissions included), losses,
-retransmissions sent on it, SKIPs (congestion signals); the controller's drop rate."""
+retransmissions sent on it, SKIPs (congestion signals) and the losses of a cause the QP may
+charge to the EV (timeouts, inferred; not trims or NACKs); the controller's drop rate
+(:class:`testbed.controller.policy.Counts`)."""
 
 class AgentStopped(Exception):
     """The runner sent ``stop`` (or closed the control socket) before the job was done."""

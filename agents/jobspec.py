@@ -25,6 +25,7 @@ from typing import Any
 
 from agents.collectives import COLLECTIVES, COMPLETION_GATED, peers
 from agents.channels.qp import QPN_MAX, max_qpn
+from agents.mrc.ev import EV_SELECT
 from agents.mrc.packet import MIN_MTU_BYTES, MIN_PAYLOAD_BYTES
 from agents.net.udp import MAX_ROUTE_DELAY_S
 from agents.protocol import TCP_PORT, TRANSPORTS, UDP_PORT
@@ -38,7 +39,7 @@ QP_CONFIG_KEYS = {"time_scale": float, "min_rto_s": float, "initial_rto_s": floa
                   "ack_delay_s": float, "ack_coalesce_s": float, "reorder_threshold": int, "probe_interval_s": float,
                   "probe_timeout_s": float, "probe_successes": int, "skip_timeout_s": float,
                   "cc": str, "cc_params": dict, "max_burst": int, "cnp_interval_s": float,
-                  "loss_inference": bool}
+                  "loss_inference": bool, "ev_select": str}
 """Job-spec ``qp`` keys -> :class:`agents.mrc.QPConfig` fields (emulation parameters)."""
 QP_CHANNEL_KEYS = {"ev_min_active": int, "ecn": bool, "control_priority": int}
 """Job-spec ``qp`` keys the channel applies itself: ``ev_min_active`` (INIT's EV floor),
@@ -340,6 +341,8 @@ def _qp_keys(c: _Checker, qp: dict) -> None:
         c.problems.append(f"qp.ev_min_active: expected int >= 1, got {qp['ev_min_active']!r}")
     if "ecn" in qp and not isinstance(qp["ecn"], bool):
         c.problems.append(f"qp.ecn: expected bool, got {qp['ecn']!r}")
+    if qp.get("ev_select", "rotation") not in EV_SELECT:
+        c.problems.append(f"qp.ev_select: expected one of {', '.join(EV_SELECT)}, got {qp['ev_select']!r}")
     if "control_priority" in qp and not (_is_int(qp["control_priority"]) and 0 <= qp["control_priority"] < 2**32):
         c.problems.append(f"qp.control_priority: expected a u32, got {qp['control_priority']!r}")
 

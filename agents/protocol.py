@@ -18,7 +18,8 @@ Wire format: newline-delimited JSON objects over a Unix stream socket, each with
     agent -> runner  {"type": "sample", "rank", "t", "flows": [{"peer", "dir": "tx"|"rx",
                       "bytes", "retransmits", "retransmitted_bytes", "rtt_s", "cwnd_bytes",
                       "busy" (tx: a posted write not yet acknowledged),
-                      "evs": [{"ev_id", "state", "sent", "lost"}]}],
+                      "evs": [{"ev_id", "state", "sent", "lost", "rtx", "skips",
+                      "charged"}]}],
                       "loop": {"timers", "late_sum_s", "late_max_s"}}
                      cumulative counters, at most one per sample_interval_s; "loop": the
                      agent's event loop (:class:`LoopStats`); with the job spec's
@@ -30,9 +31,11 @@ Wire format: newline-delimited JSON objects over a Unix stream socket, each with
     agent -> runner  {"type": "event", "rank", "t", "kind": "ev_command", "peer", "ev_id", "cause",
                       "reason"}  a controller command applied ("reason": "ok") or refused (why)
     agent -> runner  {"type": "event", "rank", "t", "kind": "ev_stats", "peer", "evs": [{"ev_id",
-                      "sent", "lost", "rtx", "skips"}]}  per MRC tx connection every job spec
-                      ``ev_stats_s`` (a controller's drop telemetry; cumulative per EV in use:
-                      transmissions, losses, retransmissions sent on it, SKIPs for congestion)
+                      "sent", "lost", "rtx", "skips", "charged"}]}  per MRC tx connection every
+                      job spec ``ev_stats_s`` (a controller's drop telemetry; cumulative per EV in
+                      use: transmissions, losses, retransmissions sent on it, SKIPs for
+                      congestion, losses of a cause the QP may charge to the EV: timeouts and
+                      inferred ones, not trims or NACKs)
     agent -> runner  {"type": "event", "rank", "t", "kind": "ev_query", "peer", "evs": [{"ev_id",
                       "port", "state"}], "reason"}  the answer to a query: the profile's EV array
                       (QUERY_EV_ARRAY) with each EV's QUERY_EV_STATE, "reason" "ok" (or why
@@ -176,7 +179,8 @@ class Event(_Message):
     port it leaves by, ``loss_cause``: how a retiring run of losses was found, "timeout",
     "ev_threshold" or "ooo": :attr:`agents.mrc.ev.EVEvent.loss_cause`), "qp_error" (``reason``) or "ev_command" (a controller command on the
     connection to ``peer``: ``cause`` its op, ``ev_id``, ``reason`` "ok" or why it was refused)
-    or "ev_stats" (``evs``: ``[{"ev_id", "sent", "lost"}]`` of the connection to ``peer``)
+    or "ev_stats" (``evs``: ``[{"ev_id", "sent", "lost", "rtx", "skips", "charged"}]`` of the
+    connection to ``peer``: :data:`agents.agent.EV_STATS_KEYS`)
     or "ev_query" (the answer to a :class:`Query`: ``evs`` ``[{"ev_id", "port", "state"}]``,
     ``reason`` "ok" or why there is none). Raises ValueError if a field is missing."""
 

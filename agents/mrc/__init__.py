@@ -48,7 +48,10 @@ Metrics: ``qp.stats()`` returns a JSON-ready dict: ``state``, ``tx_packets``,
 counters (``rx_packets``, ``rx_bytes``, ``rx_duplicates``, ``rx_ooo``,
 ``rx_cum_psn``) and ``evs``: per EV ``{state, packets_sent, bytes_sent,
 packets_acked, packets_lost, retransmits, rtt_last_s, rtt_min_s,
-rtt_samples, probes_sent, probes_ok, skips}``, ``ev_skips`` ({ecn, trim, trim_lasthop}).
+rtt_samples, probes_sent, probes_ok, losses_excused, losses_chargeable, skips}``
+(``losses_chargeable``: the losses of a cause the QP may charge to the EV, timeouts and
+inferred ones, not trims or NACKs), ``ev_skips`` ({ecn, trim, trim_lasthop}), ``cc``
+(the controller's name and counters).
 Changes of an EV's visible state into ``QPConfig.ev_event_mask`` (GOOD, ASSUMED_BAD;
 SKIP is internal) arrive as :class:`EVEvent` (time, qpn, ev, old, new, cause,
 drop_count) through ``next_event()``; the controller calls are

@@ -4,6 +4,8 @@
 # has_* flag in C. Private Python attributes the differential test reads keep their names.
 from libc.stdint cimport int64_t, uint64_t
 
+from agents.mrc.cc import DELAY_FILTERS as _DELAY_FILTERS   # index = enum mrcn_nscc_delay_filter
+
 cdef extern from "mrcn.h":
     const char *mrcn_strerror(int status)
 
@@ -19,6 +21,7 @@ cdef extern from "mrcn_cc.h":
         int has_initial_window
         double initial_window_bytes
         double max_cwnd_bytes, min_target_s
+        int delay_filter
 
     ctypedef struct mrcn_nscc:
         int has_rate
@@ -39,6 +42,9 @@ cdef extern from "mrcn_cc.h":
         int epoch_loss
         int app_limited, epoch_app_limited
         uint64_t md_count, qa_count, ecn_count, acks, noop_count, qa_app_limited
+        int delay_filter
+        double avg_delay_s
+        uint64_t md_filtered
 
     ctypedef struct mrcn_dcqcn_params:
         double rate_bps
@@ -236,9 +242,12 @@ cdef class NSCC(CongestionControl):
     def __init__(self, *, mss_bytes, rate_bps=None, base_rtt_s=None, target_factor=1.0,
                  alpha=0.5, fi=1.0, gamma=0.8, md_floor=0.5, ecn_capable=False,
                  quick_adapt=True, delay_md_factor=2.0, initial_window_bytes=None,
-                 max_cwnd_bytes=float("inf"), min_target_s=0.0005, **_ignored):
+                 max_cwnd_bytes=float("inf"), min_target_s=0.0005, delay_filter="ack", **_ignored):
         cdef mrcn_nscc_params p
         mrcn_nscc_params_default(&p)
+        if delay_filter not in _DELAY_FILTERS:
+            raise ValueError(f"delay_filter={delay_filter!r}: expected one of {', '.join(_DELAY_FILTERS)}")
+        p.delay_filter = _DELAY_FILTERS.index(delay_filter)
         p.has_rate = rate_bps is not None
         p.rate_bps = 0.0 if rate_bps is None else rate_bps
         p.has_base_rtt = base_rtt_s is not None
@@ -256,8 +265,23 @@ cdef class NSCC(CongestionControl):
     def counters(self):
         """agents.mrc.cc.NSCC.counters."""
         n = &self.cc.u.nscc
-        return {"acks": n.acks, "ecn": n.ecn_count, "noop": n.noop_count, "md": n.md_count,
-                "qa": n.qa_count, "qa_app_limited": n.qa_app_limited}
+        out = {"acks": n.acks, "ecn": n.ecn_count, "noop": n.noop_count, "md": n.md_count,
+               "qa": n.qa_count, "qa_app_limited": n.qa_app_limited}
+        if _DELAY_FILTERS[n.delay_filter] == "ewma":
+            out["md_filtered"] = n.md_filtered
+        return out
+
+    @property
+    def delay_filter(self):
+        return _DELAY_FILTERS[self.cc.u.nscc.delay_filter]
+
+    @property
+    def avg_delay_s(self):
+        return self.cc.u.nscc.avg_delay_s
+
+    @property
+    def md_filtered(self):
+        return self.cc.u.nscc.md_filtered
 
     @property
     def rate_bps(self):

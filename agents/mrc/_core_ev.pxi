@@ -3,8 +3,8 @@ from libc.stdint cimport int32_t, int64_t
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport NAN, isnan
 
-from agents.mrc.ev import EVCause as _EVCause, EVEvent as _EVEvent, EVState as _EVState, \
-    EVStateError as _EVStateError
+from agents.mrc.ev import EV_SELECT as _EV_SELECT, EVCause as _EVCause, EVEvent as _EVEvent, \
+    EVState as _EVState, EVStateError as _EVStateError   # EV_SELECT's index = MRCN_EV_SELECT_*
 
 cdef extern from "mrcn.h":
     const char *mrcn_strerror(int status)
@@ -42,10 +42,12 @@ cdef extern from "mrcn_ev.h":
         uint64_t loss_run_ts_ns
         bint loss_run_timeout
         uint64_t losses_excused
+        uint64_t losses_chargeable
         uint64_t skip_picks
         bint always_skip
         uint64_t skips
         uint64_t drops_reported
+        uint32_t penalty
     ctypedef struct mrcn_ev_event:
         double time
         uint32_t ev
@@ -72,6 +74,10 @@ cdef extern from "mrcn_ev.h":
         uint32_t n_info
         uint32_t cap_info
         uint64_t events_overflow
+        int select
+        uint32_t *reuse
+        uint32_t reuse_head, reuse_n
+        uint64_t reused
     int mrcn_ev_next_state(mrcn_ev_state state, mrcn_ev_cause cause, mrcn_ev_state *next)
     int mrcn_ev_set_create(mrcn_ev_set **out, const uint32_t *evs, uint32_t count,
                            uint32_t capacity, uint32_t qpn, mrcn_rng *rng,
@@ -98,6 +104,9 @@ cdef extern from "mrcn_ev.h":
                              int64_t successes_needed)
     int mrcn_ev_next_event(mrcn_ev_set *set, mrcn_ev_event *event)
     const char *mrcn_ev_state_name(mrcn_ev_state state)
+    int mrcn_ev_set_select(mrcn_ev_set *set, int select)
+    void mrcn_ev_reps_feedback(mrcn_ev_set *set, uint32_t ev, uint32_t penalty)
+    uint32_t MRCN_EV_REPS_QUEUE_MAX
 
 _EV_CAUSES = tuple(_EVCause)   # the C enum follows EVCause's declaration order
 from agents.mrc.loss import LossCause as _LossCause
@@ -338,6 +347,14 @@ cdef class EVInfoView:
         self.p.losses_excused = v
 
     @property
+    def losses_chargeable(self):
+        return self.p.losses_chargeable
+
+    @losses_chargeable.setter
+    def losses_chargeable(self, uint64_t v):
+        self.p.losses_chargeable = v
+
+    @property
     def skip_picks(self):
         return self.p.skip_picks
 
@@ -352,6 +369,14 @@ cdef class EVInfoView:
     @property
     def drops_reported(self):
         return self.p.drops_reported
+
+    @property
+    def penalty(self):
+        return self.p.penalty
+
+    @penalty.setter
+    def penalty(self, uint32_t v):
+        self.p.penalty = v
 
 
 cdef class EVInfoMap:
@@ -411,7 +436,8 @@ cdef class EVSet:
     cdef readonly EVInfoMap info
 
     def __init__(self, evs, *, qpn, Pcg32 rng, ev_min_active=1, skip_timeout_s=0.001,
-                 initial_state=_EVState.GOOD, sink=None, event_mask=3, capacity=None):
+                 initial_state=_EVState.GOOD, sink=None, event_mask=3, capacity=None,
+                 select="rotation"):
         cdef list ev_list = list(evs)
         cdef Py_ssize_t n = len(ev_list)
         cdef uint32_t *buf
@@ -424,6 +450,8 @@ cdef class EVSet:
             raise ValueError(f"ev_min_active={ev_min_active} not in [0, {n}]")
         if event_mask & ~3:
             raise ValueError(f"event_mask {event_mask:#x}: only GOOD and ASSUMED_BAD (mrc_ctl.h)")
+        if select not in _EV_SELECT:
+            raise ValueError(f"select={select!r}: expected one of {', '.join(_EV_SELECT)}")
         cap = n + 64 if capacity is None else capacity
         buf = <uint32_t *>PyMem_Malloc(n * sizeof(uint32_t))
         if buf == NULL:
@@ -436,6 +464,7 @@ cdef class EVSet:
         finally:
             PyMem_Free(buf)
         _ev_check(rc)
+        _ev_check(mrcn_ev_set_select(self.s, _EV_SELECT.index(select)))
         self.rng = rng
         self.events = sink if sink is not None else []
         self.info = EVInfoMap.__new__(EVInfoMap)
@@ -496,6 +525,30 @@ cdef class EVSet:
         return self.s.picks
 
     @property
+    def select(self):
+        return _EV_SELECT[self.s.select]
+
+    @property
+    def reps(self):
+        return self.s.select == 1
+
+    @property
+    def reused(self):
+        return self.s.reused
+
+    @property
+    def reuse(self):
+        """REPS: the EVs queued for reuse, oldest first (the Python set's ``reuse`` deque)."""
+        return [self.s.info[self.s.reuse[(self.s.reuse_head + k) % MRCN_EV_REPS_QUEUE_MAX]].ev
+                for k in range(self.s.reuse_n)]
+
+    def reps_feedback(self, ev, penalty):
+        """agents.mrc.ev.EVSet.reps_feedback."""
+        cdef int64_t i = _ev_id(ev)
+        if i >= 0:
+            mrcn_ev_reps_feedback(self.s, <uint32_t>i, penalty)
+
+    @property
     def order(self):
         return [self.s.info[self.s.order[j]].ev for j in range(self.s.n)]
 
@@ -514,7 +567,8 @@ cdef class EVSet:
         for j in range(self.s.n):
             p = &self.s.info[self.s.order[j]]
             out.append({"ev_id": p.ev, "state": _STATE_NAMES[p.state], "sent": p.seq,
-                        "lost": p.packets_lost, "rtx": p.retransmits, "skips": p.skips})
+                        "lost": p.packets_lost, "rtx": p.retransmits, "skips": p.skips,
+                        "charged": p.losses_chargeable})
         return out
 
     def usable_count(self):
@@ -631,7 +685,7 @@ cdef class EVSet:
                 "rtt_last_s": _ev_none(i.rtt_last_s), "rtt_min_s": _ev_none(i.rtt_min_s),
                 "rtt_samples": i.rtt_samples, "probes_sent": i.probes_sent,
                 "probes_ok": i.probes_ok_total, "losses_excused": i.losses_excused,
-                "skips": i.skips,
+                "losses_chargeable": i.losses_chargeable, "skips": i.skips,
             }
         return out
 

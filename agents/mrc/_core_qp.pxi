@@ -70,6 +70,7 @@ cdef extern from "mrcn_requester.h":
         uint32_t ev_event_mask
         uint32_t max_burst
         double cnp_interval_s
+        int ev_select
     ctypedef struct mrcn_qp_attr:
         uint32_t mpr, mpr_dest, max_wimm, max_wimm_dest, timeout, retry_linear_cnt, retry_exp_cnt
     int MRCN_EVENT_WRITE, MRCN_EVENT_RECV, MRCN_EVENT_EV, MRCN_EVENT_ERROR
@@ -489,6 +490,7 @@ cdef class QP:
         c.ev_event_mask = cfg.ev_event_mask
         c.max_burst = cfg.max_burst
         c.cnp_interval_s = cfg.cnp_interval_s
+        c.ev_select = _EV_SELECT.index(cfg.ev_select)   # validated above
         self._mem = memoryview(memory).cast("B") if memory is not None else None
         if self._mem is not None:
             if self._mem.readonly:

@@ -47,9 +47,11 @@ Simplified:
   adjustment period whatever the case;
 * no fast increase: uet-htsim adds ``0.25 * acked`` (scaled) at once after a
   full window of ACKs with near-zero queueing delay (< 1 us);
-* no delay filter: the decrease uses this ACK's delay; uet-htsim's uses a slow
-  EWMA of the delay (weight 1/80, high-delay samples without ECN
-  discounted), and picks the case from the raw delay, as here;
+* no delay filter by default (``delay_filter="ack"``): the decrease uses this
+  ACK's delay; uet-htsim's uses a slow EWMA of the delay (weight 1/80,
+  high-delay samples without ECN discounted), and picks the case from the raw
+  delay, as here. ``delay_filter="ewma"`` (scenario ``qp: {nscc_delay_filter:
+  ewma}``) is uet-htsim's rule, :meth:`NSCC._filter_delay`;
 * quick-adapt: checked once per base-RTT epoch, armed by a trim only (as
   uet-htsim's NACK; a timeout or an inferred loss shrinks the window by its
   bytes, as its ``mark_packet_for_retransmission``), with "less than half the
@@ -118,6 +120,14 @@ class FixedWindow(CongestionControl):
         self.cwnd_bytes = window_bytes
 
 
+DELAY_FILTERS = ("ack", "ewma")
+"""NSCC's ``delay_filter`` values: ``"ack"`` (the decrease uses the marked ACK's own delay, this
+emulation's simplification and the default) or ``"ewma"`` (uet-htsim's filtered delay)."""
+DELAY_EWMA_WEIGHT = 0.0125
+"""The filtered delay's weight per sample: uet-htsim's ``UecSrc::_delay_alpha`` (``htsim/sim/uec.cpp``;
+its weight for samples above 5 base RTTs is the same 0.0125)."""
+
+
 class NSCC(CongestionControl):
     """Simplified NSCC (UET 1.0), defaults from the UEC packet simulator (docs/mrc-spec.md, "Congestion control: NSCC").
 
@@ -151,6 +161,11 @@ class NSCC(CongestionControl):
       ``cwnd *= max(1 - gamma * (d - target) / d, 0.5)``, gamma 0.8;
     * ECN, d < target: no change (the QP skips that EV instead).
 
+    ``delay_filter="ewma"``: the decrease uses uet-htsim's filtered delay instead of d
+    (:meth:`_filter_delay`): ``cwnd *= max(1 - gamma * (avg - target) / avg, 0.5)``, and
+    only while ``avg`` is above the target; a marked ACK above the target whose average is
+    not is counted in ``md_filtered``. The case is still picked from this ACK's d.
+
     Loss or trim: ``cwnd -= lost bytes``; quick-adapt: at the end of an RTT
     epoch (one base RTT) in which a trim was seen, if less than half the
     window was acked, cwnd = bytes acked in that epoch. A loss found by a
@@ -168,7 +183,8 @@ class NSCC(CongestionControl):
 
     Counters: ``acks`` ACKs seen, ``ecn_count`` of them with an ECN echo, ``noop_count`` with an
     ECN echo and delay below target (no window change), ``md_count`` multiplicative
-    decreases, ``qa_count`` quick-adapts, ``qa_app_limited`` quick-adapts skipped (:meth:`counters`).
+    decreases, ``qa_count`` quick-adapts, ``qa_app_limited`` quick-adapts skipped (:meth:`counters`);
+    with ``delay_filter="ewma"`` also ``md_filtered`` and the filtered delay ``avg_delay_s`` (s).
     """
 
     name = "uet-1.0-nscc"
@@ -179,8 +195,10 @@ class NSCC(CongestionControl):
                  ecn_capable: bool = False, quick_adapt: bool = True,
                  delay_md_factor: float = 2.0, initial_window_bytes: float | None = None,
                  max_cwnd_bytes: float = float("inf"), min_target_s: float = 0.0005,
-                 **_ignored):
+                 delay_filter: str = "ack", **_ignored):
         super().__init__(mss_bytes=mss_bytes)
+        if delay_filter not in DELAY_FILTERS:
+            raise ValueError(f"delay_filter={delay_filter!r}: expected one of {', '.join(DELAY_FILTERS)}")
         if (rate_bps is not None and rate_bps <= 0) or \
                 (base_rtt_s is not None and base_rtt_s <= 0):
             raise ValueError("rate_bps and base_rtt_s must be positive")
@@ -206,6 +224,9 @@ class NSCC(CongestionControl):
         self.ecn_capable = ecn_capable
         self.delay_md_factor = delay_md_factor
         self.quick_adapt = quick_adapt
+        self.delay_filter = delay_filter
+        self.avg_delay_s = 0.0        # uet-htsim's _avg_delay (delay_filter "ewma"), s
+        self.md_filtered = 0
         self._last_md = -1.0
         self._epoch_start = 0.0
         self._epoch_acked = 0
@@ -220,9 +241,13 @@ class NSCC(CongestionControl):
         self.noop_count = 0
 
     def counters(self) -> dict:
-        """``{"acks", "ecn", "noop", "md", "qa", "qa_app_limited"}``: see the class docstring."""
-        return {"acks": self.acks, "ecn": self.ecn_count, "noop": self.noop_count, "md": self.md_count,
-                "qa": self.qa_count, "qa_app_limited": self.qa_app_limited}
+        """``{"acks", "ecn", "noop", "md", "qa", "qa_app_limited"}`` and, with ``delay_filter``
+        "ewma", ``"md_filtered"``: see the class docstring."""
+        out = {"acks": self.acks, "ecn": self.ecn_count, "noop": self.noop_count, "md": self.md_count,
+               "qa": self.qa_count, "qa_app_limited": self.qa_app_limited}
+        if self.delay_filter == "ewma":
+            out["md_filtered"] = self.md_filtered
+        return out
 
     def set_app_limited(self, limited: bool) -> None:
         self._app_limited = limited
@@ -271,24 +296,52 @@ class NSCC(CongestionControl):
         d = max(rtt_s - base, 0.0)
         target = self.target_s
         congested = ecn or (not self.ecn_capable and d >= self.delay_md_factor * target)
+        filtered = self.delay_filter == "ewma"
+        if filtered:
+            if rtt_s >= base:
+                self._filter_delay(d, congested)
+            else:              # uet-htsim: a sample below the base RTT takes the average's place
+                d = self.avg_delay_s
+                congested = ecn or (not self.ecn_capable and d >= self.delay_md_factor * target)
         if not congested:
             if d < target:
                 self.cwnd_bytes += self.alpha * acked_bytes * (target - d) / target
             else:
                 self.cwnd_bytes += self.fi * self.mss_bytes * acked_bytes / self.cwnd_bytes
-        elif d >= target and now - self._last_md >= base:
-            factor = max(1.0 - self.gamma * (d - target) / d, self.md_floor) if d > 0 else 1.0
-            self.cwnd_bytes *= factor
-            self._last_md = now
-            self.md_count += 1
-        elif d < target:
+        elif d >= target:
+            cut = self.avg_delay_s if filtered else d
+            if filtered and cut <= target:
+                self.md_filtered += 1
+            elif now - self._last_md >= base:
+                factor = max(1.0 - self.gamma * (cut - target) / cut, self.md_floor) if cut > 0 else 1.0
+                self.cwnd_bytes *= factor
+                self._last_md = now
+                self.md_count += 1
+        else:
             self.noop_count += 1
         self._clamp()
+
+    def _filter_delay(self, sample_s: float, marked: bool) -> None:
+        """One queueing-delay sample (s, >= 0) into ``avg_delay_s``, uet-htsim's ``_avg_delay``
+        (``UecSrc::update_delay`` in ``htsim/sim/uec.cpp``, the NSCC that mrc_ctl.h names
+        "uet-1.0-nscc"): an EWMA of weight :data:`DELAY_EWMA_WEIGHT` that an unmarked sample
+        above the target moves towards a quarter of the base RTT instead, so that delay
+        without ECN (a slow path the marks do not blame) does not drive the decrease.
+        ``marked``: the ACK echoed ECN (or, on a fabric without ECN, the emulation's fallback
+        took its delay for a mark). A trim NACK counts as a marked sample of one base RTT
+        (uet-htsim's ``updateCwndOnNack_NSCC``: its network RTT, the trimming threshold's
+        estimate)."""
+        if not marked and sample_s > self.target_s:
+            sample_s = self.base_rtt_s * 0.25
+        w = DELAY_EWMA_WEIGHT
+        self.avg_delay_s = w * sample_s + (1.0 - w) * self.avg_delay_s
 
     def on_packets_lost(self, *, now: float, lost_bytes: int, trimmed: bool = False) -> None:
         self.cwnd_bytes -= lost_bytes
         if trimmed:    # uet-htsim: a NACK (trim) arms quick-adapt; a timeout or inferred loss only shrinks
             self._epoch_loss = True
+            if self.delay_filter == "ewma" and self.base_rtt_s is not None:
+                self._filter_delay(self.base_rtt_s, True)
         self._clamp()
         self._epoch(now)
 

@@ -36,6 +36,12 @@ Behaviour (docs/mrc-spec.md, "EV states", after the MRC paper and spec):
 * DENIED and GOOD set only by the controller (:meth:`EVSet.set_state`);
   the operator's DENIED is honoured even below the floor.
 
+EV selection (``select``): ``"rotation"``, the spec's, above; or ``"reps"``, a non-spec variant
+that measures what the spec's SKIP rotation costs (:meth:`EVSet._pick_reps`): uet-htsim's default
+load balancer, ``UecMpMixed`` (``htsim/sim/uec_mp.cpp``), which reuses the EV of each ACK that came
+back unmarked (REPS) and otherwise takes the next EV of the rotation, passing over EVs with a
+congestion penalty. SKIPs are still entered and counted, but they do not steer.
+
 Reported events (mrc_ctl.h ``ev_event_mask``: "Only EV_ASSUMED_BAD and EV_GOOD is
 supported"): a change of the externally visible state (SKIP is GOOD to the controller)
 to a state in the EV set's ``event_mask`` is appended as a frozen :class:`EVEvent` to
@@ -46,6 +52,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -145,6 +152,20 @@ ALWAYS_SKIP_TIMEOUTS = 8
 """An ALWAYS_SKIP lasts at most this many skip timeouts (SRTTs) without a clean SACK."""
 
 
+EV_SELECT = ("rotation", "reps")
+"""EV selection modes (:class:`EVSet` ``select``): the spec's randomised rotation with SKIP, or the
+non-spec REPS variant (module docstring)."""
+REPS_ECN_PENALTY = 1
+"""Penalty an ECN-echoing SACK adds to its EV (uet-htsim ``UecMpBitmap::processEv``, ``PATH_ECN``)."""
+REPS_NACK_PENALTY = 4
+"""Penalty a trim before the last hop adds to its EV (``PATH_NACK``; a last-hop trim is a good ACK)."""
+REPS_MAX_PENALTY = 15
+"""The most penalty an EV holds (``UecMpBitmap::_max_penalty``)."""
+REPS_QUEUE_MAX = 4096
+"""EVs of good ACKs kept for reuse; when full the oldest is forgotten (uet-htsim's deque is
+unbounded; the native engine's ring is not)."""
+
+
 def visible(state: EVState) -> EVState:
     """The state the controller sees: SKIP is NIC-internal, GOOD to mrc_ctl."""
     return EVState.GOOD if state is EVState.SKIP else state
@@ -158,8 +179,8 @@ class EVInfo:
                  "retransmits", "seq", "acked_seq", "last_ack_s", "rtt_last_s", "rtt_min_s",
                  "rtt_srtt_s", "rtt_samples", "probes_sent", "probes_ok_total",
                  "delivered_ts_ns", "delivered_at_s", "loss_run", "loss_run_ts_ns", "loss_run_timeout",
-                 "losses_excused",
-                 "skip_picks", "always_skip", "skips", "drops_reported")
+                 "losses_excused", "losses_chargeable",
+                 "skip_picks", "always_skip", "skips", "drops_reported", "penalty")
 
     def __init__(self, ev: int, state: EVState):
         self.ev = ev
@@ -185,12 +206,16 @@ class EVInfo:
         self.loss_run_ts_ns = 0      # send stamp of the last loss counted in loss_run
         self.loss_run_timeout = False  # a retransmission timeout among loss_run's losses
         self.losses_excused = 0      # losses not charged: a later packet on the EV arrived
+        # losses of a cause the QP may charge to the EV (loss.CHARGED), excused or not: the
+        # controller's drop rate leaves out trims and NACKs, which say nothing of the path
+        self.losses_chargeable = 0
         self.probes_sent = 0
         self.probes_ok_total = 0
         self.skip_picks = 0          # EVSet pick count at which a SKIP has seen one rotation
         self.always_skip = False     # ALWAYS_SKIP: only a SACK without ECN (or a long bound) ends it
         self.skips = 0               # entries into SKIP (never reported as events)
         self.drops_reported = 0      # packets_lost when the last event was reported
+        self.penalty = 0             # REPS variant: rotation turns this EV is still passed over
 
     @property
     def packets_sent(self) -> int:
@@ -207,14 +232,16 @@ class EVSet:
     SKIP timeout bound in seconds (the QP's SRTT) or None before it is known, then
     ``skip_timeout_s`` applies. ``event_mask``: the states whose changes are reported
     (GOOD and/or ASSUMED_BAD bits). ``sink``: a list-like that receives every reported
-    EVEvent (default: the ``events`` list). Raises ValueError on a bad configuration.
+    EVEvent (default: the ``events`` list). ``select``: :data:`EV_SELECT` ("rotation", the
+    spec's; "reps", the non-spec variant of the module docstring). Raises ValueError on a bad
+    configuration.
     """
 
     def __init__(self, evs: Iterable[int], *, qpn: int, rng: Pcg32,
                  ev_min_active: int = 1, skip_timeout_s: float = 0.001,
                  initial_state: EVState = EVState.GOOD, sink: list | None = None,
                  skip_timeout_fn: Callable[[], float | None] | None = None,
-                 event_mask: int = EVENT_MASK_ALLOWED):
+                 event_mask: int = EVENT_MASK_ALLOWED, select: str = "rotation"):
         ev_list = list(evs)
         if not ev_list:
             raise ValueError("an EV set needs at least one EV")
@@ -224,7 +251,13 @@ class EVSet:
             raise ValueError(f"ev_min_active={ev_min_active} not in [0, {len(ev_list)}]")
         if event_mask & ~EVENT_MASK_ALLOWED:
             raise ValueError(f"event_mask {event_mask:#x}: only GOOD and ASSUMED_BAD (mrc_ctl.h)")
+        if select not in EV_SELECT:
+            raise ValueError(f"select={select!r}: expected one of {', '.join(EV_SELECT)}")
         self.qpn = qpn
+        self.select = select
+        self.reps = select == "reps"
+        self.reuse: deque[int] = deque(maxlen=REPS_QUEUE_MAX)   # REPS: EVs of good ACKs, oldest first
+        self.reused = 0              # REPS: picks that reused a good ACK's EV
         self.rng = rng
         self.ev_min_active = ev_min_active
         self.skip_timeout_s = skip_timeout_s
@@ -242,11 +275,14 @@ class EVSet:
     # ---- state machine -------------------------------------------------
     def sample_rows(self) -> list[dict]:
         """Per EV in spray order, what an agent's sample reports of it: ``ev_id``, ``state``
-        (the :class:`EVState` name), ``sent`` (transmissions), ``lost``, ``rtx``
-        (retransmissions) and ``skips`` (entries into SKIP)."""
+        (the :class:`EVState` name), ``sent`` (transmissions), ``lost`` (every loss), ``rtx``
+        (retransmissions), ``skips`` (entries into SKIP) and ``charged`` (the losses of a
+        cause the QP may charge to the EV: :attr:`EVInfo.losses_chargeable`). Packet counts,
+        cumulative."""
         info = self.info
         return [{"ev_id": ev, "state": (i := info[ev]).state.name, "sent": i.seq, "lost": i.packets_lost,
-                 "rtx": i.retransmits, "skips": i.skips} for ev in self.order]
+                 "rtx": i.retransmits, "skips": i.skips, "charged": i.losses_chargeable}
+                for ev in self.order]
 
     def usable_count(self) -> int:
         info = self.info
@@ -380,8 +416,11 @@ class EVSet:
         packet is found lost (the run of losses that retires it is still short), and a
         retransmission sent there is lost again and waits for a backed-off RTO.
         Returns None when no EV is usable. A SKIP EV is skipped; if nothing
-        is GOOD a SKIP EV is used rather than nothing.
+        is GOOD a SKIP EV is used rather than nothing. With ``select`` "reps":
+        :meth:`_pick_reps`.
         """
+        if self.reps:
+            return self._pick_reps(now, exclude, alive_since_ns)
         info = self.info
         n = len(self.order)
         if alive_since_ns and not any(i.delivered_ts_ns >= alive_since_ns and ev != exclude and i.state in _PICKABLE
@@ -414,6 +453,70 @@ class EVSet:
             return ev
         return None
 
+    def reps_feedback(self, ev: int, penalty: int) -> None:
+        """REPS variant: an ACK for ``ev`` (uet-htsim ``UecMpMixed::processEv``). ``penalty`` 0:
+        a good ACK, so ``ev`` is queued for reuse; else :data:`REPS_ECN_PENALTY` or
+        :data:`REPS_NACK_PENALTY` is added to its penalty (at most :data:`REPS_MAX_PENALTY`).
+        Ignored for an unknown EV and with ``select`` "rotation"."""
+        info = self.info.get(ev)
+        if not self.reps or info is None:
+            return
+        if penalty == 0:
+            self.reuse.append(ev)
+        else:
+            info.penalty = min(info.penalty + penalty, REPS_MAX_PENALTY)
+
+    def _pick_reps(self, now: float, exclude: int | None, alive_since_ns: int) -> int | None:
+        """The REPS variant's pick (uet-htsim ``UecMpMixed::nextEntropy``): the oldest EV queued
+        by a good ACK (:meth:`reps_feedback`), so that each path's share follows what it
+        delivers unmarked; else the next EV of the seeded rotation, passing over EVs with a
+        penalty (the first one passed over loses one point; after as many as there are EVs,
+        the next is taken anyway: ``UecMpBitmap::nextEntropy``). Queued EVs no longer usable
+        are dropped; one that is ``exclude`` or has not delivered since ``alive_since_ns``
+        (:meth:`pick`) stays queued and this pick takes the rotation. SKIP is not consulted.
+        None when no EV is usable."""
+        info = self.info
+        if alive_since_ns and not any(i.delivered_ts_ns >= alive_since_ns and ev != exclude and i.state in _PICKABLE
+                                      for ev, i in info.items()):
+            alive_since_ns = 0
+        q = self.reuse
+        while q:
+            ev = q[0]
+            i = info[ev]
+            if i.state not in _PICKABLE:
+                q.popleft()
+                continue
+            if ev == exclude or i.delivered_ts_ns < alive_since_ns:
+                break
+            q.popleft()
+            self._picks += 1
+            self.reused += 1
+            return ev
+        n = len(self.order)
+        passes, spent = n, False
+        for _ in range(2 * n + 1):
+            if self._pos >= len(self._rotation):
+                self._rotation = self._new_rotation()
+                self._pos = 0
+            ev = self._rotation[self._pos]
+            self._pos += 1
+            i = info[ev]
+            if i.state not in _PICKABLE or ev == exclude or i.delivered_ts_ns < alive_since_ns:
+                continue
+            if i.penalty and passes:
+                if not spent:
+                    i.penalty -= 1
+                    spent = True
+                passes -= 1
+                continue
+            self._picks += 1
+            return ev
+        for ev in self.order:
+            if info[ev].state in _PICKABLE:
+                self._picks += 1
+                return ev
+        return None
+
     def _new_rotation(self) -> list[int]:
         """A uniformly random ordering of the EVs (never mutated by the caller): PCG32's
         Fisher-Yates shuffle of the spray order, which the native engine repeats bit for bit."""
@@ -429,7 +532,7 @@ class EVSet:
         requester's hot path).
         """
         out: list[int] = []
-        if self._all_good:
+        if self._all_good and not self.reps:
             rot, pos = self._rotation, self._pos
             while n > 0:
                 if pos >= len(rot):
@@ -483,6 +586,6 @@ class EVSet:
                 "rtt_last_s": i.rtt_last_s, "rtt_min_s": i.rtt_min_s,
                 "rtt_samples": i.rtt_samples, "probes_sent": i.probes_sent,
                 "probes_ok": i.probes_ok_total, "losses_excused": i.losses_excused,
-                "skips": i.skips,
+                "losses_chargeable": i.losses_chargeable, "skips": i.skips,
             }
         return out

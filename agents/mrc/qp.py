@@ -208,7 +208,7 @@ class QP:
                                                   skip_timeout_fn=self._skip_timeout_s,
                                                   event_mask=self.config.ev_event_mask
                                                   if profile is None else profile.ev_event_mask,
-                                                  sink=self._events)
+                                                  sink=self._events, select=self.config.ev_select)
             if profile is not None:
                 profile.attach(self)
                 # the controller's DENIED (MODIFY_EV_STATE, REPLACE_EV) holds for a QP that

@@ -25,7 +25,7 @@ from collections import deque
 
 from . import packet as pk
 from .cc import CongestionControl
-from .ev import EVCause, EVSet, EVState
+from .ev import REPS_ECN_PENALTY, REPS_NACK_PENALTY, EVCause, EVSet, EVState
 from .loss import CHARGED, LossCause, LossDetector
 from .probes import EVProber
 from .types import QPAttr, Transport, WCOpcode, WCStatus, WorkCompletion
@@ -357,6 +357,7 @@ class Requester:
         if cause is LossCause.TRIMMED or info.state is not EVState.ASSUMED_BAD:
             self.cc.on_packets_lost(now=now, lost_bytes=tx.length, trimmed=cause is LossCause.TRIMMED)
         if self.transport is Transport.MRC and cause in CHARGED:
+            info.losses_chargeable += 1
             self.loss.charge_ev(tx, info, now, cause)
         log.debug("qpn %d psn %d lost on ev %d (%s)", self.qpn, tx.psn, tx.ev, cause.value)
 
@@ -409,6 +410,8 @@ class Requester:
         ecn = bool(flags & pk.FLAG_ECN_ECHO)
         self.cc.on_packets_acked(now=now, acked_bytes=acked, rtt_s=rtt, ecn=ecn)
         if info is not None and self.transport is Transport.MRC:
+            if self.evs.reps:          # the non-spec REPS variant: a good ACK's EV is reused
+                self.evs.reps_feedback(ev, REPS_ECN_PENALTY if ecn or mode else 0)
             if ecn or mode:            # the echoed EV carried a CE mark: skip it
                 self.ev_skips["ecn"] += 1
                 self.evs.apply(ev, EVCause.CONGESTION, now, always=mode == pk.SackMode.ALWAYS_SKIP)
@@ -503,6 +506,9 @@ class Requester:
         if not tx.lost and not self.loss.lose(tx, now, cause):   # False: retries exhausted, ERR
             return
         if trimmed and self.transport is Transport.MRC:
+            if self.evs.reps:   # REPS variant: a last-hop trim is a good ACK for the path (uet-htsim)
+                self.evs.reps_feedback(tx.ev, 0 if pkt.reason == pk.NackReason.TRIMMED_LASTHOP
+                                       else REPS_NACK_PENALTY)
             if pkt.reason == pk.NackReason.TRIMMED_LASTHOP:   # the host's link, not the EV
                 self.ev_skips["trim_lasthop"] += 1
             else:                                             # UET: trims before the last hop skip

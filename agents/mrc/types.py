@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from .ev import EV_SELECT
 from .packet import DEFAULT_PAYLOAD_BYTES
 
 EV_EVENT_MASK_DEFAULT = 0b11
@@ -166,7 +167,10 @@ class QPConfig:
     0 keeps the floor, as the simulator's tests do), ``cnp_interval_s`` (DCQCN's notification
     point: the responder answers CE-marked data with a RoCEv2 CNP, at most one per this many
     seconds per QP; 0, the default, sends none. Set it on both ends of a ``"dcqcn"`` QP
-    pair, :func:`agents.mrc.dcqcn.scaled_cnp_interval_s`; other controllers ignore CNPs).
+    pair, :func:`agents.mrc.dcqcn.scaled_cnp_interval_s`; other controllers ignore CNPs),
+    ``ev_select`` (how the requester picks an EV, :data:`agents.mrc.ev.EV_SELECT`: ``"rotation"``,
+    the spec's randomised rotation with SKIP, the default; ``"reps"``, a non-spec variant after
+    uet-htsim's REPS load balancer, see :mod:`agents.mrc.ev`; MRC only).
 
     RTO: the mapping above is the floor of an RFC 6298 estimator
     (``SRTT + 4 * RTTVAR``), see :mod:`agents.mrc.rto`.
@@ -196,6 +200,7 @@ class QPConfig:
     cc_params: dict = field(default_factory=dict)
     max_burst: int = 256
     cnp_interval_s: float = 0.0
+    ev_select: str = "rotation"
 
     def validate(self) -> None:
         if self.payload_bytes <= 0 or self.sack_every < 1 or self.reorder_threshold < 1:
@@ -212,6 +217,8 @@ class QPConfig:
             raise ValueError(f"loss_inference={self.loss_inference!r}: expected True or False")
         if self.cnp_interval_s < 0:
             raise ValueError("cnp_interval_s must be >= 0 (0: no CNPs)")
+        if self.ev_select not in EV_SELECT:
+            raise ValueError(f"ev_select={self.ev_select!r}: expected one of {', '.join(EV_SELECT)}")
         if self.always_skip_ce_run < 1 or self.skip_timeout_s < 0:
             raise ValueError("always_skip_ce_run must be >= 1 and skip_timeout_s >= 0")
         if not isinstance(self.ev_event_mask, int) or self.ev_event_mask & ~EV_EVENT_MASK_DEFAULT:

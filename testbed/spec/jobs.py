@@ -374,11 +374,17 @@ def build_job_specs(scenario: Scenario, transport: str, *, run_id: str, control_
     settings = dict(scenario.qp)
     timeout = (qp_overrides or {}).get("timeout", qp_timeout(base_rtt, settings.pop("rto_base_rtts",
                                                                                    RTO_MARGIN_BASE_RTTS)))
+    delay_filter = settings.pop("nscc_delay_filter", None)   # a CC parameter, not a QP key
+    ev_select = settings.pop("ev_select", None)              # MRC's EV selection: mrc QPs only
     # min_rto_s 0: the RTO's floor is the mrc.h timeout's (>= 33.5 ms), which bounds the SACK hold.
     qp = {**QP_DEFAULTS, "timeout": timeout, "min_rto_s": 0.0,
           "ack_coalesce_s": ack_coalesce_s(mtu + ETHERNET_HEADER_BYTES, rate, mrc_timeout_s(timeout)),
           "cc_params": {"rate_bps": rate, "base_rtt_s": base_rtt},
           **(dcqcn_qp(rate, base_rtt, mtu) if name.cc == "dcqcn" else {}), **settings, **(qp_overrides or {})}
+    if delay_filter is not None and qp["cc"] == "uet-1.0-nscc":
+        qp["cc_params"] = {**qp["cc_params"], "delay_filter": delay_filter}
+    if ev_select is not None and base == "mrc":
+        qp["ev_select"] = ev_select
     if base in ("mrc", "rc") and any(link.params.ecn_threshold_pkts for link in topo.links):
         qp.setdefault("ecn", True)   # switches mark CE: send ECT(0), read CE, NSCC takes ECN
     if base in ("mrc", "rc") and any(link.params.control_priority and topo.nodes[end.node].role is Role.HOST

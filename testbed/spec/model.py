@@ -171,7 +171,10 @@ class Scenario:
     #: order: ``loss_inference`` (False: a loss is found only by the RTO or a NACK), ``ecn`` (False:
     #: no ECT, so no CE marks, no ECN steering and no NSCC response to ECN), ``rto_base_rtts`` (the
     #: RTO's least margin above SRTT in base RTTs; absent:
-    #: :data:`testbed.spec.jobs.RTO_MARGIN_BASE_RTTS`). Applied by :func:`testbed.spec.jobs.build_job_specs`.
+    #: :data:`testbed.spec.jobs.RTO_MARGIN_BASE_RTTS`), ``nscc_delay_filter`` (NSCC's
+    #: ``delay_filter``, :data:`agents.mrc.cc.DELAY_FILTERS`: "ewma" cuts on uet-htsim's filtered
+    #: delay), ``ev_select`` (MRC's EV selection, :data:`agents.mrc.ev.EV_SELECT`: "reps" is a
+    #: non-spec variant after uet-htsim's REPS). Applied by :func:`testbed.spec.jobs.build_job_specs`.
     qp: tuple[tuple[str, object], ...] = ()
 
     def engines(self) -> dict[str, str]:

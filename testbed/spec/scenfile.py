@@ -154,7 +154,8 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
         return None
     if r.problems or None in (name, topo, transports, seed, timeout_s, workload, timeline, trials):
         return None
-    warnings = timeline_warnings(r, timeline, timeout_s) + _dcqcn_warnings(r, transports, topo)
+    warnings = timeline_warnings(r, timeline, timeout_s) + _dcqcn_warnings(r, transports, topo) + \
+        _variant_warnings(r, transports, qp)
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
                     reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs),
                     agent_processes=agent_processes, agent_realtime=agent_realtime, controller=controller,
@@ -165,14 +166,24 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
 def _qp(r: Reader, node) -> tuple[tuple[str, object], ...]:
     """``qp:``: QP settings of every mrc and rc QP (:attr:`testbed.spec.model.Scenario.qp`):
     ``loss_inference`` and ``ecn`` true or false, ``rto_base_rtts`` a number of base RTTs in
-    [1, 1000]. Problems go to ``r``; absent: ``()``."""
+    [1, 1000], ``nscc_delay_filter`` one of :data:`agents.mrc.cc.DELAY_FILTERS`, ``ev_select``
+    one of :data:`agents.mrc.ev.EV_SELECT`. Problems go to ``r``; absent: ``()``."""
+    from agents.mrc.cc import DELAY_FILTERS
+    from agents.mrc.ev import EV_SELECT
     if node is None:
         return ()
+    choices = {"nscc_delay_filter": DELAY_FILTERS, "ev_select": EV_SELECT}
     m = r.mapping(node, "qp", *SCENARIO["qp"])
     out: list[tuple[str, object]] = []
     for key, value_node in (m or {}).items():
         value = r.value(value_node) if isinstance(value_node, ScalarNode) else None
-        if key == "rto_base_rtts":
+        if key in choices:
+            if value not in choices[key]:
+                r.error(value_node, f"qp.{key}", f"expected one of {', '.join(choices[key])}, "
+                                                 f"got {r.describe(value_node)}")
+                continue
+            out.append((key, value))
+        elif key == "rto_base_rtts":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 1000:
                 r.error(value_node, f"qp.{key}", f"expected a number of base RTTs from 1 to 1000 "
                                                  f"(the paper's ratio is ~33), got {r.describe(value_node)}")
@@ -333,6 +344,15 @@ def _dcqcn_warnings(r: Reader, transports: tuple[str, ...], topo: Topology) -> t
                          f"warning: {t} on a fabric that marks no ECN (no link has 'ecn'): DCQCN gets "
                          "no CNPs and paces at line rate")
                  for i, t in enumerate(transports) if parse_transport(t).cc == "dcqcn")
+
+
+def _variant_warnings(r: Reader, transports: tuple[str, ...], qp) -> tuple[Problem, ...]:
+    """``qp.ev_select: reps`` replaces MRC's EV selection: its mrc results are the variant's, not MRC's."""
+    if dict(qp).get("ev_select") != "reps" or "mrc" not in transports:
+        return ()
+    return (Problem(r.file, r.line_for(join("qp", "ev_select")), join("qp", "ev_select"),
+                    "warning: reps is not MRC's EV selection (a variant after uet-htsim's REPS): "
+                    "quote this run's mrc results as that variant, not as MRC"),)
 
 
 def _workload(r: Reader, node: Node | None, topo: Topology | None, seed: int | None, defaults: dict[str, object],

@@ -26,7 +26,7 @@ SCENARIO: dict[str, Keys] = {
     "": (("topology", "transports"),
          ("name", "description", "seed", "timeout", "reconverge_after", "timeline", "trials", "workload", "jobs",
           "agent_processes", "agent_realtime", "engine", "controller", "qp", "sweep")),
-    "qp": ((), ("loss_inference", "ecn", "rto_base_rtts")),
+    "qp": ((), ("loss_inference", "ecn", "rto_base_rtts", "nscc_delay_filter", "ev_select")),
     "controller": (("policy",), ("restart",)),
     "workload": (tuple(_WORKLOAD_REQUIRED), WORKLOAD_OPTIONAL),
     "jobs[]": (tuple(_WORKLOAD_REQUIRED), ("name", *(k for k in WORKLOAD_OPTIONAL if k not in COMMAND_ONLY))),

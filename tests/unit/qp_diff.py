@@ -200,10 +200,10 @@ EV_RECORD_FIELDS = ("ev", "state", "skip_until", "probe_ok", "probe_due", "probe
                     "packets_sent", "bytes_sent", "packets_acked", "packets_lost", "retransmits",
                     "acked_seq", "last_ack_s", "rtt_last_s", "rtt_min_s", "rtt_srtt_s", "rtt_samples",
                     "probes_sent", "probes_ok_total", "delivered_ts_ns", "delivered_at_s", "loss_run", "loss_run_ts_ns", "loss_run_timeout",
-                    "losses_excused", "always_skip", "skips", "drops_reported")
+                    "losses_excused", "losses_chargeable", "always_skip", "skips", "drops_reported", "penalty")
 """The fields of an EV record (agents.mrc.ev.EVInfo) that the engines must agree on."""
 QP_VALUES = ("state", "timer", "idle", "rto_s", "srtt_s", "bad_packets", "probe_timeout_s",
-             "attr", "evs")
+             "attr", "evs", "reuse")
 """The per-step scalar observations besides datagrams, events, the call's outcome and stats."""
 
 
@@ -243,6 +243,8 @@ def observe(qp) -> dict:
         # RTT, loss runs, probe bookkeeping) decide later losses and retirements
         "evs": None if qp.evs is None else [
             {f: plain(getattr(info, f)) for f in EV_RECORD_FIELDS} for info in qp.evs.info.values()],
+        # the REPS variant's queue of good ACKs' EVs (ev_select "reps"), and its reuses
+        "reuse": None if qp.evs is None else [list(qp.evs.reuse), qp.evs.reused],
     }
 
 
@@ -730,6 +732,13 @@ def scenarios(draw, transports=("mrc", "rc"), ccs=(NSCC, FIXED, DCQCN),
     # find losses); net_seed shrinks to 0, inference on.
     if sc.net_seed % 4 == 1:
         sc = dataclasses.replace(sc, config={**config, "loss_inference": False})
+    # the non-spec REPS EV selection (agents.mrc.ev) in one MRC example in three
+    if transport == "mrc" and sc.seed_b % 3 == 2:
+        sc = dataclasses.replace(sc, config={**sc.config, "ev_select": "reps"})
+    # NSCC on uet-htsim's filtered delay (cc_params delay_filter "ewma") in one example in three
+    if cc == NSCC and sc.net_seed % 3 == 2:
+        sc = dataclasses.replace(sc, config={**sc.config, "cc_params": {**sc.config["cc_params"],
+                                                                         "delay_filter": "ewma"}})
     # Each direction's first PSN near the end of the PSN space in one example in four, from
     # the QP seeds (which shrink to 0: PSN 0).
     psns = (first_psn(sc.seed_a, sc.seed_b), first_psn(sc.seed_b, sc.seed_a))

@@ -29,7 +29,8 @@ NSCC_ATTRS = ("cwnd_bytes", "mss_bytes", "rate_bps", "base_rtt_s", "bdp_bytes", 
               "max_cwnd_bytes", "target_s", "alpha", "fi", "gamma", "md_floor", "ecn_capable",
               "quick_adapt", "delay_md_factor", "_last_md", "_epoch_start", "_epoch_acked",
               "_epoch_loss", "_app_limited", "_epoch_app_limited", "md_count", "qa_count",
-              "qa_app_limited", "ecn_count", "acks", "noop_count")
+              "qa_app_limited", "ecn_count", "acks", "noop_count", "delay_filter", "avg_delay_s",
+              "md_filtered")
 DCQCN_ATTRS = ("cwnd_bytes", "mss_bytes", "rate_bps", "base_rtt_s", "g", "alpha_period_s",
                "timer_s", "byte_counter_bytes", "fast_recovery_stages", "ai_rate_bps",
                "hai_rate_bps", "min_rate_bps", "overhead_bytes", "burst_bytes", "rc_bps",
@@ -169,19 +170,20 @@ def drive(py, nat, attrs, t0, steps, base_ref, max_jump=2.0):
 
 @SETTINGS
 @given(rate=tb_rate, base=tb_rtt, m=mtu, ecn_capable=st.booleans(), t0=start,
-       steps=st.lists(ops, max_size=80))
-def test_nscc_testbed_params(rate, base, m, ecn_capable, t0, steps):
+       steps=st.lists(ops, max_size=80), delay_filter=st.sampled_from(cc.DELAY_FILTERS))
+def test_nscc_testbed_params(rate, base, m, ecn_capable, t0, steps, delay_filter):
     kw = {"mss_bytes": payload_bytes_for_mtu(m), "rate_bps": rate, "base_rtt_s": base,
-          "ecn_capable": ecn_capable}
+          "ecn_capable": ecn_capable, "delay_filter": delay_filter}
     drive(cc.NSCC(**kw), core.NSCC(**kw), NSCC_ATTRS, t0, steps, base)
 
 
 @SETTINGS
 @given(m=mtu, t0=start, steps=st.lists(ops, max_size=80), base_ref=tb_rtt,
-       iw=st.one_of(st.none(), st.integers(1, 100_000), st.floats(1.0, 1e6)))
-def test_nscc_learnt_base_rtt(m, t0, steps, base_ref, iw):
+       iw=st.one_of(st.none(), st.integers(1, 100_000), st.floats(1.0, 1e6)),
+       delay_filter=st.sampled_from(cc.DELAY_FILTERS))
+def test_nscc_learnt_base_rtt(m, t0, steps, base_ref, iw, delay_filter):
     """The QP default: no parameters, the base RTT learnt from samples (None until then)."""
-    kw = {"mss_bytes": payload_bytes_for_mtu(m), "initial_window_bytes": iw}
+    kw = {"mss_bytes": payload_bytes_for_mtu(m), "initial_window_bytes": iw, "delay_filter": delay_filter}
     drive(cc.NSCC(**kw), core.NSCC(**kw), NSCC_ATTRS, t0, steps, base_ref)
 
 
@@ -194,15 +196,17 @@ def test_nscc_learnt_base_rtt(m, t0, steps, base_ref, iw):
        quick_adapt=st.booleans(), delay_md_factor=st.floats(0.0, 5.0),
        iw=st.one_of(st.none(), st.integers(-10, 10**6), st.floats(-1.0, 1e7)),
        max_cwnd=st.one_of(st.just(math.inf), st.integers(-10, 10**7), st.floats(-1.0, 1e8)),
-       min_target=st.floats(-1e-3, 1e-2), t0=start, steps=st.lists(ops, max_size=60))
+       min_target=st.floats(-1e-3, 1e-2), t0=start, steps=st.lists(ops, max_size=60),
+       delay_filter=st.sampled_from([*cc.DELAY_FILTERS, "htsim", ""]))
 def test_nscc_random_params(mss, rate, base, target_factor, alpha, fi, gamma, md_floor,
                             ecn_capable, quick_adapt, delay_md_factor, iw, max_cwnd, min_target,
-                            t0, steps):
+                            t0, steps, delay_filter):
     kw = {"mss_bytes": mss, "rate_bps": rate, "base_rtt_s": base, "target_factor": target_factor,
           "alpha": alpha, "fi": fi, "gamma": gamma, "md_floor": md_floor,
           "ecn_capable": ecn_capable, "quick_adapt": quick_adapt,
           "delay_md_factor": delay_md_factor, "initial_window_bytes": iw,
-          "max_cwnd_bytes": max_cwnd, "min_target_s": min_target, "unknown_key": 1}
+          "max_cwnd_bytes": max_cwnd, "min_target_s": min_target, "delay_filter": delay_filter,
+          "unknown_key": 1}
     pair = construct(cc.NSCC, core.NSCC, **kw)
     if pair is not None:
         drive(*pair, NSCC_ATTRS, t0, steps, base if base and base > 0 else 1e-3)
@@ -225,14 +229,15 @@ nscc_walk = st.lists(st.one_of(
        target_factor=st.floats(0.5, 2.0), alpha=st.floats(0.01, 2.0), fi=st.floats(0.01, 4.0),
        gamma=st.floats(0.01, 1.0), md_floor=st.floats(0.0, 0.9), ecn_capable=st.booleans(),
        quick_adapt=st.booleans(), delay_md_factor=st.floats(1.0, 3.0),
-       iw_pkts=st.integers(1, 50), min_target=st.floats(0.0, 1e-3), t0=start, steps=nscc_walk)
+       iw_pkts=st.integers(1, 50), min_target=st.floats(0.0, 1e-3), t0=start, steps=nscc_walk,
+       delay_filter=st.sampled_from(cc.DELAY_FILTERS))
 def test_nscc_random_gains(base, rate, mss, target_factor, alpha, fi, gamma, md_floor, ecn_capable,
-                           quick_adapt, delay_md_factor, iw_pkts, min_target, t0, steps):
+                           quick_adapt, delay_md_factor, iw_pkts, min_target, t0, steps, delay_filter):
     kw = {"mss_bytes": mss, "rate_bps": rate, "base_rtt_s": base, "target_factor": target_factor,
           "alpha": alpha, "fi": fi, "gamma": gamma, "md_floor": md_floor,
           "ecn_capable": ecn_capable, "quick_adapt": quick_adapt,
           "delay_md_factor": delay_md_factor, "initial_window_bytes": iw_pkts * mss,
-          "min_target_s": min_target}
+          "min_target_s": min_target, "delay_filter": delay_filter}
     py, nat = cc.NSCC(**kw), core.NSCC(**kw)
     for c in (py, nat):   # from below the ceiling (a start at line rate would clamp)
         c.on_packets_lost(now=t0, lost_bytes=int(c.cwnd_bytes * 0.7), trimmed=False)

@@ -2,9 +2,10 @@
 
 A differential test drives both with the same random operations (every cause, ALWAYS_SKIP,
 controller calls, REPLACE_EV, picks, SKIP expiry, probes, counter updates, clock and SRTT
-steps) and compares after every step everything either exposes: return values or the
-exception raised, states, counters, spray order and rotation, the PCG32 state, SKIP
-deadline and bound, floor count, stats() and the emitted EVEvents.
+steps, the REPS variant's ACK feedback) and compares after every step everything either
+exposes: return values or the exception raised, states, counters, spray order and rotation,
+the PCG32 state, SKIP deadline and bound, floor count, the REPS reuse queue, stats() and the
+emitted EVEvents. Both EV selections (``select`` "rotation" and "reps") are drawn.
 """
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from agents.mrc import native
-from agents.mrc.ev import TRANSITIONS, EVCause, EVEvent, EVInfo, EVSet, EVState, EVStateError, \
-    next_state
+from agents.mrc.ev import EV_SELECT, REPS_QUEUE_MAX, TRANSITIONS, EVCause, EVEvent, EVInfo, EVSet, EVState, \
+    EVStateError, next_state
 from agents.mrc.rng import Pcg32
 
 core = native.load()
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.skipif(core is None, reason="native engine not built (m
 UNIVERSE = list(range(8)) + [1 << 31, (1 << 32) - 1]   # EV ids: small (replace reuses them) and u32 edges
 INFO_FIELDS = list(EVInfo.__slots__) + ["packets_sent"]
 COUNTERS = ["bytes_sent", "packets_acked", "retransmits", "seq", "acked_seq", "delivered_ts_ns",
-            "loss_run", "loss_run_ts_ns", "losses_excused", "probes_sent", "rtt_samples"]
+            "loss_run", "loss_run_ts_ns", "losses_excused", "losses_chargeable", "probes_sent", "rtt_samples"]
 
 
 class Pair:
@@ -56,6 +57,7 @@ class Pair:
         assert py.order == c.order
         assert (py._rotation, py._pos) == c.rotation
         assert py._picks == c.picks
+        assert (py.select, py.reps, list(py.reuse), py.reused) == (c.select, c.reps, c.reuse, c.reused)
         assert (self.py_rng.state, self.py_rng.inc) == (self.c_rng.state, self.c_rng.inc)
         assert py.all_good == c.all_good
         assert py.usable_count() == c.usable_count()
@@ -120,6 +122,7 @@ ops = st.one_of(
     st.tuples(st.just("rtt"), ev_ids, st.floats(1e-6, 0.1)),
     st.tuples(st.just("probe_out"), ev_ids, st.integers(0, 0xFFFF), st.floats(0, 20)),
     st.tuples(st.just("event_mask"), st.integers(0, 3)),
+    st.tuples(st.just("reps_feedback"), ev_ids, st.sampled_from([0, 0, 1, 4, 15])),
 )
 
 
@@ -155,6 +158,8 @@ def step(p: Pair, now: float, op) -> float:
         p.call("probe_result", op[1], op[2], now, op[3])
     elif kind == "clear_always_skip":
         p.call("clear_always_skip", op[1], now)
+    elif kind == "reps_feedback":
+        p.call("reps_feedback", op[1], op[2])
     elif op[1] in p.py.info:   # per-EV counters, updated as the requester and loss.py do
         pi, ci = p.py.info[op[1]], p.c.info[op[1]]
         for i in (pi, ci):
@@ -182,13 +187,15 @@ def step(p: Pair, now: float, op) -> float:
        seed=st.integers(0, (1 << 64) - 1), stream=st.integers(0, 3),
        skip_timeout_s=st.sampled_from([0.0, 1e-4, 0.001, 0.02]),
        initial_state=st.sampled_from(list(EVState)), event_mask=st.integers(0, 3),
-       start=st.floats(0.0, 100.0), steps=st.lists(ops, min_size=20, max_size=80))
+       start=st.floats(0.0, 100.0), steps=st.lists(ops, min_size=20, max_size=80),
+       select=st.sampled_from(EV_SELECT))
 def test_native_ev_set_matches_python_step_by_step(evs, data, seed, stream, skip_timeout_s,
-                                                   initial_state, event_mask, start, steps):
+                                                   initial_state, event_mask, start, steps, select):
     floor = data.draw(st.integers(0, len(evs)), label="ev_min_active")
     # capacity: every id of UNIVERSE fits, and the C id index is small enough to collide
     p = Pair(evs, seed=seed, stream=stream, ev_min_active=floor, skip_timeout_s=skip_timeout_s,
-             initial_state=initial_state, event_mask=event_mask, capacity=len(UNIVERSE))
+             initial_state=initial_state, event_mask=event_mask, capacity=len(UNIVERSE),
+             select=select)
     p.check()
     now = start
     for op in steps:
@@ -199,12 +206,14 @@ def test_native_ev_set_matches_python_step_by_step(evs, data, seed, stream, skip
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, (1 << 64) - 1), n=st.integers(1, 8),
        steps=st.lists(st.tuples(st.sampled_from(["loss", "cong", "always", "good", "pick",
-                                                 "many", "expire", "adv"]),
-                                st.integers(0, 7)), min_size=30, max_size=150))
-def test_skip_heavy_runs_agree(seed, n, steps):
-    """Long SKIP/ALWAYS_SKIP-heavy runs: rotations end SKIPs, the all-SKIP spread, timeouts."""
+                                                 "many", "expire", "adv", "ack", "ecn", "nack"]),
+                                st.integers(0, 7)), min_size=30, max_size=150),
+       select=st.sampled_from(EV_SELECT))
+def test_skip_heavy_runs_agree(seed, n, steps, select):
+    """Long SKIP/ALWAYS_SKIP-heavy runs: rotations end SKIPs, the all-SKIP spread, timeouts;
+    with ``select`` "reps" the reuse queue and the penalties too."""
     p = Pair(list(range(100, 100 + n)), seed=seed, stream=1, ev_min_active=1,
-             skip_timeout_s=0.002)
+             skip_timeout_s=0.002, select=select)
     now = 1.0
     for kind, k in steps:
         ev = 100 + k % n
@@ -220,9 +229,23 @@ def test_skip_heavy_runs_agree(seed, n, steps):
             p.call("pick_many", now, k + 1)
         elif kind == "expire":
             p.call("expire_skips", now)
+        elif kind in ("ack", "ecn", "nack"):   # the requester's REPS feedback
+            p.call("reps_feedback", ev, {"ack": 0, "ecn": 1, "nack": 4}[kind])
         else:
             now += k * 0.0005
         p.check()
+
+
+def test_the_reps_queue_forgets_its_oldest_when_full():
+    """REPS_QUEUE_MAX good ACKs queued and more: both engines keep the newest, oldest first."""
+    p = Pair([1, 2, 3], seed=4, stream=0, select="reps")
+    for k in range(REPS_QUEUE_MAX + 7):
+        p.call("reps_feedback", 1 + k % 3, 0)
+    p.check()
+    assert len(p.c.reuse) == REPS_QUEUE_MAX and p.c.reuse[0] == 1 + 7 % 3
+    for _ in range(10):
+        p.call("pick", 0.0)
+    p.check()
 
 
 def test_transition_table_matches_python():
@@ -247,7 +270,7 @@ def test_illegal_event_raises_and_changes_nothing():
 def test_bad_configuration_rejected_alike():
     rng = core.Pcg32(1)
     for evs, kw in [((), {}), ((1, 1), {}), ((1, 2), {"ev_min_active": 3}),
-                    ((1, 2), {"event_mask": 4})]:
+                    ((1, 2), {"event_mask": 4}), ((1, 2), {"select": "spray"})]:
         with pytest.raises(ValueError) as py_exc:
             EVSet(evs, qpn=1, rng=Pcg32(1), **kw)
         with pytest.raises(ValueError) as c_exc:

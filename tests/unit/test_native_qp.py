@@ -212,6 +212,39 @@ def no_loss_inference() -> Scenario:
                     config=cfg, attr=attr, net_seed=4, until=3.0)
 
 
+def slow_marking_paths(delay_filter="ewma", slow=1, fast=7) -> Scenario:
+    """NSCC (ECN-capable) over ``slow`` paths at half the rate marking CE above 2 packets queued
+    and ``fast`` clean ones: with ``delay_filter`` "ewma" the decrease reads uet-htsim's filtered
+    delay (agents.mrc.cc.NSCC._filter_delay), which the fast paths' ACKs keep low."""
+    marking = dataclasses.replace(P, rate_bps=RATE_BPS / 2, ecn_kmin_bytes=2 * PAYLOAD,
+                                  ecn_kmax_bytes=8 * PAYLOAD, ecn_pmax=1.0)
+    cfg = sim_config(cc_params={"rate_bps": 4 * RATE_BPS, "base_rtt_s": BASE_RTT_S,
+                                "ecn_capable": True, "delay_filter": delay_filter})
+    return scenario([marking] * slow + [P] * fast, [write(0.0, "a", 1, 400_000),
+                                                    write(0.01, "a", 2, 400_000, off=400_000)],
+                    config=cfg, mem_b=1 << 20, net_seed=2, until=2.0)
+
+
+def reps_steering(ev_select="reps") -> Scenario:
+    """The non-spec REPS EV selection (agents.mrc.ev.EVSet._pick_reps, ``ev_select`` "reps"):
+    2 of 8 paths at half the rate marking CE above 2 packets queued, a SACK per packet, so
+    that each clean SACK hands its EV the next packet."""
+    marking = dataclasses.replace(P, rate_bps=RATE_BPS / 2, ecn_kmin_bytes=2 * PAYLOAD,
+                                  ecn_kmax_bytes=8 * PAYLOAD, ecn_pmax=1.0)
+    cfg = sim_config(cc_params={"rate_bps": 4 * RATE_BPS, "base_rtt_s": BASE_RTT_S,
+                                "ecn_capable": True}, ev_select=ev_select, sack_every=1)
+    return scenario([marking] * 2 + [P] * 6, [write(0.0, "a", 1, 400_000),
+                                              write(0.01, "a", 2, 400_000, off=400_000)],
+                    config=cfg, mem_b=1 << 20, net_seed=2, until=2.0)
+
+
+def lossy_multipath_reps() -> Scenario:
+    """lossy_multipath with the REPS EV selection: retransmissions (``exclude``, the alive
+    rule), DENIED, replaced and retired EVs in the reuse queue."""
+    sc = lossy_multipath()
+    return dataclasses.replace(sc, config={**sc.config, "ev_select": "reps"})
+
+
 def _wcs(result, opcode=None, status=None):
     return [e[1] for e in result.events if e[0] == "WorkCompletion"
             and (opcode is None or e[1]["opcode"] == f"WCOpcode.{opcode}")
@@ -315,6 +348,43 @@ def check_psn_space_end(r):
     assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2]   # 3 refused
 
 
+def check_slow_marking_path(r):
+    """One slow path of 8: the filter spared marked ACKs above the target (``md_filtered``) and
+    cut less often than the marked ACKs' own delay does under the same marks (0 against 7)."""
+    cc = r.final[0]["stats"]["cc"]
+    on_ack = qd.run_lockstep(slow_marking_paths("ack"), ("python", "python")).final[0]["stats"]["cc"]
+    assert cc["ecn"] > 0 and cc["md_filtered"] > 0 and "md_filtered" not in on_ack
+    assert cc["md"] < on_ack["md"], (cc, on_ack)
+    assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2]
+
+
+def check_marking_everywhere(r):
+    """Every path slow and marking: the filtered delay climbs above the target and cuts (21
+    times), after sparing the first marked ACKs (48)."""
+    cc = r.final[0]["stats"]["cc"]
+    assert cc["md"] > 0 and cc["md_filtered"] > 0, cc
+    assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2]
+
+
+def _slow_share(final, slow=(0, 1)) -> float:
+    evs = final["stats"]["evs"]
+    return sum(evs[e]["packets_sent"] for e in slow) / sum(v["packets_sent"] for v in evs.values())
+
+
+def check_reps_steering(r):
+    """Good SACKs' EVs were reused, and the marking paths carried less than under the spec's
+    rotation with the same marks (python: 16.3% of the packets against 22.3%; 25% unsteered)."""
+    spec = qd.run_lockstep(reps_steering("rotation"), ("python", "python")).final[0]
+    assert r.final[0]["reuse"][1] > 0 and spec["reuse"] == [[], 0]
+    assert _slow_share(r.final[0]) < _slow_share(spec) - 0.03, (_slow_share(r.final[0]), _slow_share(spec))
+    assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2]
+
+
+def check_lossy_reps(r):
+    check_lossy(r)
+    assert r.final[0]["reuse"][1] > 0
+
+
 def check_rc(r):
     assert r.final[0]["stats"]["retransmissions"] > 0
     assert sorted(w["wr_id"] for w in _wcs(r, "RDMA_WRITE", "SUCCESS")) == [1, 2]
@@ -336,6 +406,10 @@ HAND_MADE = {
     "loss_retries_rc": (loss_retries_rc, check_loss_retries_rc),
     "no_loss_inference": (no_loss_inference, check_no_loss_inference),
     "psn_space_end": (psn_space_end, check_psn_space_end),
+    "nscc_filtered_delay": (slow_marking_paths, check_slow_marking_path),
+    "nscc_filtered_delay_cuts": (lambda: slow_marking_paths(slow=4, fast=0), check_marking_everywhere),
+    "reps_steering": (reps_steering, check_reps_steering),
+    "lossy_multipath_reps": (lossy_multipath_reps, check_lossy_reps),
 }
 
 
@@ -405,32 +479,43 @@ def test_random_loss_retry_scenarios_exhaust_retries_on_loss_evidence():
     assert seen["mrc", "ev_threshold"] + seen["mrc", "ooo"] > 0 and seen["rc", "seq_err"] > 0, seen
 
 
+def _exercised(sc: Scenario, r, seen: set) -> None:
+    """Add to ``seen`` what the example ``sc`` (run as ``r``) exercised (the names
+    test_random_scenarios_exercise_the_protocol wants)."""
+    for first, side in zip(sc.first_psns, r.final):
+        s = side["stats"]
+        for key in ("retransmissions", "timeouts", "nacks_no_buffer", "rx_duplicates",
+                    "rx_ooo", "cnp_sent"):
+            if s[key]:
+                seen.add(key)
+        if first and s["next_psn"] > first:
+            seen.add("psns_near_the_end")        # sq_psn near 2**32 (qd.first_psn)
+        if s["next_psn"] - first > 256:
+            seen.add("over_256_psns")            # past the native PSN table's first size
+        seen.update(f"skip_{k}" for k, v in s["ev_skips"].items() if v)
+        if "md_filtered" in s["cc"]:             # NSCC on the filtered delay (qd.scenarios)
+            seen.add("nscc_ewma")
+    if any(side["reuse"] and side["reuse"][1] for side in r.final):
+        seen.add("reps_reused")                  # the REPS variant reused a good ACK's EV
+    seen.update(k for c in r.net.values() for k, v in c.items() if v)
+    for kind, ev in r.events:
+        seen.add(f"{kind}:{ev.get('status', ev.get('new', ''))}")
+    seen.update(f"op:{op.kind}" for op in sc.ops[:r.ops_done])
+
+
 def test_random_scenarios_exercise_the_protocol():
     """The generator reaches the behaviours it claims (so the random tests are not vacuous):
     losses and retransmissions, EV state events, SKIPs, trims, CNPs, immediates, every
-    completion status, controller calls, ERR, first PSNs near the end of the PSN space and
-    more than 256 PSNs sent by one QP."""
+    completion status, controller calls, ERR, first PSNs near the end of the PSN space, more
+    than 256 PSNs sent by one QP, NSCC on the filtered delay (its cuts and spared marks: the
+    hand-made ``nscc_filtered_delay*``; random examples are too short for its average) and the
+    REPS EV selection reusing good ACKs' EVs."""
     seen: set[str] = set()
 
-    @settings(SETTINGS, max_examples=80)
+    @settings(SETTINGS, max_examples=120)
     @given(qd.scenarios())
-    def run(sc):
-        r = qd.run_lockstep(sc, ("python", "python"))
-        for first, side in zip(sc.first_psns, r.final):
-            s = side["stats"]
-            for key in ("retransmissions", "timeouts", "nacks_no_buffer", "rx_duplicates",
-                        "rx_ooo", "cnp_sent"):
-                if s[key]:
-                    seen.add(key)
-            if first and s["next_psn"] > first:
-                seen.add("psns_near_the_end")        # sq_psn near 2**32 (qd.first_psn)
-            if s["next_psn"] - first > 256:
-                seen.add("over_256_psns")            # past the native PSN table's first size
-            seen.update(f"skip_{k}" for k, v in s["ev_skips"].items() if v)
-        seen.update(k for c in r.net.values() for k, v in c.items() if v)
-        for kind, ev in r.events:
-            seen.add(f"{kind}:{ev.get('status', ev.get('new', ''))}")
-        seen.update(f"op:{op.kind}" for op in sc.ops[:r.ops_done])
+    def run(sc):   # the body is in _exercised: hypothesis derives its examples from this source
+        _exercised(sc, qd.run_lockstep(sc, ("python", "python")), seen)
 
     run()
     wanted = {"retransmissions", "timeouts", "nacks_no_buffer", "rx_duplicates", "rx_ooo",
@@ -439,7 +524,7 @@ def test_random_scenarios_exercise_the_protocol():
               "WorkCompletion:WCStatus.RETRY_EXC_ERR", "WorkCompletion:WCStatus.WR_FLUSH_ERR",
               "EVEvent:EVState.ASSUMED_BAD", "EVEvent:EVState.GOOD", "QPError:",
               "op:set_ev_state", "op:replace_ev", "op:error", "op:post_recv",
-              "psns_near_the_end", "over_256_psns"}
+              "psns_near_the_end", "over_256_psns", "nscc_ewma", "reps_reused"}
     assert wanted <= seen, f"never exercised: {sorted(wanted - seen)}"
 
 

@@ -217,7 +217,8 @@ _INFO_FIELDS = ("ev", "state", "skip_until", "probe_ok", "probe_due", "probe_out
                 "packets_sent", "bytes_sent", "packets_acked", "packets_lost", "retransmits",
                 "acked_seq", "last_ack_s", "rtt_last_s", "rtt_min_s", "rtt_srtt_s",
                 "rtt_samples", "probes_sent", "probes_ok_total", "delivered_ts_ns", "delivered_at_s", "loss_run",
-                "loss_run_ts_ns", "loss_run_timeout", "losses_excused", "always_skip", "skips", "drops_reported")
+                "loss_run_ts_ns", "loss_run_timeout", "losses_excused", "losses_chargeable", "always_skip", "skips",
+                "drops_reported")
 
 
 class _Rec:

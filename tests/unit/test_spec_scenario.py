@@ -147,7 +147,7 @@ BAD = [
     ("qp and ev_paths", HEAD.replace("warmup: 0", "warmup: 0\n      ev_paths: hashed") + """
     qp: {loss_inference: no-way, rto_base_rtts: 0.5, ecn: 1, timeout: 8}
     """, ["13: workload.ev_paths: 'hashed' is not one of spread, oblivious",
-          "15: qp.timeout: unknown key (allowed: loss_inference, ecn, rto_base_rtts)",
+          "15: qp.timeout: unknown key (allowed: loss_inference, ecn, rto_base_rtts, nscc_delay_filter, ev_select)",
           "15: qp.loss_inference: expected true or false, got 'no-way'",
           "15: qp.rto_base_rtts: expected a number of base RTTs from 1 to 1000 (the paper's ratio is ~33), got 0.5",
           "15: qp.ecn: expected true or false, got 1"]),

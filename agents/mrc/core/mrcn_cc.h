@@ -35,8 +35,18 @@ enum mrcn_cc_kind {
 #define MRCN_DCQCN_HAI_RATE_BPS 400e6
 #define MRCN_DCQCN_MIN_RATE_FRACTION 0.01
 
+/* NSCC's delay_filter (cc.DELAY_FILTERS): the decrease uses the marked ACK's delay, or
+ * uet-htsim's filtered delay (cc.NSCC._filter_delay). */
+enum mrcn_nscc_delay_filter {
+    MRCN_NSCC_DELAY_ACK = 0,
+    MRCN_NSCC_DELAY_EWMA = 1,
+};
+/* cc.DELAY_EWMA_WEIGHT: uet-htsim's UecSrc::_delay_alpha. */
+#define MRCN_NSCC_DELAY_EWMA_WEIGHT 0.0125
+
 /* NSCC constructor keywords (cc.NSCC.__init__); mrcn_nscc_params_default() sets Python's
- * defaults: no rate, no base RTT, no initial window (10 packets), unbounded max_cwnd. */
+ * defaults: no rate, no base RTT, no initial window (10 packets), unbounded max_cwnd, the
+ * ACK's own delay. */
 typedef struct mrcn_nscc_params {
     int has_rate;              double rate_bps;
     int has_base_rtt;          double base_rtt_s;
@@ -45,6 +55,7 @@ typedef struct mrcn_nscc_params {
     double delay_md_factor;
     int has_initial_window;    double initial_window_bytes;
     double max_cwnd_bytes, min_target_s;
+    int delay_filter;          /* enum mrcn_nscc_delay_filter */
 } mrcn_nscc_params;
 
 /* NSCC state: the attributes of cc.NSCC of the same names (underscored ones without it). */
@@ -66,6 +77,9 @@ typedef struct mrcn_nscc {
     int app_limited;           /* the requester has no new data to send */
     int epoch_app_limited;     /* ... at some time in this epoch: no quick-adapt */
     uint64_t md_count, qa_count, ecn_count, acks, noop_count, qa_app_limited;
+    int delay_filter;          /* enum mrcn_nscc_delay_filter */
+    double avg_delay_s;        /* s, uet-htsim's _avg_delay (MRCN_NSCC_DELAY_EWMA) */
+    uint64_t md_filtered;      /* marked ACKs above target whose average spared the window */
 } mrcn_nscc;
 
 /* DCQCN constructor keywords (dcqcn.DCQCN.__init__); a has_* flag 0 is Python's None, the

@@ -174,7 +174,22 @@ void mrcn_ev_set_destroy(mrcn_ev_set *set)
     free(set->rotation);
     free(set->info);
     free(set->index);
+    free(set->reuse);
     free(set);
+}
+
+int mrcn_ev_set_select(mrcn_ev_set *set, int select)
+{
+    if (select != MRCN_EV_SELECT_ROTATION && select != MRCN_EV_SELECT_REPS)
+        return MRCN_EINVAL;
+    if (select == MRCN_EV_SELECT_REPS && set->reuse == NULL) {
+        set->reuse = malloc(MRCN_EV_REPS_QUEUE_MAX * sizeof *set->reuse);
+        if (set->reuse == NULL)
+            return MRCN_ENOMEM;
+    }
+    set->select = select;
+    set->reuse_head = set->reuse_n = 0;
+    return MRCN_OK;
 }
 
 /* Record index of EV ``ev`` or -1 (the dict lookup). */
@@ -422,6 +437,83 @@ static void new_rotation(mrcn_ev_set *set)
     set->pos = 0;
 }
 
+void mrcn_ev_reps_feedback(mrcn_ev_set *set, uint32_t ev, uint32_t penalty)
+{
+    int64_t i = find(set, ev);
+    if (set->select != MRCN_EV_SELECT_REPS || i < 0)
+        return;
+    if (penalty == 0) {   /* deque(maxlen=...).append: the oldest goes when full */
+        if (set->reuse_n == MRCN_EV_REPS_QUEUE_MAX) {
+            set->reuse_head = (set->reuse_head + 1) % MRCN_EV_REPS_QUEUE_MAX;
+            set->reuse_n--;
+        }
+        set->reuse[(set->reuse_head + set->reuse_n) % MRCN_EV_REPS_QUEUE_MAX] = (uint32_t)i;
+        set->reuse_n++;
+        return;
+    }
+    uint64_t sum = (uint64_t)set->info[i].penalty + penalty;   /* min(penalty + p, MAX) */
+    set->info[i].penalty = sum < MRCN_EV_REPS_MAX_PENALTY ? (uint32_t)sum : MRCN_EV_REPS_MAX_PENALTY;
+}
+
+/* ev.py _PICKABLE */
+static bool pickable(mrcn_ev_state state)
+{
+    return state == MRCN_EV_GOOD || state == MRCN_EV_SKIP;
+}
+
+/* ev.py EVSet._pick_reps (alive_since_ns already cleared when no usable EV qualifies). */
+static int pick_reps(mrcn_ev_set *set, bool has_exclude, uint32_t exclude,
+                     uint64_t alive_since_ns, uint32_t *ev)
+{
+    while (set->reuse_n > 0) {
+        mrcn_ev_info *info = &set->info[set->reuse[set->reuse_head]];
+        if (!pickable(info->state)) {
+            set->reuse_head = (set->reuse_head + 1) % MRCN_EV_REPS_QUEUE_MAX;
+            set->reuse_n--;
+            continue;
+        }
+        if ((has_exclude && info->ev == exclude) || info->delivered_ts_ns < alive_since_ns)
+            break;   /* stays queued: this pick takes the rotation */
+        set->reuse_head = (set->reuse_head + 1) % MRCN_EV_REPS_QUEUE_MAX;
+        set->reuse_n--;
+        set->picks++;
+        set->reused++;
+        *ev = info->ev;
+        return 1;
+    }
+    uint32_t passes = set->n;
+    bool spent = false;
+    uint64_t tries = 2 * (uint64_t)set->n + 1;
+    for (uint64_t k = 0; k < tries; k++) {
+        if (set->pos >= set->rot_len)
+            new_rotation(set);
+        mrcn_ev_info *info = &set->info[set->rotation[set->pos++]];
+        if (!pickable(info->state) || (has_exclude && info->ev == exclude) ||
+            info->delivered_ts_ns < alive_since_ns)
+            continue;
+        if (info->penalty && passes) {   /* uet-htsim: only the first one passed over pays */
+            if (!spent) {
+                info->penalty--;
+                spent = true;
+            }
+            passes--;
+            continue;
+        }
+        set->picks++;
+        *ev = info->ev;
+        return 1;
+    }
+    for (uint32_t j = 0; j < set->n; j++) {
+        const mrcn_ev_info *info = &set->info[set->order[j]];
+        if (pickable(info->state)) {
+            set->picks++;
+            *ev = info->ev;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int mrcn_ev_pick(mrcn_ev_set *set, double now, bool has_exclude, uint32_t exclude,
                  uint64_t alive_since_ns, uint32_t *ev)
 {
@@ -435,6 +527,8 @@ int mrcn_ev_pick(mrcn_ev_set *set, double now, bool has_exclude, uint32_t exclud
         if (!any)
             alive_since_ns = 0;
     }
+    if (set->select == MRCN_EV_SELECT_REPS)
+        return pick_reps(set, has_exclude, exclude, alive_since_ns, ev);
     uint64_t tries = 2 * (uint64_t)set->n + 1;
     for (uint64_t k = 0; k < tries; k++) {
         if (set->pos >= set->rot_len)
@@ -487,7 +581,7 @@ int mrcn_ev_pick(mrcn_ev_set *set, double now, bool has_exclude, uint32_t exclud
 int64_t mrcn_ev_pick_many(mrcn_ev_set *set, double now, uint32_t n, uint32_t *out)
 {
     int64_t k = 0;
-    if (set->all_good) {   /* whole slices of the rotation: the requester's hot path */
+    if (set->all_good && set->select != MRCN_EV_SELECT_REPS) {   /* the requester's hot path */
         while (n > 0) {
             if (set->pos >= set->rot_len)
                 new_rotation(set);

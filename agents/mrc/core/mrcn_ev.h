@@ -62,6 +62,16 @@ typedef enum mrcn_ev_cause {
 /* Events the queue holds between two drains. */
 #define MRCN_EV_EVENT_QUEUE 16
 
+/* EV selection (ev.py EV_SELECT): the spec's rotation with SKIP, or the non-spec REPS variant
+ * (ev.py EVSet._pick_reps, after uet-htsim's UecMpMixed). */
+#define MRCN_EV_SELECT_ROTATION 0
+#define MRCN_EV_SELECT_REPS 1
+/* ev.py REPS_ECN_PENALTY, REPS_NACK_PENALTY, REPS_MAX_PENALTY, REPS_QUEUE_MAX */
+#define MRCN_EV_REPS_ECN_PENALTY 1u
+#define MRCN_EV_REPS_NACK_PENALTY 4u
+#define MRCN_EV_REPS_MAX_PENALTY 15u
+#define MRCN_EV_REPS_QUEUE_MAX 4096u
+
 /* The next state for (state, cause) from the table (ev.py next_state): MRCN_OK with
  * *next set, or MRCN_ESTATE for an illegal pair (Python EVStateError) or a bad state. */
 int mrcn_ev_next_state(mrcn_ev_state state, mrcn_ev_cause cause, mrcn_ev_state *next);
@@ -99,10 +109,12 @@ typedef struct mrcn_ev_info {
     uint64_t loss_run_ts_ns;     /* send stamp of the last loss counted in loss_run */
     bool loss_run_timeout;       /* a retransmission timeout among loss_run's losses */
     uint64_t losses_excused;     /* losses not charged: a later packet on the EV arrived */
+    uint64_t losses_chargeable;  /* losses of a cause in loss.CHARGED, excused or not */
     uint64_t skip_picks;         /* set pick count at which a SKIP has seen one rotation */
     bool always_skip;            /* ALWAYS_SKIP: only a clean SACK (or a long bound) ends it */
     uint64_t skips;              /* entries into SKIP (never reported) */
     uint64_t drops_reported;     /* packets_lost when the last event was reported */
+    uint32_t penalty;            /* REPS variant: rotation turns it is still passed over */
 } mrcn_ev_info;
 
 /* One reported EV state change (ev.py EVEvent; the QPN is the set's). drop_count:
@@ -143,6 +155,10 @@ typedef struct mrcn_ev_set {
     uint32_t ev_count;
     uint64_t events_overflow;    /* events dropped because the caller did not drain */
     int32_t loss_cause_next;     /* the next event's loss_cause (-1 unless mrcn_ev_apply_loss) */
+    int select;                  /* MRCN_EV_SELECT_* */
+    uint32_t *reuse;             /* REPS: record indices of good ACKs' EVs, a ring (NULL: rotation) */
+    uint32_t reuse_head, reuse_n;
+    uint64_t reused;             /* REPS: picks that reused a good ACK's EV */
 } mrcn_ev_set;
 
 /* Create a set over ``evs`` (count >= 1 distinct ids) with room for ``capacity``
@@ -155,6 +171,16 @@ int mrcn_ev_set_create(mrcn_ev_set **out, const uint32_t *evs, uint32_t count,
                        uint32_t ev_min_active, double skip_timeout_s,
                        mrcn_ev_state initial_state, uint32_t event_mask);
 void mrcn_ev_set_destroy(mrcn_ev_set *set);
+
+/* Choose the EV selection (ev.py EVSet's ``select``): MRCN_EV_SELECT_ROTATION (the default at
+ * create) or MRCN_EV_SELECT_REPS, whose reuse ring it allocates. MRCN_EINVAL for another value,
+ * MRCN_ENOMEM. */
+int mrcn_ev_set_select(mrcn_ev_set *set, int select);
+
+/* REPS variant (ev.py reps_feedback): an ACK for ``ev``; penalty 0 queues it for reuse (the
+ * oldest entry is forgotten when the ring is full), else adds to its penalty (capped). Nothing
+ * for an unknown EV or in rotation mode. */
+void mrcn_ev_reps_feedback(mrcn_ev_set *set, uint32_t ev, uint32_t penalty);
 
 /* The record of EV ``ev`` (in or out of the spray order), or NULL. */
 mrcn_ev_info *mrcn_ev_get(mrcn_ev_set *set, uint32_t ev);

@@ -24,6 +24,7 @@ void mrcn_nscc_params_default(mrcn_nscc_params *p)
     p->initial_window_bytes = 0.0;
     p->max_cwnd_bytes = INFINITY;
     p->min_target_s = 0.0005;
+    p->delay_filter = MRCN_NSCC_DELAY_ACK;
 }
 
 /* NSCC._set_base_rtt */
@@ -79,6 +80,8 @@ int mrcn_nscc_init(mrcn_cc *cc, const mrcn_nscc_params *p)
     double iw = !p->has_initial_window ? 10.0 * mss : p->initial_window_bytes;
     if (iw <= 0 || p->max_cwnd_bytes <= 0 || p->min_target_s < 0)
         return MRCN_EINVAL;
+    if (p->delay_filter != MRCN_NSCC_DELAY_ACK && p->delay_filter != MRCN_NSCC_DELAY_EWMA)
+        return MRCN_EINVAL;
     n->has_rate = p->has_rate;
     n->rate_bps = p->has_rate ? p->rate_bps : 0.0;
     n->target_factor = p->target_factor;
@@ -110,7 +113,20 @@ int mrcn_nscc_init(mrcn_cc *cc, const mrcn_nscc_params *p)
     n->epoch_loss = 0;
     n->app_limited = n->epoch_app_limited = 0;
     n->md_count = n->qa_count = n->ecn_count = n->acks = n->noop_count = n->qa_app_limited = 0;
+    n->delay_filter = p->delay_filter;
+    n->avg_delay_s = 0.0;
+    n->md_filtered = 0;
     return MRCN_OK;
+}
+
+/* NSCC._filter_delay: uet-htsim's UecSrc::update_delay (htsim/sim/uec.cpp); an unmarked sample
+ * above the target counts as a quarter of the base RTT. */
+static void filter_delay(mrcn_nscc *n, double sample_s, int marked)
+{
+    if (!marked && sample_s > n->target_s)
+        sample_s = n->base_rtt_s * 0.25;
+    double w = MRCN_NSCC_DELAY_EWMA_WEIGHT;
+    n->avg_delay_s = w * sample_s + (1.0 - w) * n->avg_delay_s;
 }
 
 void mrcn_nscc_on_packets_acked(mrcn_cc *cc, double now, uint64_t acked_bytes, int has_rtt,
@@ -130,18 +146,33 @@ void mrcn_nscc_on_packets_acked(mrcn_cc *cc, double now, uint64_t acked_bytes, i
     double d = mrcn_py_max(rtt_s - base, 0.0);
     double target = n->target_s;
     int congested = ecn || (!n->ecn_capable && d >= n->delay_md_factor * target);
+    int filtered = n->delay_filter == MRCN_NSCC_DELAY_EWMA;
+    if (filtered) {
+        if (rtt_s >= base) {
+            filter_delay(n, d, congested);
+        } else {          /* uet-htsim: a sample below the base RTT takes the average's place */
+            d = n->avg_delay_s;
+            congested = ecn || (!n->ecn_capable && d >= n->delay_md_factor * target);
+        }
+    }
     if (!congested) {
         if (d < target)   /* proportional increase */
             cc->cwnd_bytes += n->alpha * (double)acked_bytes * (target - d) / target;
         else              /* fair increase */
             cc->cwnd_bytes += n->fi * (double)cc->mss_bytes * (double)acked_bytes / cc->cwnd_bytes;
-    } else if (d >= target && now - n->last_md >= base) {
-        /* multiplicative decrease, at most once per base RTT */
-        double factor = d > 0 ? mrcn_py_max(1.0 - n->gamma * (d - target) / d, n->md_floor) : 1.0;
-        cc->cwnd_bytes *= factor;
-        n->last_md = now;
-        n->md_count++;
-    } else if (d < target) {
+    } else if (d >= target) {
+        double cut = filtered ? n->avg_delay_s : d;
+        if (filtered && cut <= target) {
+            n->md_filtered++;
+        } else if (now - n->last_md >= base) {
+            /* multiplicative decrease, at most once per base RTT */
+            double factor = cut > 0 ? mrcn_py_max(1.0 - n->gamma * (cut - target) / cut, n->md_floor)
+                                    : 1.0;
+            cc->cwnd_bytes *= factor;
+            n->last_md = now;
+            n->md_count++;
+        }
+    } else {
         n->noop_count++;
     }
     clamp(cc);
@@ -150,8 +181,12 @@ void mrcn_nscc_on_packets_acked(mrcn_cc *cc, double now, uint64_t acked_bytes, i
 void mrcn_nscc_on_packets_lost(mrcn_cc *cc, double now, uint64_t lost_bytes, int trimmed)
 {
     cc->cwnd_bytes -= (double)lost_bytes;
-    if (trimmed)     /* cc.py: only a trim arms quick-adapt (uet-htsim's NACK) */
-        cc->u.nscc.epoch_loss = 1;
+    if (trimmed) {   /* cc.py: only a trim arms quick-adapt (uet-htsim's NACK) */
+        mrcn_nscc *n = &cc->u.nscc;
+        n->epoch_loss = 1;
+        if (n->delay_filter == MRCN_NSCC_DELAY_EWMA && n->has_base_rtt)
+            filter_delay(n, n->base_rtt_s, 1);
+    }
     clamp(cc);
     epoch(cc, now);
 }

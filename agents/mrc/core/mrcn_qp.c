@@ -127,6 +127,10 @@ int mrcn_qp_init_evs(mrcn_qp *qp, const uint32_t *evs, uint32_t count, uint32_t 
                                 ev_min_active, qp->cfg.skip_timeout_s, MRCN_EV_GOOD, event_mask);
     if (rc < 0)
         return rc;
+    if ((rc = mrcn_ev_set_select(set, qp->cfg.ev_select)) < 0) {
+        mrcn_ev_set_destroy(set);
+        return rc;
+    }
     set->srtt_s = qp->rtt.has_srtt ? qp->rtt.srtt_s : NAN;   /* skip_timeout_fn */
     if ((rc = mrcn_req_set_evs(&qp->req, set)) < 0) {
         mrcn_ev_set_destroy(set);

@@ -525,8 +525,10 @@ int mrcn_req_declare_lost(mrcn_req *r, uint32_t psn, double now, mrcn_loss_cause
     /* A loss on an EV this QP already found dead is the path's failure, not congestion. */
     if (cause == MRCN_LOSS_TRIMMED || info->state != MRCN_EV_ASSUMED_BAD)
         mrcn_cc_on_packets_lost(r->cc, now, tx->length, cause == MRCN_LOSS_TRIMMED);
-    if (!r->cfg->rc && mrcn_loss_charged(cause))
+    if (!r->cfg->rc && mrcn_loss_charged(cause)) {
+        info->losses_chargeable++;
         return mrcn_loss_charge_ev(r, psn, info, now, cause);
+    }
     return MRCN_OK;
 }
 
@@ -690,6 +692,8 @@ int mrcn_req_on_sack(mrcn_req *r, const mrcn_sack *s, double now)
     int ecn = (s->flags & MRCN_FLAG_ECN_ECHO) != 0;
     mrcn_cc_on_packets_acked(r->cc, now, acked, has_rtt, rtt, ecn);
     if (info != NULL && !r->cfg->rc) {
+        /* the non-spec REPS variant: a good ACK's EV is reused */
+        mrcn_ev_reps_feedback(r->evs, ev, ecn || s->mode ? MRCN_EV_REPS_ECN_PENALTY : 0);
         if (ecn || s->mode) {   /* the echoed EV carried a CE mark: skip it */
             r->ev_skips_ecn++;
             int a = mrcn_ev_apply(r->evs, ev, MRCN_EV_CONGESTION, now,
@@ -761,6 +765,9 @@ int mrcn_req_on_nack(mrcn_req *r, const mrcn_nack *k, double now)
         (rc = mrcn_loss_lose(r, k->psn, now, trimmed ? MRCN_LOSS_TRIMMED : MRCN_LOSS_NACK)) <= 0)
         return rc < 0 ? rc : MRCN_OK;
     if (trimmed && mrc) {
+        /* REPS variant: a last-hop trim is a good ACK for the path (uet-htsim) */
+        mrcn_ev_reps_feedback(r->evs, tx->ev, k->reason == MRCN_NACK_TRIMMED_LASTHOP
+                                                  ? 0 : MRCN_EV_REPS_NACK_PENALTY);
         if (k->reason == MRCN_NACK_TRIMMED_LASTHOP) {   /* the host's link, not the EV */
             r->ev_skips_trim_lasthop++;
         } else {                                        /* UET: trims before the last hop skip */

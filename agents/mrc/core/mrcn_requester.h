@@ -49,6 +49,7 @@ typedef struct mrcn_qp_config {
     uint32_t ev_event_mask;
     uint32_t max_burst;            /* datagrams per datagrams_to_send, >= 1 */
     double cnp_interval_s;         /* s, 0: no CNPs */
+    int ev_select;                 /* MRCN_EV_SELECT_* (mrcn_ev.h): the spec's rotation or REPS */
 } mrcn_qp_config;
 
 /* types.QPAttr (mrc.h struct mrc_qp_attr). */
