@@ -70,16 +70,33 @@ DEFINITIONS = {
                 "links, a plane's entries with one trigger and offset: journal 'planned_s')",
     "detect_median_s": "over the tx QPs crossing the first disruptive fault (a rank's requester towards a peer "
                        "with an EV over one of its links, not already retired when it came): the median of "
-                       "each QP's first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN of such an EV at or after the "
-                       "fault while its link was down (fault apply .. revert or link_up); a QP that never "
-                       "retired one counts as infinitely late (null when half or more never did); s; null "
-                       "without EVs or crossing QPs. Per fault in per_fault",
-    "detect_worst_s": "the latest of those first retirements over the crossing QPs (detect_median_s): how long "
-                      "the slowest QP took to detect the fault; null when any crossing QP never detected it "
-                      "(detect_qps says how many) or without EVs or crossing QPs; s. Per fault in per_fault",
+                       "each QP's time to detect it, from the later of the fault and the QP's first "
+                       "transmission on such an EV after it (a QP idle at the fault cannot detect it before it "
+                       "sends into it) to its first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN of such an EV at or "
+                       "after the fault while its link was down (fault apply .. revert or link_up). The first "
+                       "transmission is the last sample before the first one whose 'sent' counter of such an EV "
+                       "exceeds its value at the fault (up to one sample interval early, never late); counted "
+                       "only if it came before the retirement and the QP had no write outstanding at some sample "
+                       "from the fault to it, else (and without samples) the time runs from the fault "
+                       "(detect_per_qp.start). A QP that never retired one counts as infinitely late (null when "
+                       "half or more never did); s; null without EVs or crossing QPs. Per fault in per_fault",
+    "detect_worst_s": "the latest of those detection times over the crossing QPs (detect_median_s): how long "
+                      "the slowest QP took to detect the fault once it sent into it; null when any crossing QP "
+                      "never detected it (detect_qps says how many) or without EVs or crossing QPs; s. Per fault "
+                      "in per_fault",
     "detect_qps": "the QPs detect_median_s is over: detected (QPs that retired a crossing EV), crossing (QPs "
                   "with one) and undetected [{rank, peer}]; null without EVs (or job specs). Per fault in "
                   "per_fault",
+    "detect_median_from_fault_s": "detect_median_s timed from the fault for every QP (first retirement - fault "
+                                  "apply: the earlier definition), idle time included; s",
+    "detect_worst_from_fault_s": "detect_worst_s timed from the fault for every QP, idle time included; s",
+    "detect_per_qp": "per crossing QP [{rank, peer, detect_s (as detect_median_s), from_fault_s (retirement - "
+                     "fault), idle_before_s (their difference: how long after the fault it first sent into "
+                     "it), start}]; start: idle (timed from its first transmission), sending (it sent within a "
+                     "sample interval of the fault), awaiting_acks (a write outstanding throughout: the loss may "
+                     "be of a packet sent before the fault), no_send (nothing sent into it before the "
+                     "retirement), no_samples; all null for a QP that never detected it; s. Per fault in "
+                     "per_fault",
     "detect_causes": "how each detecting QP's first retirement found its loss: {inference (a later packet's "
                      "SACK: the per-EV reordering or the cross-EV out-of-order rule), timeout (the retransmission "
                      "timer), other (a controller's DENY, or an agent that does not report the cause)}, counts of "

@@ -231,7 +231,8 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
     """Per-flow and per-EV failover KPIs (:mod:`testbed.metrics.kpis`) of one transport whose
     flows run on the agent job specs ``jobs``; ``detect``: one per fault of ``instants``
     (:func:`fault_instants`), the first retirement of an EV crossing any of its links;
-    ``detect_qps``: one per fault, :func:`detect_over_qps` (None without job specs)."""
+    ``detect_qps``: one per fault, :func:`detect_over_qps` (None without job specs; each tx QP's
+    samples from ``flows``)."""
     hosts = list(jobs[0].get("world", [])) if jobs else []
     base_rtt = (jobs[0].get("qp", {}).get("cc_params", {}).get("base_rtt_s") if jobs else None)
     spans = iteration_spans(tr.events, t0)
@@ -259,7 +260,7 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
         mine = {k for k, links in evl.items() if down & set(links)}
         detect.append(next((r["t_s"] - f["t_s"] for r in rets if r["t_s"] >= f["t_s"] - 1e-9
                             and (r["rank"], r["dir"], r["peer"], r["ev_id"]) in mine), None))
-    spread = [detect_over_qps(trans, evl, f, windows) if evl else None for f in instants]
+    spread = [detect_over_qps(trans, evl, f, windows, flows) if evl else None for f in instants]
     false = false_retirements(rets, windows, evl) if evl else []
     gaps = [g for k in kp for g in k["healthy_gaps_s"]]
     return {
@@ -280,7 +281,8 @@ def _fault_kpis(tr: TransportRecords, t0: float, window: tuple[float, float], fl
 
 
 #: The keys :func:`detect_over_qps` gives a fault (and the summary its first fault's).
-DETECT_QP_KEYS = ("detect_median_s", "detect_worst_s", "detect_qps", "detect_causes")
+DETECT_QP_KEYS = ("detect_median_s", "detect_worst_s", "detect_median_from_fault_s", "detect_worst_from_fault_s",
+                  "detect_qps", "detect_causes", "detect_per_qp")
 
 #: How a QP's first retirement of a crossing EV found its loss (``loss_cause`` of the transition):
 #: inference from later packets' SACKs (the per-EV reordering rule and the cross-EV out-of-order
@@ -288,20 +290,75 @@ DETECT_QP_KEYS = ("detect_median_s", "detect_worst_s", "detect_qps", "detect_cau
 #: report the cause).
 DETECT_CAUSES = {"ev_threshold": "inference", "ooo": "inference", "timeout": "timeout"}
 
+#: Where a detecting QP's detection is timed from (``detect_per_qp`` ``start``, :func:`send_start`):
+#: ``idle``, its first transmission on a crossing EV after the fault (it sent none on them
+#: before); every other from the fault itself: ``sending`` (it sent on one within a sample interval
+#: of the fault), ``awaiting_acks`` (it sent none for a while but had a write outstanding at every
+#: sample until then: the loss it found may be of a packet sent before the fault), ``no_send`` (no
+#: transmission on one between the fault and its retirement), ``no_samples`` (no samples of its
+#: crossing EVs' counters).
+DETECT_STARTS = ("idle", "sending", "awaiting_acks", "no_send", "no_samples")
 
-def detect_over_qps(trans: list[dict], evl: dict[tuple, tuple], fault: dict, windows: list[dict]) -> dict:
+
+def send_start(fs: FlowSeries | None, evs: list, t_f: float, t_det: float) -> tuple[float, str]:
+    """When a tx QP began sending into a fault at ``t_f`` that it detected at ``t_det`` (both
+    relative s): ``(start_s, why)``, ``why`` one of :data:`DETECT_STARTS`. ``fs``: the QP's tx
+    flow samples (:class:`FlowSeries`; its ``ev_sent`` counters and ``busy``); ``evs``: the ids
+    of its EVs crossing the fault. The start is the last sample before the first one in which any
+    of those EVs' ``sent`` exceeds its value at the fault's sample (its last at or before
+    ``t_f``): within one sample interval before the true first transmission, never after it; it
+    is ``t_f`` unless that sample lies after the fault and before ``t_det`` and the QP was idle
+    (``busy`` false) at one sample from the fault's sample to it (or ``busy`` is not recorded)."""
+    sent = {ev: fs.ev_sent[ev] for ev in evs if fs is not None and ev in fs.ev_sent}
+    moved, seen = float("inf"), False
+    for ts, counts in sent.values():
+        i = int(np.searchsorted(ts, t_f + 1e-9, side="right")) - 1
+        if i < 0:   # not listed before the fault: no count to compare with
+            continue
+        seen = True
+        up = np.flatnonzero(counts[i + 1:] > counts[i])
+        if len(up):
+            moved = min(moved, float(ts[i + 1 + up[0]]))
+    if not seen:
+        return t_f, "no_samples"
+    if not np.isfinite(moved):
+        return t_f, "no_send"
+    j = int(np.searchsorted(fs.t_s, moved, side="left")) - 1
+    before = float(fs.t_s[j]) if j >= 0 else -float("inf")
+    if before <= t_f + 1e-9:
+        return t_f, "sending"
+    if before >= t_det - 1e-9:
+        return t_f, "no_send"
+    if fs.busy is not None:
+        i0 = max(int(np.searchsorted(fs.t_s, t_f + 1e-9, side="right")) - 1, 0)
+        if fs.busy[i0:j + 1].all():   # a write outstanding throughout: its lost packets may predate the idle
+            return t_f, "awaiting_acks"
+    return before, "idle"
+
+
+def detect_over_qps(trans: list[dict], evl: dict[tuple, tuple], fault: dict, windows: list[dict],
+                    flows: dict | None = None) -> dict:
     """Detection of one fault (:func:`fault_instants`: ``t_s``, ``links``) by every tx QP that
     was sending over it: a crossing QP is a (rank, peer) whose requester has an EV (``evl``:
     :func:`ev_links`) over one of the fault's links that was not already retired when the fault
     came (its last transition of ``trans``, :func:`ev_transitions`, before it left it GOOD or
-    SKIP); its detection is its first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN of such an EV at
-    or after the fault while that link was still down (``windows``: :func:`fault_windows`).
-    Returns ``{"detect_median_s", "detect_worst_s", "detect_qps": {"detected", "crossing",
-    "undetected": [{"rank", "peer"}]}, "detect_causes": {"inference", "timeout", "other"}}``:
-    median and worst (s) over the crossing QPs, a QP that never detected it counting as
+    SKIP); it detects the fault by its first GOOD/SKIP -> ASSUMED_BAD/DENIED/UNKNOWN of such an
+    EV at or after the fault while that link was still down (``windows``: :func:`fault_windows`).
+    Its detection time is timed from the later of the fault and its first transmission on such an
+    EV after it (:func:`send_start`, from ``flows``: :func:`flow_samples`, keyed (rank, peer,
+    "tx"); a QP idle at the fault cannot detect it before it sends into it); without its samples,
+    from the fault.
+    Returns ``{"detect_median_s", "detect_worst_s", "detect_median_from_fault_s",
+    "detect_worst_from_fault_s", "detect_qps": {"detected", "crossing", "undetected": [{"rank",
+    "peer"}]}, "detect_causes": {"inference", "timeout", "other"}, "detect_per_qp": [{"rank",
+    "peer", "detect_s", "from_fault_s", "idle_before_s", "start"}]}``: median and worst (s) over
+    the crossing QPs, from the start and from the fault, a QP that never detected it counting as
     infinitely late, so that the worst (and the median, when half or more never detected it) is
     None; both None without a crossing QP; ``detect_causes`` counts the detecting QPs by how
-    their first retirement found its loss (:data:`DETECT_CAUSES`)."""
+    their first retirement found its loss (:data:`DETECT_CAUSES`); ``detect_per_qp``, per crossing
+    QP by (rank, peer), its detection from the start and from the fault, the difference
+    (``idle_before_s``) and where it was timed from (:data:`DETECT_STARTS`), all None for one that
+    never detected it."""
     from testbed.metrics.definitions import DETECTED_STATES
 
     t_f, down = fault["t_s"], set(fault["links"])
@@ -317,22 +374,39 @@ def detect_over_qps(trans: list[dict], evl: dict[tuple, tuple], fault: dict, win
     over = {k: down & set(links) for k, links in evl.items()
             if k[1] == "tx" and down & set(links) and state.get(k, "GOOD") not in DETECTED_STATES}
     qps = sorted({(k[0], k[2]) for k in over}, key=lambda q: (q[0], str(q[1])))
-    first: dict[tuple, float] = {}
+    first: dict[tuple, float] = {}   # (rank, peer) -> time of its first retirement, relative s
     causes = dict.fromkeys(("inference", "timeout", "other"), 0)
     for e in trans:
         k = key(e)
         if (k in over and (k[0], k[2]) not in first and e["old"] in ("GOOD", "SKIP") and e["new"] in DETECTED_STATES
                 and any(t_f - 1e-9 <= e["t_s"] <= until.get(link, float("inf")) for link in over[k])):
-            first[(k[0], k[2])] = e["t_s"] - t_f
+            first[(k[0], k[2])] = e["t_s"]
             causes[DETECT_CAUSES.get(e.get("loss_cause"), "other")] += 1
-    times = [first.get(q, float("inf")) for q in qps]
-    median = float(np.median(times)) if times else None
-    worst = max(times) if times else None
-    return {"detect_median_s": median if median is not None and np.isfinite(median) else None,
-            "detect_worst_s": worst if worst is not None and np.isfinite(worst) else None,
+    per_qp = []
+    for r, p in qps:
+        row = {"rank": r, "peer": p, "detect_s": None, "from_fault_s": None, "idle_before_s": None, "start": None}
+        if (r, p) in first:
+            evs = [k[3] for k in over if (k[0], k[2]) == (r, p)]
+            start, why = send_start((flows or {}).get((r, p, "tx")), evs, t_f, first[(r, p)])
+            row.update(detect_s=first[(r, p)] - start, from_fault_s=first[(r, p)] - t_f,
+                       idle_before_s=start - t_f, start=why)
+        per_qp.append(row)
+
+    def spread(name: str) -> tuple[float | None, float | None]:
+        """(median, worst) of the QPs' ``name``, a QP that never detected counting as infinitely late."""
+        times = [float("inf") if q[name] is None else q[name] for q in per_qp]
+        if not times:
+            return None, None
+        median, worst = float(np.median(times)), max(times)
+        return (median if np.isfinite(median) else None), (worst if np.isfinite(worst) else None)
+
+    median, worst = spread("detect_s")
+    median_ff, worst_ff = spread("from_fault_s")
+    return {"detect_median_s": median, "detect_worst_s": worst,
+            "detect_median_from_fault_s": median_ff, "detect_worst_from_fault_s": worst_ff,
             "detect_qps": {"detected": len(first), "crossing": len(qps),
                            "undetected": [{"rank": r, "peer": p} for r, p in qps if (r, p) not in first]},
-            "detect_causes": causes}
+            "detect_causes": causes, "detect_per_qp": per_qp}
 
 
 def comparison_row(s: dict) -> dict:

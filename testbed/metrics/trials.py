@@ -27,6 +27,7 @@ KPIS: tuple[str, ...] = (
 #: ``detect_median_s`` and ``detect_worst_s``), aggregated like :data:`KPIS` but not yet rows of
 #: the trials table (:data:`testbed.report.trials.LABELS` labels every KPI of :data:`KPIS`).
 DETECT_KPIS: tuple[str, ...] = ("detect_median_s", "detect_worst_s",   # in KPIS too: the trials table shows them
+                                 "detect_median_from_fault_s", "detect_worst_from_fault_s",
                                  "detect_causes.inference", "detect_causes.timeout")
 #: What a claim's rule may name (:func:`testbed.spec.claimsfile.rule_problems`).
 RULE_KPIS: tuple[str, ...] = tuple(dict.fromkeys((*KPIS, *DETECT_KPIS)))

@@ -11,7 +11,8 @@ memory, the cyclic garbage collector rescans every live container again and agai
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from array import array
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Iterable
 
@@ -22,6 +23,13 @@ from testbed.rundir.errors import MetricsError
 FlowKey = tuple  # (rank, peer, dir)
 _MISSING = object()
 _EV_ID = itemgetter("ev_id")
+_SENT = itemgetter("sent")
+
+
+def _sent(ev: dict) -> float:
+    """An EV's ``sent`` counter as a float, NaN when absent or not a number."""
+    v = ev.get("sent")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
 
 def _floats(values: list) -> np.ndarray:
@@ -34,9 +42,13 @@ class _FlowColumns:
 
     EVs: only the last-seen value of each EV id matters (:meth:`SampleTable.flows`), so an
     ``evs`` list is dropped as soon as a later sample (not earlier in time) brings the same
-    EV ids; ``ev_lists`` keeps the others, ``ev_last`` the newest, with their row indices."""
+    EV ids; ``ev_lists`` keeps the others, ``ev_last`` the newest, with their row indices.
+    Every listed EV's ``sent`` counter is kept too, as numbers only: ``sent_vals`` (float64,
+    NaN when absent) holds each listing's values in EV order, ``sent_rows`` its row and
+    ``sent_ids`` its EV ids (one shared tuple while they do not change)."""
     __slots__ = ("t", "bytes", "retransmits", "rtt_s", "cwnd_bytes", "retransmitted_bytes", "has_rtx_bytes",
-                 "busy", "has_busy", "ev_rows", "ev_lists", "ev_last", "ev_row", "ev_ids", "ev_t")
+                 "busy", "has_busy", "ev_rows", "ev_lists", "ev_last", "ev_row", "ev_ids", "ev_t",
+                 "sent_rows", "sent_ids", "sent_vals")
 
     def __init__(self):
         self.t: list = []
@@ -54,6 +66,9 @@ class _FlowColumns:
         self.ev_row = -1
         self.ev_ids: tuple = ()
         self.ev_t = -math.inf
+        self.sent_rows: list = []
+        self.sent_ids: list = []
+        self.sent_vals = array("d")
 
 
 class SampleTable:
@@ -117,12 +132,21 @@ class SampleTable:
                             c.ev_lists.append(c.ev_last)
                         c.ev_ids = ids
                     c.ev_last, c.ev_row, c.ev_t = evs, len(c.t) - 1, t
+                    c.sent_rows.append(len(c.t) - 1)
+                    c.sent_ids.append(c.ev_ids)
+                    n_vals = len(c.sent_vals)
+                    try:
+                        c.sent_vals.extend(map(_SENT, evs))
+                    except (KeyError, TypeError):   # an EV without a numeric "sent": NaN for it
+                        del c.sent_vals[n_vals:]
+                        c.sent_vals.extend(map(_sent, evs))
         return cls(np.array(ts, dtype=float), ranks, cols, loop)
 
     def flows(self, t0_s: float) -> dict:
         """``{(rank, peer, dir): FlowSeries}`` with times relative to ``t0_s``, each flow's
         samples sorted by time (stable); ``evs``: per EV id its last-seen (in that order)
-        ``state``, ``sent``, ``lost``."""
+        ``state``, ``sent``, ``lost``; ``ev_sent``: per EV id its ``sent`` at every sample
+        that listed it."""
         out = {}
         for key, c in self._flows.items():
             t = np.array(c.t, dtype=float) - t0_s
@@ -147,8 +171,35 @@ class SampleTable:
                    for ev, v in last.items()}
             out[key] = FlowSeries(take(t), np.nan_to_num(take(_floats(c.bytes))),
                                   np.nan_to_num(take(_floats(c.retransmits))), take(_floats(c.rtt_s)),
-                                  take(_floats(c.cwnd_bytes)), rb, evs, busy)
+                                  take(_floats(c.cwnd_bytes)), rb, evs, busy, _ev_sent(c, t))
         return out
+
+
+def _ev_sent(c: _FlowColumns, t: np.ndarray) -> dict:
+    """``{ev_id: (t_s, sent)}`` of one flow: each EV's ``sent`` counter at every sample that
+    listed it, float64 arrays of one shape sorted by time (stable); ``t``: the flow's sample times
+    (relative s) in file order."""
+    rows_of: dict = {}
+    vals = np.frombuffer(c.sent_vals, dtype=float) if len(c.sent_vals) else np.zeros(0)
+    start = off = 0
+    rows = np.array(c.sent_rows, dtype=int)
+    while start < len(rows):   # runs of listings with the same EV ids: one (listings, EVs) block each
+        ids = c.sent_ids[start]
+        end = start + 1
+        while end < len(rows) and (c.sent_ids[end] is ids or c.sent_ids[end] == ids):
+            end += 1
+        block = vals[off:off + (end - start) * len(ids)].reshape(end - start, len(ids))
+        for j, ev in enumerate(ids):
+            rows_of.setdefault(ev, []).append((rows[start:end], block[:, j]))
+        off += (end - start) * len(ids)
+        start = end
+    out = {}
+    for ev, parts in rows_of.items():
+        r = np.concatenate([p[0] for p in parts])
+        v = np.concatenate([p[1] for p in parts])
+        order = np.argsort(t[r], kind="stable")
+        out[ev] = (t[r][order], v[order])
+    return out
 
 
 _SWITCH_COUNTERS = ("ecn_marked", "trimmed", "switch_drops")
@@ -212,3 +263,6 @@ class FlowSeries:
     evs: dict  # ev_id -> last seen {"state", "sent", "lost"}
     #: tx flows: whether a posted write was unacknowledged at each sample (None: not recorded)
     busy: np.ndarray | None = None
+    #: ev_id -> (t_s, sent): the EV's cumulative transmissions (packets) at every sample that
+    #: listed it, float64 arrays of one shape sorted by time; {} for a flow without EVs
+    ev_sent: dict = field(default_factory=dict)
