@@ -155,7 +155,7 @@ def _scenario(r: Reader, root: Node, path: Path, feats: KernelFeatures,
     if r.problems or None in (name, topo, transports, seed, timeout_s, workload, timeline, trials):
         return None
     warnings = timeline_warnings(r, timeline, timeout_s) + _dcqcn_warnings(r, transports, topo) + \
-        _variant_warnings(r, transports, qp)
+        _variant_warnings(r, transports, qp) + _plane_warnings(r, transports, timeline)
     return Scenario(name, str(path), description, topo, topo_path, transports, seed, timeout_s,
                     reconverge, workload, timeline, trials, warnings, jobs=tuple(jobs),
                     agent_processes=agent_processes, agent_realtime=agent_realtime, controller=controller,
@@ -344,6 +344,19 @@ def _dcqcn_warnings(r: Reader, transports: tuple[str, ...], topo: Topology) -> t
                          f"warning: {t} on a fabric that marks no ECN (no link has 'ecn'): DCQCN gets "
                          "no CNPs and paces at line rate")
                  for i, t in enumerate(transports) if parse_transport(t).cc == "dcqcn")
+
+
+def _plane_warnings(r: Reader, transports: tuple[str, ...], timeline) -> tuple[Problem, ...]:
+    """rc, tcp and their variants use a host's first NIC only (plane 0; testbed.spec.jobs): a
+    ``plane_down`` of another plane cannot touch them, so a comparison with mrc would mislead."""
+    single = [t for t in transports if t != "mrc"]
+    if not single:
+        return ()
+    return tuple(Problem(r.file, r.line_for(join(join("timeline", i), "plane_down")),
+                         join(join("timeline", i), "plane_down"),
+                         f"warning: {', '.join(single)} {'uses' if len(single) == 1 else 'use'} each host's first NIC only (plane 0): "
+                         f"{e.selector} carries none of their traffic (fail plane 0 to compare them with mrc)")
+                 for i, e in enumerate(timeline) if e.action == "plane_down" and e.selector != "plane 0")
 
 
 def _variant_warnings(r: Reader, transports: tuple[str, ...], qp) -> tuple[Problem, ...]:

@@ -113,7 +113,7 @@ def tree(tmp_path):
 
 def validate_block(tree: Path, text: str) -> None:
     first = text.splitlines()[0]
-    if m := re.fullmatch(r"# (scenarios|topologies)/([\w.-]+\.yaml)\b.*", first):
+    if m := re.fullmatch(r"# (?:save as )?(scenarios|topologies)/([\w.-]+\.yaml)\b.*", first):
         where = tree / ("scenarios" if m[1] == "scenarios" else "example-topologies")  # topologies/ is the repo's
         where.mkdir(exist_ok=True)
         path = where / m[2]

@@ -160,6 +160,22 @@ def test_plane_warnings(tmp_path):
                         "9: timeline[3]: warning: link_up h0-l1_0 with no link_down of that link before it"]
 
 
+
+@pytest.mark.parametrize("transports, plane, warned", [("[mrc, rc, tcp]", 1, "rc, tcp use"), ("[mrc, rc-x16]", 3, "rc-x16 uses"),
+                                                       ("[mrc, rc]", 0, None), ("[mrc]", 2, None)])
+def test_a_plane_the_single_nic_transports_never_use_is_warned(tmp_path, transports, plane, warned):
+    path = write(tmp_path, PLANES4, f"""\
+        - {{at: 1s, plane_down: {plane}}}
+        - {{at: 2s, plane_up: {plane}}}
+        """)
+    path.write_text(path.read_text().replace("transports: [mrc]", f"transports: {transports}"))
+    warnings = [str(w).removeprefix(f"{path}:") for w in load_scenario(path, features=FEATURES).warnings]
+    if warned is None:
+        assert warnings == []
+    else:
+        assert warnings == [f"6: timeline[0].plane_down: warning: {warned} each host's first NIC only (plane 0): "
+                            f"plane {plane} carries none of their traffic (fail plane 0 to compare them with mrc)"]
+
 # -- named random draws -------------------------------------------------------------------
 
 def test_a_named_draw_is_the_same_link_later(tmp_path):
