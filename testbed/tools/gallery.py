@@ -599,8 +599,7 @@ def write_page(files: list[Path], index: dict, *, out: Path = PAGE, img_dir: Pat
         ("Machine: " + "; ".join(sorted(machines)) + "." if machines else "No scenario has been run yet.")
         + (f" The {len(ran)} run{'s' if len(ran) > 1 else ''} took {fmt_wall(total)} together." if ran else ""), "",
         "## Regenerate it", "",
-        "As root, from the repository; no make target, as the whole gallery takes long (estimated from "
-        "the scenario files: 45 to 60 minutes on a 2-core machine, `k8-core-link-failure` alone about 7):", "",
+        "As root, from the repository, on a quiet machine (the runs above took the time they name):", "",
         fence(".venv/bin/python -m testbed.tools.gallery run     # each scenario in turn; resumes where it stopped\n"
               ".venv/bin/python -m testbed.tools.gallery write   # this page and docs/img/gallery/", "sh"), "",
         "`run` records each scenario in `runs/gallery/index.json` as it ends (its output also goes to "
