@@ -21,7 +21,8 @@ def pytest_collection_modifyitems(config, items):
     tier_timeout(items, "netns", NETNS_TIMEOUT_S)
 
 
-def wait_for(predicate, timeout_s: float = 5.0, interval_s: float = 0.02) -> bool:
+def wait_for(predicate, timeout_s: float = 30.0, interval_s: float = 0.02) -> bool:
+    """True once ``predicate()`` is; ``timeout_s`` only bounds a hang (a busy machine may take long)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():

@@ -80,7 +80,7 @@ def test_busy_connections_traced_by_hop_limit_match_the_quiet_tracer(k4):
         now = {(r["link"], r["node"]): r["tx_packets"] for r in counters.read()}
         still, last[0] = now == last[0], now
         return still
-    assert wait_for(quiet_now, timeout_s=10.0, interval_s=0.1)
+    assert wait_for(quiet_now, timeout_s=30.0, interval_s=0.1)
     with Tracer(k4) as quiet:
         for tf in busy:
             assert quiet.trace(tf.flow).links == tf.links, tf.flow.label

@@ -79,3 +79,34 @@ def test_probes_that_stop_short_are_dropped_once_the_counters_stand_still():
         tf = tracer.trace(flow(fabric.topo))
     assert tf.outcome == "dropped" and tf.dropped_at == fabric.path[3][1], tf.to_dict()
     assert [(h.link, h.node) for h in tf.hops] == fabric.path[:3]
+
+
+class OnceLostFabric(LaggingFabric):
+    """The first round's probes stop after ``reach`` hops (lost there once); later rounds cross."""
+
+    def __init__(self, reach: int):
+        super().__init__()
+        self.first_reach, self.rounds = reach, 0
+
+    def send_trace_probes(self, host: str, t: FiveTuple, probes: int) -> None:
+        self.rounds += 1
+        self.probes = probes
+        self.pending = list(self.path[:self.first_reach] if self.rounds == 1 else self.path)
+
+
+def test_a_round_lost_once_is_probed_again_and_delivered():
+    fabric = OnceLostFabric(reach=2)
+    with Tracer(fabric, quiet_s=0.05, settle_s=30.0) as tracer:
+        tf = tracer.trace(flow(fabric.topo))
+    assert tf.outcome == "delivered" and fabric.rounds == 2, tf.to_dict()
+    assert [(h.link, h.node) for h in tf.hops] == fabric.path
+
+
+def test_a_cut_path_stops_every_round_and_is_dropped():
+    fabric = LaggingFabric(reach=3)
+    sends = []
+    send = fabric.send_trace_probes
+    fabric.send_trace_probes = lambda *a: (sends.append(a[0]), send(*a))
+    with Tracer(fabric, quiet_s=0.05, settle_s=30.0) as tracer:
+        tf = tracer.trace(flow(fabric.topo))
+    assert tf.outcome == "dropped" and tf.dropped_at == fabric.path[3][1] and len(sends) == 2
