@@ -427,11 +427,7 @@ class EVSet:
                                       for ev, i in info.items()):
             alive_since_ns = 0
         for _ in range(2 * n + 1):
-            if self._pos >= len(self._rotation):
-                self._rotation = self._new_rotation()
-                self._pos = 0
-            ev = self._rotation[self._pos]
-            self._pos += 1
+            ev = self._next_in_rotation()
             i = info[ev]
             st = i.state
             if st is EVState.GOOD and ev != exclude and i.delivered_ts_ns >= alive_since_ns:
@@ -495,11 +491,7 @@ class EVSet:
         n = len(self.order)
         passes, spent = n, False
         for _ in range(2 * n + 1):
-            if self._pos >= len(self._rotation):
-                self._rotation = self._new_rotation()
-                self._pos = 0
-            ev = self._rotation[self._pos]
-            self._pos += 1
+            ev = self._next_in_rotation()
             i = info[ev]
             if i.state not in _PICKABLE or ev == exclude or i.delivered_ts_ns < alive_since_ns:
                 continue
@@ -516,6 +508,15 @@ class EVSet:
                 self._picks += 1
                 return ev
         return None
+
+    def _next_in_rotation(self) -> int:
+        """The rotation's next EV, drawing a new rotation when this one is spent."""
+        if self._pos >= len(self._rotation):
+            self._rotation = self._new_rotation()
+            self._pos = 0
+        ev = self._rotation[self._pos]
+        self._pos += 1
+        return ev
 
     def _new_rotation(self) -> list[int]:
         """A uniformly random ordering of the EVs (never mutated by the caller): PCG32's
