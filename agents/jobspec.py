@@ -138,7 +138,7 @@ class JobSpec:
     a line, not over the control socket); ``port`` / ``tcp_port`` (this agent's UDP and TCP
     ports); ``mtu`` (sizes mrc/rc data packets: :func:`agents.mrc.packet.payload_bytes_for_mtu`,
     at least :data:`agents.mrc.packet.MIN_MTU_BYTES`; kernel tcp ignores it); ``qp`` (:data:`QP_ATTR_KEYS`, :data:`QP_CONFIG_KEYS`,
-    :data:`QP_CHANNEL_KEYS`); ``connect_timeout_s``; ``linger_s`` (after ``done``); ``rx_hold_s``
+    :data:`QP_CHANNEL_KEYS`); ``connect_timeout_s``; ``linger_s`` (after ``done``, s: how long the agent keeps acknowledging its ``recv_from`` peers' retransmissions when no ``stop`` comes; the testbed gives its run's timeout, :func:`testbed.spec.jobs.build_all_jobs`); ``rx_hold_s``
     (>= 0, s: receive moderation of the agent's event loop, :class:`agents.net.loop.EventLoop`
     ``hold_s``; 0: none); ``rt_priority`` (0..99: the agent's process runs at SCHED_RR with this
     priority, :func:`agents.realtime`; 0: the normal policy); ``engine`` (:data:`ENGINES`: the MRC

@@ -328,14 +328,20 @@ def build_all_jobs(scenario: Scenario, transport: str, *, run_id: str, control_s
     job's ranks in rank order. An agent's ``agent`` id (its rank on the control socket) is its
     index in this list; job j's agents use UDP port ``UDP_PORT + j`` and TCP port
     ``TCP_PORT + j`` (two jobs on one host are two agents), and its ECMP entropy ports are drawn
-    from a seed salted with its name (job 0: unsalted, as a single-job scenario's)."""
+    from a seed salted with its name (job 0: unsalted, as a single-job scenario's). An agent's
+    ``linger_s`` is the run's timeout (``scenario.timeout_s``): the runner's ``stop``, sent once
+    every agent is done, ends it; the bound only matters without a runner."""
     out: list[dict] = []
     for j, wl in enumerate(scenario.all_jobs):
         specs = build_job_specs(dataclasses.replace(scenario, workload=wl), transport, run_id=run_id,
                                 control_socket=control_socket, qp_overrides=qp_overrides,
                                 port_offset=j, ecmp_salt="" if j == 0 else f":{wl.name}")
         for spec in specs:
-            out.append(dataclasses.replace(spec, agent=len(out), job=wl.name).to_dict())
+            # an agent done keeps answering its upstream until the runner's stop (every rank
+            # done); a fixed 2 s fell short of one RTO at the paper's ratio (2.2 s on BDP 64), so
+            # a lost last SACK left the upstream retransmitting into a closed port until ERR
+            out.append(dataclasses.replace(spec, agent=len(out), job=wl.name,
+                                           linger_s=max(spec.linger_s, scenario.timeout_s)).to_dict())
     return out
 
 

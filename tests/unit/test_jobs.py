@@ -378,3 +378,20 @@ def test_the_scenario_qp_settings_reach_every_qp(scenario):
         for job in build_jobs(sc, transport, run_id="r", control_socket="/tmp/c.sock"):
             assert job["qp"]["loss_inference"] is False and job["qp"]["ecn"] is False
             parse_job(job, "rank")
+
+
+@pytest.mark.parametrize("transport", ["mrc", "rc-dcqcn"])
+def test_a_done_agent_lingers_past_its_upstreams_whole_retry_ladder(transport):
+    """random-loss at 1% on the BDP-64 fabric (2026-11-29, seed 3): rank 1 was done and left 2 s
+    later, its last SACK lost; rank 0's retransmissions came one RTO (2.2 s) after and went
+    unanswered until ERR. An agent must still answer until its upstream can retry no more."""
+    from agents.mrc.rto import MAX_RTO_S, mrc_timeout_s
+    from testbed.spec.jobs import build_all_jobs
+    sc = load_scenario(REPO / "scenarios/paper/random-loss.yaml", features=features())
+    for job in build_all_jobs(sc, transport, run_id="r", control_socket="-"):
+        qp = job["qp"]
+        floor = mrc_timeout_s(qp["timeout"])     # the RTO's least value (agents/mrc/rto.py)
+        linear, exp = qp["retry_linear"], qp["retry_exp"]
+        ladder = sum(floor if k <= linear else min(floor * 2 ** (k - linear), max(MAX_RTO_S, floor))
+                     for k in range(linear + exp + 1))
+        assert job["linger_s"] >= ladder > 2.0, (job["rank"], job["linger_s"], ladder)
