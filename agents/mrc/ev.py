@@ -1,8 +1,5 @@
 """Entropy values (EVs): the per-path state machine and the set a QP sprays over.
 
-One module on purpose (over ~400 lines): the EV state table and the EV set that applies it, one
-state machine.
-
 State names and values follow OCP MRC 1.0 ``mrc_ctl.h`` (``enum
 mrc_ctl_ev_state``: GOOD = 1<<0, ASSUMED_BAD = 1<<1, DENIED = 1<<2,
 UNKNOWN = 1<<31) plus the NIC-internal SKIP. All transitions live in one
@@ -37,10 +34,8 @@ Behaviour (docs/mrc-spec.md, "EV states", after the MRC paper and spec):
   the operator's DENIED is honoured even below the floor.
 
 EV selection (``select``): ``"rotation"``, the spec's, above; or ``"reps"``, a non-spec variant
-that measures what the spec's SKIP rotation costs (:meth:`EVSet._pick_reps`): uet-htsim's default
-load balancer, ``UecMpMixed`` (``htsim/sim/uec_mp.cpp``), which reuses the EV of each ACK that came
-back unmarked (REPS) and otherwise takes the next EV of the rotation, passing over EVs with a
-congestion penalty. SKIPs are still entered and counted, but they do not steer.
+that measures what the spec's SKIP rotation costs (:mod:`agents.mrc.reps`). SKIPs are still
+entered and counted under REPS, but they do not steer.
 
 Reported events (mrc_ctl.h ``ev_event_mask``: "Only EV_ASSUMED_BAD and EV_GOOD is
 supported"): a change of the externally visible state (SKIP is GOOD to the controller)
@@ -56,6 +51,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from . import reps
 from .rng import Pcg32
 
 log = logging.getLogger(__name__)
@@ -92,6 +88,7 @@ class EVStateError(RuntimeError):
 
 G, B, D, S, U = EVState.GOOD, EVState.ASSUMED_BAD, EVState.DENIED, EVState.SKIP, EVState.UNKNOWN
 _PICKABLE = (EVState.GOOD, EVState.SKIP)
+"""States the sprayer may pick (:attr:`EVSet.PICKABLE` for :mod:`agents.mrc.reps`)."""
 C = EVCause
 TRANSITIONS: dict[tuple[EVState, EVCause], EVState] = {
     (G, C.LOSS): B, (G, C.CONGESTION): S, (G, C.PROBES_OK): G,
@@ -155,16 +152,6 @@ ALWAYS_SKIP_TIMEOUTS = 8
 EV_SELECT = ("rotation", "reps")
 """EV selection modes (:class:`EVSet` ``select``): the spec's randomised rotation with SKIP, or the
 non-spec REPS variant (module docstring)."""
-REPS_ECN_PENALTY = 1
-"""Penalty an ECN-echoing SACK adds to its EV (uet-htsim ``UecMpBitmap::processEv``, ``PATH_ECN``)."""
-REPS_NACK_PENALTY = 4
-"""Penalty a trim before the last hop adds to its EV (``PATH_NACK``; a last-hop trim is a good ACK)."""
-REPS_MAX_PENALTY = 15
-"""The most penalty an EV holds (``UecMpBitmap::_max_penalty``)."""
-REPS_QUEUE_MAX = 4096
-"""EVs of good ACKs kept for reuse; when full the oldest is forgotten (uet-htsim's deque is
-unbounded; the native engine's ring is not)."""
-
 
 def visible(state: EVState) -> EVState:
     """The state the controller sees: SKIP is NIC-internal, GOOD to mrc_ctl."""
@@ -237,6 +224,8 @@ class EVSet:
     configuration.
     """
 
+    PICKABLE = _PICKABLE
+
     def __init__(self, evs: Iterable[int], *, qpn: int, rng: Pcg32,
                  ev_min_active: int = 1, skip_timeout_s: float = 0.001,
                  initial_state: EVState = EVState.GOOD, sink: list | None = None,
@@ -256,7 +245,7 @@ class EVSet:
         self.qpn = qpn
         self.select = select
         self.reps = select == "reps"
-        self.reuse: deque[int] = deque(maxlen=REPS_QUEUE_MAX)   # REPS: EVs of good ACKs, oldest first
+        self.reuse: deque[int] = deque(maxlen=reps.REPS_QUEUE_MAX)   # REPS: EVs of good ACKs, oldest first
         self.reused = 0              # REPS: picks that reused a good ACK's EV
         self.rng = rng
         self.ev_min_active = ev_min_active
@@ -417,10 +406,10 @@ class EVSet:
         retransmission sent there is lost again and waits for a backed-off RTO.
         Returns None when no EV is usable. A SKIP EV is skipped; if nothing
         is GOOD a SKIP EV is used rather than nothing. With ``select`` "reps":
-        :meth:`_pick_reps`.
+        :func:`agents.mrc.reps.pick`.
         """
         if self.reps:
-            return self._pick_reps(now, exclude, alive_since_ns)
+            return reps.pick(self, exclude, alive_since_ns)
         info = self.info
         n = len(self.order)
         if alive_since_ns and not any(i.delivered_ts_ns >= alive_since_ns and ev != exclude and i.state in _PICKABLE
@@ -450,64 +439,9 @@ class EVSet:
         return None
 
     def reps_feedback(self, ev: int, penalty: int) -> None:
-        """REPS variant: an ACK for ``ev`` (uet-htsim ``UecMpMixed::processEv``). ``penalty`` 0:
-        a good ACK, so ``ev`` is queued for reuse; else :data:`REPS_ECN_PENALTY` or
-        :data:`REPS_NACK_PENALTY` is added to its penalty (at most :data:`REPS_MAX_PENALTY`).
-        Ignored for an unknown EV and with ``select`` "rotation"."""
-        info = self.info.get(ev)
-        if not self.reps or info is None:
-            return
-        if penalty == 0:
-            self.reuse.append(ev)
-        else:
-            info.penalty = min(info.penalty + penalty, REPS_MAX_PENALTY)
-
-    def _pick_reps(self, now: float, exclude: int | None, alive_since_ns: int) -> int | None:
-        """The REPS variant's pick (uet-htsim ``UecMpMixed::nextEntropy``): the oldest EV queued
-        by a good ACK (:meth:`reps_feedback`), so that each path's share follows what it
-        delivers unmarked; else the next EV of the seeded rotation, passing over EVs with a
-        penalty (the first one passed over loses one point; after as many as there are EVs,
-        the next is taken anyway: ``UecMpBitmap::nextEntropy``). Queued EVs no longer usable
-        are dropped; one that is ``exclude`` or has not delivered since ``alive_since_ns``
-        (:meth:`pick`) stays queued and this pick takes the rotation. SKIP is not consulted.
-        None when no EV is usable."""
-        info = self.info
-        if alive_since_ns and not any(i.delivered_ts_ns >= alive_since_ns and ev != exclude and i.state in _PICKABLE
-                                      for ev, i in info.items()):
-            alive_since_ns = 0
-        q = self.reuse
-        while q:
-            ev = q[0]
-            i = info[ev]
-            if i.state not in _PICKABLE:
-                q.popleft()
-                continue
-            if ev == exclude or i.delivered_ts_ns < alive_since_ns:
-                break
-            q.popleft()
-            self._picks += 1
-            self.reused += 1
-            return ev
-        n = len(self.order)
-        passes, spent = n, False
-        for _ in range(2 * n + 1):
-            ev = self._next_in_rotation()
-            i = info[ev]
-            if i.state not in _PICKABLE or ev == exclude or i.delivered_ts_ns < alive_since_ns:
-                continue
-            if i.penalty and passes:
-                if not spent:
-                    i.penalty -= 1
-                    spent = True
-                passes -= 1
-                continue
-            self._picks += 1
-            return ev
-        for ev in self.order:
-            if info[ev].state in _PICKABLE:
-                self._picks += 1
-                return ev
-        return None
+        """REPS variant: an ACK for ``ev`` (:func:`agents.mrc.reps.feedback`)."""
+        if self.reps:
+            reps.feedback(self, ev, penalty)
 
     def _next_in_rotation(self) -> int:
         """The rotation's next EV, drawing a new rotation when this one is spent."""

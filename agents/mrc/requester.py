@@ -25,7 +25,8 @@ from collections import deque
 
 from . import packet as pk
 from .cc import CongestionControl
-from .ev import REPS_ECN_PENALTY, REPS_NACK_PENALTY, EVCause, EVSet, EVState
+from .ev import EVCause, EVSet, EVState
+from .reps import REPS_ECN_PENALTY, REPS_NACK_PENALTY
 from .loss import CHARGED, LossCause, LossDetector
 from .probes import EVProber
 from .types import QPAttr, Transport, WCOpcode, WCStatus, WorkCompletion

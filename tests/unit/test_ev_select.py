@@ -1,5 +1,5 @@
 """The EV selection key (``qp: {ev_select: rotation | reps}``): from a scenario to the QPs of both
-engines. ``reps`` is a non-spec variant (agents.mrc.ev, ``EVSet._pick_reps``, after uet-htsim's
+engines. ``reps`` is a non-spec variant (agents.mrc.reps, ``pick``, after uet-htsim's
 ``UecMpMixed``); its steering is measured in tests/unit/test_slow_path_steering.py and compared
 between the engines in tests/unit/test_native_ev.py and tests/unit/test_native_qp.py."""
 from __future__ import annotations

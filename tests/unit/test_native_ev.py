@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from agents.mrc import native
-from agents.mrc.ev import EV_SELECT, REPS_QUEUE_MAX, TRANSITIONS, EVCause, EVEvent, EVInfo, EVSet, EVState, \
+from agents.mrc.ev import EV_SELECT, TRANSITIONS, EVCause, EVEvent, EVInfo, EVSet, EVState, \
     EVStateError, next_state
+from agents.mrc.reps import REPS_QUEUE_MAX
 from agents.mrc.rng import Pcg32
 
 core = native.load()

@@ -226,7 +226,7 @@ def slow_marking_paths(delay_filter="ewma", slow=1, fast=7) -> Scenario:
 
 
 def reps_steering(ev_select="reps") -> Scenario:
-    """The non-spec REPS EV selection (agents.mrc.ev.EVSet._pick_reps, ``ev_select`` "reps"):
+    """The non-spec REPS EV selection (agents.mrc.reps.pick, ``ev_select`` "reps"):
     2 of 8 paths at half the rate marking CE above 2 packets queued, a SACK per packet, so
     that each clean SACK hands its EV the next packet."""
     marking = dataclasses.replace(P, rate_bps=RATE_BPS / 2, ecn_kmin_bytes=2 * PAYLOAD,

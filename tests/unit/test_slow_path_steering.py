@@ -9,7 +9,7 @@ steers nearly all of the traffic away, as adaptive spraying that does not reuse 
 does. (On the fabric, docs/reproducing.md "A degraded link", the share fell to ~0.11 and the
 QP's window, not the share, bound the throughput.)
 
-The non-spec REPS variant (``select="reps"``, :meth:`agents.mrc.ev.EVSet._pick_reps`: uet-htsim's
+The non-spec REPS variant (``select="reps"``, :func:`agents.mrc.reps.pick`: uet-htsim's
 default load balancer, which reuses the EV of each ACK that came back unmarked and otherwise
 rotates past EVs with a penalty) is measured the same way: what the spec's SKIP rotation costs.
 """
@@ -20,7 +20,8 @@ from collections import deque
 import pytest
 
 from agents.mrc import native
-from agents.mrc.ev import REPS_ECN_PENALTY, EVCause, EVSet
+from agents.mrc.ev import EVCause, EVSet
+from agents.mrc.reps import REPS_ECN_PENALTY
 from agents.mrc.rng import Pcg32
 
 RTT_S = 0.05

@@ -461,7 +461,7 @@ static bool pickable(mrcn_ev_state state)
     return state == MRCN_EV_GOOD || state == MRCN_EV_SKIP;
 }
 
-/* ev.py EVSet._pick_reps (alive_since_ns already cleared when no usable EV qualifies). */
+/* reps.py pick (alive_since_ns already cleared when no usable EV qualifies). */
 static int pick_reps(mrcn_ev_set *set, bool has_exclude, uint32_t exclude,
                      uint64_t alive_since_ns, uint32_t *ev)
 {

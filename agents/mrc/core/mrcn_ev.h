@@ -63,10 +63,10 @@ typedef enum mrcn_ev_cause {
 #define MRCN_EV_EVENT_QUEUE 16
 
 /* EV selection (ev.py EV_SELECT): the spec's rotation with SKIP, or the non-spec REPS variant
- * (ev.py EVSet._pick_reps, after uet-htsim's UecMpMixed). */
+ * (reps.py pick, after uet-htsim's UecMpMixed). */
 #define MRCN_EV_SELECT_ROTATION 0
 #define MRCN_EV_SELECT_REPS 1
-/* ev.py REPS_ECN_PENALTY, REPS_NACK_PENALTY, REPS_MAX_PENALTY, REPS_QUEUE_MAX */
+/* reps.py REPS_ECN_PENALTY, REPS_NACK_PENALTY, REPS_MAX_PENALTY, REPS_QUEUE_MAX */
 #define MRCN_EV_REPS_ECN_PENALTY 1u
 #define MRCN_EV_REPS_NACK_PENALTY 4u
 #define MRCN_EV_REPS_MAX_PENALTY 15u
@@ -177,7 +177,7 @@ void mrcn_ev_set_destroy(mrcn_ev_set *set);
  * MRCN_ENOMEM. */
 int mrcn_ev_set_select(mrcn_ev_set *set, int select);
 
-/* REPS variant (ev.py reps_feedback): an ACK for ``ev``; penalty 0 queues it for reuse (the
+/* REPS variant (reps.py feedback): an ACK for ``ev``; penalty 0 queues it for reuse (the
  * oldest entry is forgotten when the ring is full), else adds to its penalty (capped). Nothing
  * for an unknown EV or in rotation mode. */
 void mrcn_ev_reps_feedback(mrcn_ev_set *set, uint32_t ev, uint32_t penalty);
