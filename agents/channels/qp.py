@@ -48,6 +48,7 @@ import numpy as np
 from ..collectives import Send
 from ..mrc import (EVEvent, EVState, QP, QPAttr, QPConfig, QPError, Transport, WCOpcode, WCStatus,
                    WorkCompletion, bring_up, payload_bytes_for_mtu)
+from ..mrc.packet import IPV6_UDP_BYTES
 from ..mrc.profiles import EV, EV_INVALID, EVMode, EVOp, ProfileError, ProfileState, ProfileTable
 from ..mrc import native
 from ..net.udp import Endpoint, Route
@@ -146,7 +147,8 @@ class QPChannel:
         self.attr.validate()
         self._qp_class, endpoint_class = engine_classes(spec.engine)
         self.endpoint = endpoint_class(loop, bind_addr=spec.bind_addr, port=spec.port, ecn=spec.ecn,
-                                       control_priority=spec.control_priority)
+                                       control_priority=spec.control_priority,
+                                       max_datagram=spec.mtu - IPV6_UDP_BYTES)
         self.profiles = ProfileTable()
         try:
             self.tx = [self._connect(p, "tx", recv_region) for p in spec.send_to]

@@ -45,6 +45,7 @@ cdef extern from "mrcn_endpoint.h":
     int mrcn_ep_next_deadline(const mrcn_endpoint *ep, double *at)
     size_t mrcn_ep_take_eventful(mrcn_endpoint *ep, uint32_t *qpns, size_t cap)
     const mrcn_ep_counters *mrcn_ep_counters_get(const mrcn_endpoint *ep)
+    size_t mrcn_ep_slots(const mrcn_endpoint *ep)
     double mrcn_ep_take_timer_late_max_s(mrcn_endpoint *ep)
     void mrcn_ep_use_monotonic_clock(mrcn_endpoint *ep, int on)
     void mrcn_ep_set_control_priority(mrcn_endpoint *ep, uint32_t priority)
@@ -163,6 +164,11 @@ cdef class Endpoint:
     def take_timer_late_max_s(self):
         """The largest QP timer lateness (s) since the previous call; resets it."""
         return mrcn_ep_take_timer_late_max_s(self.ep)
+
+    @property
+    def slots(self):
+        """QP slots allocated (a detached QP's is taken by the next attach)."""
+        return mrcn_ep_slots(self.ep)
 
     @property
     def timer_fires(self):

@@ -21,6 +21,7 @@ cdef extern from "mrcn_poller.h":
                          uint32_t *tags, size_t tcap, size_t *ntags)
     int mrcn_poller_serve_due(mrcn_poller *p)
     const mrcn_poller_counters *mrcn_poller_counters_get(const mrcn_poller *p)
+    size_t mrcn_poller_slots(const mrcn_poller *p)
 
 
 cdef enum:
@@ -76,6 +77,11 @@ cdef class Poller:
     def serve_due(self):
         """Run the endpoints' timers and delay-line releases that are due now (no wait, no read)."""
         _ep_check(mrcn_poller_serve_due(self.p), "poller timers")
+
+    @property
+    def slots(self):
+        """Endpoint slots allocated (a removed endpoint's is taken by the next add)."""
+        return mrcn_poller_slots(self.p)
 
     def counters(self):
         cdef const mrcn_poller_counters *c = mrcn_poller_counters_get(self.p)

@@ -53,14 +53,18 @@ class NativeEndpoint:
     ``rx_unknown_qpn``, ``tx_errors``, ``tx_no_route``, ``rx_ce``), plus ``counters()``
     with the C endpoint's system-call counts. Raises
     :class:`agents.mrc.native.NativeEngineMissing` without the native engine, OSError if
-    a socket cannot be bound, ValueError for a traffic class outside 0..255.
+    a socket cannot be bound, ValueError for a traffic class outside 0..255 or a
+    ``max_datagram`` (the largest datagram read, as the Python endpoint's) outside 64..65535.
     """
 
     def __init__(self, loop: EventLoop, *, bind_addr: str = "::", port: int = ROCEV2_PORT,
                  zero_checksum: bool = True, connected_send: bool = False, ecn: bool = False,
-                 send_tclass: int | None = None, control_priority: int = 0):
+                 send_tclass: int | None = None, control_priority: int = 0,
+                 max_datagram: int = MAX_DATAGRAM_BYTES):
         if send_tclass is not None and not 0 <= send_tclass <= 255:
             raise ValueError(f"send_tclass {send_tclass!r} is not an IPv6 traffic class (0..255)")
+        if not 64 <= max_datagram <= MAX_DATAGRAM_BYTES:
+            raise ValueError(f"max_datagram {max_datagram!r}: expected 64..{MAX_DATAGRAM_BYTES} bytes")
         core = native.load(require=True)
         self.loop = loop
         self.bind_addr = bind_addr
@@ -68,7 +72,9 @@ class NativeEndpoint:
         self.connected_send = connected_send
         self.ecn = ecn
         self.send_tclass = send_tclass if send_tclass is not None else (ECT0 if ecn else None)
-        self._ep = core.Endpoint(RECV_BATCH, MAX_DATAGRAM_BYTES)
+        # the receive slab holds RECV_BATCH datagrams of max_datagram: at the path's largest, not
+        # 64 KiB, its slots do not all fall in the same cache sets (64 KiB apart) and it stays small
+        self._ep = core.Endpoint(RECV_BATCH, max_datagram)
         # the QP timers it runs after a receive batch read the loop's own clock
         self._ep.use_monotonic_clock(loop.time is time.monotonic)
         self.control_priority = control_priority if control_cmsg(control_priority) else 0

@@ -200,13 +200,16 @@ class Endpoint:
     ``send_tclass``: the IPv6 traffic class (0..255) of every datagram sent,
     overriding ECT(0) (None: ECT(0) with ``ecn``, else the kernel's 0); tests
     send CE (3) with it, standing in for a marking switch. ``control_priority``: the
-    SO_PRIORITY of every control packet (module docstring; 0: none). Raises OSError if a
-    socket cannot be bound, ValueError for a traffic class outside 0..255.
+    SO_PRIORITY of every control packet (module docstring; 0: none). ``max_datagram``: the
+    largest datagram read, bytes (64..65535; the path MTU less IPv6 and UDP: a longer one is
+    truncated and fails its CRC). Raises OSError if a socket cannot be bound, ValueError for a
+    traffic class outside 0..255 or a ``max_datagram`` outside its range.
     """
 
     def __init__(self, loop: EventLoop, *, bind_addr: str = "::", port: int = ROCEV2_PORT,
                  zero_checksum: bool = True, connected_send: bool = True, ecn: bool = False,
-                 send_tclass: int | None = None, control_priority: int = 0):
+                 send_tclass: int | None = None, control_priority: int = 0,
+                 max_datagram: int = 65535):
         if send_tclass is not None and not 0 <= send_tclass <= 255:
             raise ValueError(f"send_tclass {send_tclass!r} is not an IPv6 traffic class (0..255)")
         self.loop = loop
@@ -215,6 +218,9 @@ class Endpoint:
         self.connected_send = connected_send
         self.ecn = ecn
         self.send_tclass = send_tclass if send_tclass is not None else (ECT0 if ecn else None)
+        if not 64 <= max_datagram <= 65535:
+            raise ValueError(f"max_datagram {max_datagram!r}: expected 64..65535 bytes")
+        self.max_datagram = max_datagram   # the largest datagram read; a longer one is truncated (CRC fails)
         self._ctl = control_cmsg(control_priority)
         self.control_priority = control_priority if self._ctl else 0
         self._dest_socks: dict[tuple, socket.socket] = {}
@@ -311,7 +317,7 @@ class Endpoint:
         n = 0
         while n < RECV_BATCH:
             try:
-                data = recv(65535)
+                data = recv(self.max_datagram)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:   # e.g. ICMP port unreachable reported on the socket
@@ -348,7 +354,7 @@ class Endpoint:
         tclass_type, low = socket.IPV6_TCLASS, _TCLASS_LOW_BYTE
         while n < RECV_BATCH:
             try:
-                data, anc, _, _ = recvmsg(65535, _TCLASS_CMSG_BYTES)
+                data, anc, _, _ = recvmsg(self.max_datagram, _TCLASS_CMSG_BYTES)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:   # e.g. ICMP port unreachable reported on the socket

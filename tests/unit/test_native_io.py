@@ -382,3 +382,45 @@ def test_a_timer_error_leaves_the_other_due_qps_their_timers(core):
         if bad.fileno() >= 0:
             bad.close()
         del ep
+
+
+def test_a_detached_qps_slot_is_taken_by_the_next_attach_and_serves_it(core):
+    """An endpoint that outlives its QPs (a torch communicator's) reuses a detached QP's slot:
+    attach and detach many times and the slots stay one; the QP in the reused slot transfers."""
+    loop = EventLoop()
+    ea = NativeEndpoint(loop, bind_addr="::1", port=0)
+    eb = NativeEndpoint(loop, bind_addr="::1", port=0)
+    try:
+        for _ in range(5):
+            old, _ = pair(core.QP, core.QP)
+            ea.attach(old, {ev: Route("::1", 9) for ev in range(4)})
+            old.post_write(wr_id=1, local=bytes(10000), remote_offset=0)
+            ea.kick(old)                           # armed: a heap entry that detach must take away
+            ea.detach(old)
+        assert ea._ep.slots == 1 and ea._ep.next_deadline() is None
+        a, b = pair(core.QP, core.QP)
+        transfer(loop, ea, eb, a, b, {ev: Route("::1", eb.port) for ev in range(4)},
+                 {ev: Route("::1", ea.port) for ev in range(4)}, size=1 << 20)
+        assert ea._ep.slots == 1
+    finally:
+        closing(ea, eb, loop)
+
+
+def test_a_removed_endpoints_poller_slot_is_taken_by_the_next_endpoint(core):
+    """The native loop's poller reuses a removed endpoint's slot (its sockets were removed with
+    it), so a runtime that opens and closes endpoints does not scan a growing list each wait."""
+    loop = EventLoop(native=True)
+    try:
+        for _ in range(4):
+            ep = NativeEndpoint(loop, bind_addr="::1", port=0)
+            ep.close()
+        assert loop._poller.slots == 1
+        a_ep = NativeEndpoint(loop, bind_addr="::1", port=0)
+        b_ep = NativeEndpoint(loop, bind_addr="::1", port=0)
+        assert loop._poller.slots == 2
+        a, b = pair(core.QP, core.QP)
+        transfer(loop, a_ep, b_ep, a, b, {ev: Route("::1", b_ep.port) for ev in range(4)},
+                 {ev: Route("::1", a_ep.port) for ev in range(4)}, size=1 << 20)
+        closing(a_ep, b_ep)
+    finally:
+        loop.close()

@@ -46,7 +46,7 @@ struct mrcn_endpoint {
     size_t *run_len;
     ep_route *routes;
     size_t nroutes, routes_cap;
-    ep_qp *qps;                     /* slots; a detached slot stays, not live */
+    ep_qp *qps;                     /* slots; a detached slot stays, not live, until an attach takes it */
     size_t nqps, qps_cap;
     mrcn_evmap qpn_index;           /* QPN -> a = slot */
     size_t *heap;                   /* slots, a min-heap on (deadline, seq) */
@@ -713,7 +713,16 @@ int mrcn_ep_attach(mrcn_endpoint *ep, mrcn_qp *qp)
     uint32_t qpn = mrcn_qp_num(qp);
     if (mrcn_evmap_get(&ep->qpn_index, qpn) != NULL)
         return MRCN_EINVAL;
-    if (ep->nqps == ep->qps_cap) {
+    /* a detached QP's slot is taken again, so an endpoint that outlives its QPs (a torch
+     * communicator's) does not grow with every attach */
+    size_t slot = ep->nqps;
+    for (size_t i = 0; i < ep->nqps; i++) {
+        if (!ep->qps[i].live) {
+            slot = i;
+            break;
+        }
+    }
+    if (slot == ep->nqps && ep->nqps == ep->qps_cap) {
         size_t cap = ep->qps_cap ? ep->qps_cap * 2 : 16;
         ep_qp *q = realloc(ep->qps, cap * sizeof *q);
         if (q == NULL)
@@ -724,14 +733,16 @@ int mrcn_ep_attach(mrcn_endpoint *ep, mrcn_qp *qp)
     mrcn_evmap_val *v = mrcn_evmap_put(&ep->qpn_index, qpn);
     if (v == NULL)
         return MRCN_ENOMEM;
-    ep_qp *e = &ep->qps[ep->nqps];
-    memset(e, 0, sizeof *e);
+    ep_qp *e = &ep->qps[slot];
+    memset(e, 0, sizeof *e);   /* a reused slot's routes were freed at detach */
     e->qp = qp;
     e->qpn = qpn;
     e->live = 1;
     e->heap_pos = NO_POS;
     mrcn_evmap_init(&e->routes);
-    v->a = (int64_t)ep->nqps++;
+    v->a = (int64_t)slot;
+    if (slot == ep->nqps)
+        ep->nqps++;
     return MRCN_OK;
 }
 
@@ -774,4 +785,9 @@ int mrcn_ep_detach(mrcn_endpoint *ep, uint32_t qpn)
 const mrcn_ep_counters *mrcn_ep_counters_get(const mrcn_endpoint *ep)
 {
     return &ep->c;
+}
+
+size_t mrcn_ep_slots(const mrcn_endpoint *ep)
+{
+    return ep->nqps;
 }

@@ -100,6 +100,8 @@ size_t mrcn_ep_take_eventful(mrcn_endpoint *ep, uint32_t *qpns, size_t cap);
 size_t mrcn_ep_eventful_count(const mrcn_endpoint *ep);
 
 const mrcn_ep_counters *mrcn_ep_counters_get(const mrcn_endpoint *ep);
+/* QP slots allocated: the most QPs attached at once (a detached QP's slot is taken again). */
+size_t mrcn_ep_slots(const mrcn_endpoint *ep);
 /* The largest QP timer lateness (s) since the previous call; resets it. */
 double mrcn_ep_take_timer_late_max_s(mrcn_endpoint *ep);
 /* Read CLOCK_MONOTONIC (the caller's loop clock: Python's time.monotonic) for timers run

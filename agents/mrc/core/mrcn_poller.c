@@ -97,6 +97,13 @@ int mrcn_poller_add_endpoint(mrcn_poller *p, mrcn_endpoint *ep, uint32_t tag)
 {
     if (ep == NULL || find_ep(p, ep) >= 0)
         return MRCN_EINVAL;
+    for (size_t i = 0; i < p->neps; i++) {   /* a removed endpoint's slot first: no socket indexes it */
+        if (p->eps[i].ep == NULL) {
+            p->eps[i].ep = ep;
+            p->eps[i].tag = tag;
+            return MRCN_OK;
+        }
+    }
     if (p->neps == p->eps_cap) {
         size_t cap = p->eps_cap ? p->eps_cap * 2 : 8;
         poll_ep *eps = realloc(p->eps, cap * sizeof *eps);
@@ -174,7 +181,7 @@ int mrcn_poller_remove_endpoint(mrcn_poller *p, mrcn_endpoint *ep)
                 rc = r;
         }
     }
-    p->eps[i].ep = NULL;   /* the slot stays: socket entries index the others by position */
+    p->eps[i].ep = NULL;   /* the slot stays (socket entries index the others by position) until an add takes it */
     return rc;
 }
 
@@ -284,4 +291,9 @@ int mrcn_poller_serve_due(mrcn_poller *p)
 const mrcn_poller_counters *mrcn_poller_counters_get(const mrcn_poller *p)
 {
     return &p->c;
+}
+
+size_t mrcn_poller_slots(const mrcn_poller *p)
+{
+    return p->neps;
 }

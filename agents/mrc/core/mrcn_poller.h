@@ -62,5 +62,7 @@ int mrcn_poller_wait(mrcn_poller *p, double until, double hold_s, int *fds, size
 int mrcn_poller_serve_due(mrcn_poller *p);
 
 const mrcn_poller_counters *mrcn_poller_counters_get(const mrcn_poller *p);
+/* Endpoint slots allocated: the most endpoints served at once (a removed one's slot is taken again). */
+size_t mrcn_poller_slots(const mrcn_poller *p);
 
 #endif
