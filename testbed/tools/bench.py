@@ -11,7 +11,9 @@ Metrics: seconds per transport to analyse a synthetic fat-tree k=4 run of 60 s
 ends every 100 ms), parse + analyse (``metrics.analyze_run``) and the whole
 ``testbed report`` computation (``report.write_outputs``: + CSV files and
 summary.json); target 2 s per transport.
-Kernel limit, fabric ceiling and agent profiles: :mod:`testbed.tools.ceiling` (needs root).
+Kernel limits (a data-only ring and one that carries MRC's packet mix, measured in the same
+bench's ceiling run): :mod:`testbed.tools.kernel_limit`; fabric ceiling, R and agent profiles:
+:mod:`testbed.tools.ceiling` (needs root).
 """
 
 from __future__ import annotations
@@ -31,19 +33,13 @@ from rich.table import Table
 from testbed.fabric.local import Fabric
 from testbed.model.generators import fat_tree
 from testbed.model.topology import LinkParams, Topology
-from testbed.tools.ceiling import (CEILING_ENGINES, CEILING_RATES_MBIT, CEILING_TRANSPORTS, MRC_DATAGRAM_BYTES,
-                                   bench_ceiling, bench_kernel_limit, bench_profile, ceiling_table, limit_table, profile_table,
-                                   versus_table)
+from testbed.tools.ceiling import (CEILING_ENGINES, CEILING_RATES_MBIT, CEILING_REPEAT, CEILING_TRANSPORTS,
+                                   bench_ceiling, bench_profile, ceiling_table, mixes_of, profile_table, ratio_table)
+from testbed.tools.kernel_limit import LIMIT_REPEAT, MRC_DATAGRAM_BYTES, bench_kernel_limit, limit_table, mixed_table
 
 TARGET_UP_S = {8: 3.0}
 TARGET_DOWN_S = {8: 2.0}
 TARGET_METRICS_S = 2.0  # per transport, k=4 60 s run
-
-
-
-
-
-
 
 
 def bench_fabric(topo: Topology) -> tuple[float, float, dict[str, float]]:
@@ -63,14 +59,6 @@ def bench_fabric(topo: Topology) -> tuple[float, float, dict[str, float]]:
     finally:
         down = fabric.stop()
     return up, down, {**fabric.timings, "counters_read_ms": statistics.median(reads) * 1e3}
-
-
-
-
-
-
-
-
 
 
 TARGET_SPEC_S = {"fat_tree(40) build": 10.0, "refuse a k=16 fat-tree": 1.0, "refuse a 4096x4096 leaf-spine": 1.0}
@@ -166,9 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-rates", type=int, nargs="+", default=[10, 100, 200, 500, 1000], metavar="MBIT",
                         help="link rates of the kernel ring limit, Mbit/s (the best UDP figure is the limit "
                              "the ceilings are set against)")
+    parser.add_argument("--limit-repeat", type=int, default=LIMIT_REPEAT, metavar="N",
+                        help="interleaved runs of each UDP ring per link rate (medians are reported)")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the fabric ceiling sweep (needs root)")
     parser.add_argument("--ceiling-rates", type=int, nargs="+", default=list(CEILING_RATES_MBIT),
                         metavar="MBIT", help="link rates of the ceiling sweep, Mbit/s")
+    parser.add_argument("--ceiling-repeat", type=int, default=CEILING_REPEAT, metavar="N",
+                        help="interleaved runs per transport and rate of the ceiling sweep (a rate passes when "
+                             "every one does)")
     parser.add_argument("--ceiling-transports", nargs="+", default=list(CEILING_TRANSPORTS),
                         help="transports of the ceiling sweep")
     parser.add_argument("--ceiling-agents", nargs="+", default=[str(os.cpu_count() or 1)],
@@ -209,8 +202,6 @@ def main(argv: list[str] | None = None) -> int:
             transport = None
     metrics_row = None if args.no_metrics else bench_metrics(args.repeat)
     spec_row = None if args.no_spec else bench_spec(args.repeat)
-    limits = [] if args.no_limit else [bench_kernel_limit(r, datagram=args.ceiling_payload or MRC_DATAGRAM_BYTES)
-                                       for r in args.limit_rates]
     profiles = []
     for item in [] if args.profile is None else (args.profile or ["mrc@20", "rc@20"]):
         transport_name, _, rest = item.partition("@")
@@ -219,13 +210,20 @@ def main(argv: list[str] | None = None) -> int:
     ceiling = None
     if not args.no_ceiling:
         def note(transport, rate, r):
+            mix = f", {r['control_per_data']:.3f} control per data" if r.get("control_per_data") is not None else ""
             Console(stderr=True).print(f"ceiling: {transport} at {rate} Mbit/s: busbw "
                                        f"{(r['busbw_fraction'] or 0) * 100:.1f}% of the host link, "
-                                       f"{'valid' if r['valid'] else 'invalid'}")
+                                       f"{'valid' if r['valid'] else 'invalid'}{mix}")
         models = tuple(m if m == "per-host" else int(m) for m in args.ceiling_agents)
         ceiling = bench_ceiling(sorted(args.ceiling_rates), args.ceiling_transports, progress=note,
                                 agent_models=models, payload=args.ceiling_payload, realtime=args.ceiling_realtime,
-                                engines=tuple(args.ceiling_engines))
+                                engines=tuple(args.ceiling_engines), repeat=args.ceiling_repeat)
+    # after the ceiling: its runs' control datagrams per data packet make the mixed rings, run
+    # interleaved with the data-only ring on the same fabric
+    limits = [] if args.no_limit else [
+        bench_kernel_limit(r, datagram=args.ceiling_payload or MRC_DATAGRAM_BYTES, repeat=args.limit_repeat,
+                           mixes=mixes_of(ceiling) if ceiling is not None else None)
+        for r in args.limit_rates]
     if args.json:
         print(json.dumps({"fabric": rows, "transport": transport, "metrics": metrics_row, "spec": spec_row,
                           "kernel_limit": limits, "ceiling": ceiling, "profiles": profiles}, indent=1))
@@ -245,25 +243,15 @@ def main(argv: list[str] | None = None) -> int:
         console.print(table)
     if limits:
         console.print(limit_table(limits))
+    if any(any(r["mixed"].values()) for r in limits):
+        console.print(mixed_table(limits))
     if ceiling is not None:
         console.print(ceiling_table(ceiling))
     if profiles:
         console.print(profile_table(profiles))
     if ceiling is not None and limits:
-        console.print(versus_table(limits, ceiling))
+        console.print(ratio_table(limits, ceiling, payload=args.ceiling_payload or MRC_DATAGRAM_BYTES))
     return 0
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _fabric_table(rows: list[dict]) -> Table:

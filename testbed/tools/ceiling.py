@@ -1,33 +1,35 @@
-"""``make bench``'s fabric ceiling and the kernel fabric's own limit beside it.
+"""``make bench``'s fabric ceiling, set against the kernel fabric's own limits
+(:mod:`testbed.tools.kernel_limit`).
 
-Kernel limit: fat-tree k=4's ring (16 flows at once) driven by iperf3 with no agents, TCP and UDP
-(datagrams of the data packets' payload, offered at the link rate), at a list of link rates.
 Fabric ceiling: ``scenarios/baseline.yaml``'s all-reduce (16 ranks, k=4) on fresh fabrics at a
 sweep of link rates (the topology's link classes with only the rate changed; sizes scaled so
-an iteration takes ~1 s), one run per transport and rate; a rate passes when the run is valid
-(agents not starved, see ``testbed.metrics.fidelity``) and its busbw is at least
-:data:`CEILING_BUSBW` of the host link. The ceiling is the highest rate that passes; each run's
-CPU per delivered data packet (:func:`testbed.tools.cost.packet_cost`) is beside it, and the
-ceilings are set against the kernel's best UDP figure. Profiles: py-spy on a ceiling run's
-agents (:class:`testbed.tools.cost.Profiler`). Needs root.
+an iteration takes ~1 s), :data:`CEILING_REPEAT` interleaved runs per transport and rate; a
+run passes when it is valid (agents not starved, see ``testbed.metrics.fidelity``) and its
+busbw is at least :data:`CEILING_BUSBW` of the host link, and a rate passes when every run
+does. The ceiling is the highest rate that passes; each run's CPU per delivered data packet
+(:func:`testbed.tools.cost.packet_cost`) and its control datagrams per data datagram
+(:func:`control_mix`) are beside it.
+
+R (:func:`ratio_table`): a row's ceiling in data packets a second over what the kernel ring
+carries when it also carries that row's control datagrams (the mixed ring); the data-only
+ratio beside it. Profiles: py-spy on a ceiling run's agents
+(:class:`testbed.tools.cost.Profiler`). Needs root.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
+import statistics
 import tempfile
-import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from agents.mrc.packet import CRC, SACK_HDR
 from testbed.fabric.kernel import features
-from testbed.fabric.local import Fabric
 from testbed.model.generators import fat_tree
-from testbed.model.topology import LinkParams
 from testbed.tools.cost import packet_cost
+from testbed.tools.kernel_limit import best_udp
 
 CEILING_RATES_MBIT = (5, 10, 20, 50, 100, 200)
 CEILING_TRANSPORTS = ("mrc", "rc", "tcp")
@@ -45,18 +47,48 @@ def agent_model_name(processes: int | str | None) -> str:
     return f"{processes} runtime{'s' if processes > 1 else ''}"
 
 
+def control_mix(transport_dir: Path) -> dict:
+    """What an mrc or rc run sent besides data, from each rank's ``done`` summary in
+    ``events.jsonl``: ``{"data_datagrams", "datagrams", "control_per_data"}``, data datagrams
+    (every QP's ``tx_packets``, retransmissions included), every UDP datagram the endpoints
+    sent (``udp.tx_datagrams``), and the control datagrams (SACKs, NACKs, probes, CNPs) per data
+    datagram. Raises ValueError when no rank left a summary with both counts (tcp, a run that
+    never finished)."""
+    from testbed.rundir.read import iter_jsonl
+
+    data = dgrams = 0
+    for rec in iter_jsonl(Path(transport_dir) / "events.jsonl"):
+        channel = ((rec.get("summary") or {}).get("channel") or {}) if rec.get("status") == "done" else {}
+        if "udp" in channel and "tx_qp" in channel:
+            data += channel["tx_qp"]["tx_packets"]
+            dgrams += channel["udp"]["tx_datagrams"]
+    if data == 0:
+        raise ValueError(f"{transport_dir}: no done summary with the endpoints' datagram counts")
+    return {"data_datagrams": data, "datagrams": dgrams, "control_per_data": (dgrams - data) / data}
+
+
+CONTROL_DATAGRAM_BYTES = SACK_HDR.size + CRC.size
+"""UDP payload of the mixed ring's control datagrams: a SACK's (``agents.mrc.packet``), which
+nearly all of MRC's control datagrams are at a ceiling (a NACK is smaller, a probe close)."""
+CEILING_REPEAT = 3
+"""Runs per transport and rate; a rate passes only when every one of them does."""
+
+
 def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, *,
                   scenario_path: Path = CEILING_SCENARIO, progress=None,
                   agent_models: tuple = (None,), payload: int | None = None, realtime: bool = False,
-                  engines: tuple = CEILING_ENGINES) -> dict:
-    """The fabric ceiling sweep (module docstring): ``{"rates": [...], "runs": {row:
-    {rate: {"busbw_fraction", "valid", "cpu_p95", "runner_cpu", "reasons"}}}, "ceiling":
-    {row: rate | None}}`` (rates in Mbit/s), a row per transport and agent model
-    (``agent_models``: ``"per-host"`` one process per agent, N host runtimes, None the
-    default; a row is named ``"mrc"`` for the default alone, else ``"mrc, <model>"``).
-    ``payload`` (bytes per data packet, ``workload.payload``) and ``realtime``
-    (``agent_realtime``) apply to every run and are named in the rows; mrc and rc get a row per
-    MRC engine of ``engines`` (``"mrc, native engine"``), kernel tcp one."""
+                  engines: tuple = CEILING_ENGINES, repeat: int = CEILING_REPEAT) -> dict:
+    """The fabric ceiling sweep (module docstring): ``{"rates": [...], "repeat": N, "runs": {row:
+    {rate: [run, ...]}}, "ceiling": {row: rate | None}}`` (rates in Mbit/s; a run is
+    ``{"busbw_fraction", "valid", "passed", "cpu_p95", "runner_cpu", "reasons", "status",
+    "agent_us_per_packet", "machine_us_per_packet", "packets_per_s", "control_per_data"}``), a
+    row per transport and agent model (``agent_models``: ``"per-host"`` one process per agent,
+    N host runtimes, None the default; a row is named ``"mrc"`` for the default alone, else
+    ``"mrc, <model>"``). Each rate runs ``repeat`` times, interleaved: every row once, then
+    every row again; a rate passes when all its runs do, and a row stops after two rates in a
+    row that did not pass. ``payload`` (bytes per data packet, ``workload.payload``) and
+    ``realtime`` (``agent_realtime``) apply to every run and are named in the rows; mrc and rc
+    get a row per MRC engine of ``engines`` (``"mrc, native engine"``), kernel tcp one."""
     import dataclasses
     import io
     import shutil
@@ -65,52 +97,99 @@ def bench_ceiling(rates_mbit=CEILING_RATES_MBIT, transports=CEILING_TRANSPORTS, 
     from testbed.run import run_scenario
     from testbed.spec import load_file
 
+    if repeat < 1:
+        raise ValueError(f"repeat={repeat}: at least one run per rate")
     base = load_file(scenario_path, features=features())
     quiet = Console(file=io.StringIO(), width=120)
-    out = {"rates": list(rates_mbit), "runs": {}, "ceiling": {}}
+    out = {"rates": list(rates_mbit), "repeat": repeat, "runs": {}, "ceiling": {}}
     root = Path(tempfile.mkdtemp(prefix="mrc-ceiling-"))
+    plan = {}
+    for transport in transports:
+        for engine in ("kernel",) if transport == "tcp" else engines:
+            for model in agent_models:
+                row = transport if tuple(agent_models) == (None,) else f"{transport}, {agent_model_name(model)}"
+                row += (f", payload {payload}" if payload else "") + (", SCHED_RR" if realtime else "")
+                row += "" if engine == "kernel" else f", {engine} engine"
+                plan[row] = (transport, model, engine)
+                out["runs"][row], out["ceiling"][row] = {}, None
+    fails = dict.fromkeys(plan, 0)
     try:
-        plan = [(t, m, e) for t in transports for e in (("kernel",) if t == "tcp" else engines)
-                for m in agent_models]
-        for transport, model, engine in plan:
-            row = transport if tuple(agent_models) == (None,) else f"{transport}, {agent_model_name(model)}"
-            row += (f", payload {payload}" if payload else "") + (", SCHED_RR" if realtime else "")
-            row += "" if engine == "kernel" else f", {engine} engine"
-            runs, fails, best = {}, 0, None
-            for rate in rates_mbit:
-                sc = _at_rate(base, rate * 1_000_000, dataclasses)
-                if payload:
-                    sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, payload=payload))
-                sc = dataclasses.replace(sc, agent_realtime=realtime,
-                                         engine=sc.engine if engine == "kernel" else engine)
-                result = run_scenario(sc, runs_root=root, console=quiet, transports=[transport], live=False,
-                                      agent_processes=model)
-                s = load_summary(result.run_dir)["transports"][transport]
-                v = s.get("validity") or {}
-                ok = bool(s.get("valid")) and (s.get("busbw_fraction_of_host") or 0) >= CEILING_BUSBW
-                try:
-                    cost = packet_cost(result.run_dir / transport)
-                except (OSError, ValueError, KeyError):
-                    cost = {}
-                runs[rate] = {"busbw_fraction": s.get("busbw_fraction_of_host"), "valid": bool(s.get("valid")),
-                              "cpu_p95": v.get("cpu_p95"), "status": result.status.get(transport),
-                              "runner_cpu": ((s.get("fidelity") or {}).get("runner_cpu") or {}).get("fraction"),
-                              "reasons": s.get("invalid_reasons") or [],
-                              "agent_us_per_packet": cost.get("agent_us_per_packet"),
-                              "machine_us_per_packet": cost.get("machine_us_per_packet"),
-                              "packets_per_s": cost.get("packets_per_s")}
-                if progress is not None:
-                    progress(row, rate, runs[rate])
-                shutil.rmtree(result.run_dir, ignore_errors=True)
-                if ok:
-                    best, fails = rate, 0
+        for rate in rates_mbit:
+            active = [row for row in plan if fails[row] < 2]
+            if not active:
+                break
+            for _ in range(repeat):
+                for row in active:
+                    transport, model, engine = plan[row]
+                    sc = _at_rate(base, rate * 1_000_000, dataclasses)
+                    if payload:
+                        sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, payload=payload))
+                    sc = dataclasses.replace(sc, agent_realtime=realtime,
+                                             engine=sc.engine if engine == "kernel" else engine)
+                    result = run_scenario(sc, runs_root=root, console=quiet, transports=[transport], live=False,
+                                          agent_processes=model)
+                    run = _ceiling_run(result, transport, load_summary)
+                    out["runs"][row].setdefault(rate, []).append(run)
+                    if progress is not None:
+                        progress(row, rate, run)
+                    shutil.rmtree(result.run_dir, ignore_errors=True)
+            for row in active:
+                if all(r["passed"] for r in out["runs"][row][rate]):
+                    out["ceiling"][row], fails[row] = rate, 0
                 else:
-                    fails += 1
-                    if fails >= 2:
-                        break
-            out["runs"][row], out["ceiling"][row] = runs, best
+                    fails[row] += 1
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def _ceiling_run(result, transport: str, load_summary) -> dict:
+    """One ceiling run's record (:func:`bench_ceiling`) from its run directory."""
+    s = load_summary(result.run_dir)["transports"][transport]
+    v = s.get("validity") or {}
+    tdir = result.run_dir / transport
+    try:
+        cost = packet_cost(tdir)
+    except (OSError, ValueError, KeyError):
+        cost = {}
+    try:
+        mix = control_mix(tdir)["control_per_data"]
+    except (OSError, ValueError, KeyError):
+        mix = None
+    fraction = s.get("busbw_fraction_of_host")
+    return {"busbw_fraction": fraction, "valid": bool(s.get("valid")),
+            "passed": bool(s.get("valid")) and (fraction or 0) >= CEILING_BUSBW,
+            "cpu_p95": v.get("cpu_p95"), "status": result.status.get(transport),
+            "runner_cpu": ((s.get("fidelity") or {}).get("runner_cpu") or {}).get("fraction"),
+            "reasons": s.get("invalid_reasons") or [],
+            "agent_us_per_packet": cost.get("agent_us_per_packet"),
+            "machine_us_per_packet": cost.get("machine_us_per_packet"),
+            "packets_per_s": cost.get("packets_per_s"), "control_per_data": mix}
+
+
+def median_of(runs: list[dict], key: str) -> tuple[float, float, float] | None:
+    """(median, min, max) of ``key`` over the runs that have it, None if none does."""
+    vals = sorted(r[key] for r in runs if r.get(key) is not None)
+    return (statistics.median(vals), vals[0], vals[-1]) if vals else None
+
+
+def ceiling_data_pps(busbw_fraction: float, rate_mbit: float, hosts: int, payload: int) -> float:
+    """Data packets a second of all hosts at a ceiling, the rate a ring carries: busbw is the
+    bytes each host's ring link moves a second in the all-reduce (nccl-tests' definition), so
+    ``busbw_fraction`` x the link rate / (``payload`` x 8) per host, times ``hosts``."""
+    return busbw_fraction * rate_mbit * 1e6 / (payload * 8) * hosts
+
+
+def mixes_of(c: dict) -> dict[str, tuple[float, int]]:
+    """The mixed rings to run after a sweep: ``{row: (control_per_data, CONTROL_DATAGRAM_BYTES)}``
+    for every mrc/rc row with a ceiling, the median ratio of its runs at the ceiling."""
+    out = {}
+    for row, best in c["ceiling"].items():
+        if best is None:
+            continue
+        m = median_of(c["runs"][row][best], "control_per_data")
+        if m is not None:
+            out[row] = (round(m[0], 4), CONTROL_DATAGRAM_BYTES)
     return out
 
 
@@ -129,69 +208,6 @@ def _at_rate(scenario, rate_bps: int, dataclasses):
     wl = dataclasses.replace(scenario.workload, min_bytes=size, max_bytes=size, iterations=6, warmup=1)
     return dataclasses.replace(scenario, topology=new_topo, workload=wl, jobs=(), timeline=(),
                                timeout_s=120.0, name=f"{scenario.name}-{rate_bps // 1_000_000}mbit")
-
-
-LIMIT_SECONDS = 8.0
-"""Seconds each iperf3 client of the kernel-limit ring runs."""
-MRC_DATAGRAM_BYTES = 4096
-"""UDP payload of the kernel-limit ring's datagrams: MRC's default payload (packets, not bits, cost)."""
-
-
-def ring_pairs(hosts: list[str]) -> list[tuple[str, str]]:
-    """The ring of the baseline all-reduce: host i sends to host i+1 (the last to the first)."""
-    return [(hosts[i], hosts[(i + 1) % len(hosts)]) for i in range(len(hosts))]
-
-
-def iperf3_totals(reports: list[dict], seconds: float, datagram: int = MRC_DATAGRAM_BYTES) -> dict:
-    """Per-host and total delivered rate of iperf3 ``-J`` client reports (one per ring flow):
-    ``{"flows", "mbit_per_host", "mbit_total", "pps_total", "lost_pct"}``; TCP reports have no
-    packet counts (pps None). Raises KeyError for a report without ``end``."""
-    bits, pkts, lost, sent = 0.0, 0, 0, 0
-    udp = False
-    for r in reports:
-        end = r["end"]
-        if "sum" in end and "packets" in end["sum"]:       # UDP: what the receiver got
-            udp = True
-            s = end["sum"]
-            got = s["packets"] - s.get("lost_packets", 0)
-            pkts += got
-            sent += s["packets"]
-            lost += s.get("lost_packets", 0)
-            bits += got * datagram * 8 / seconds
-        else:
-            bits += end["sum_received"]["bits_per_second"]
-    n = len(reports)
-    return {"flows": n, "mbit_per_host": bits / n / 1e6 if n else 0.0, "mbit_total": bits / 1e6,
-            "pps_total": pkts / seconds if udp else None, "lost_pct": 100.0 * lost / sent if udp and sent else None}
-
-
-def bench_kernel_limit(rate_mbit: int, *, seconds: float = LIMIT_SECONDS,
-                       datagram: int = MRC_DATAGRAM_BYTES) -> dict:
-    """The kernel fabric's own ring capacity, no agents: fat-tree k=4 at ``rate_mbit`` on every
-    link (queue 32, MTU 9000, as topologies/fat-tree-k4.yaml), the baseline's 16-flow ring (host i -> i+1 over the ECMP addresses) driven at once by
-    iperf3, TCP, then UDP with MRC's datagram size offered at the link rate. Returns
-    ``{"rate_mbit", "datagram", "tcp": totals, "udp": totals}`` (:func:`iperf3_totals`);
-    ``datagram``: the UDP payload bytes. Needs root."""
-    lp = LinkParams(rate_mbit * 1_000_000, 32, mtu=9000)   # topologies/fat-tree-k4.yaml's classes
-    topo = fat_tree(4, host_link=lp, fabric_link=lp)
-    out = {"rate_mbit": rate_mbit, "datagram": datagram}
-    with Fabric(topo) as fabric:
-        pairs = ring_pairs([h.name for h in topo.hosts])
-        for proto in ("tcp", "udp"):
-            servers = [fabric.popen(dst, ["iperf3", "-s", "-1", "-p", str(5301 + i)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                       for i, (_, dst) in enumerate(pairs)]
-            time.sleep(0.5)   # iperf3 -s has no readiness signal; its socket is bound within ms
-            extra = ["-u", "-b", f"{rate_mbit}M", "-l", str(datagram)] if proto == "udp" else []
-            clients = [fabric.popen(src, ["iperf3", "-c", str(topo.nics[dst][0].address), "-p", str(5301 + i),
-                                          "-t", str(seconds), "-J", *extra],
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                       for i, (src, dst) in enumerate(pairs)]
-            reports = [json.loads(c.communicate(timeout=seconds + 30)[0]) for c in clients]
-            for srv in servers:
-                srv.wait(timeout=10)
-            out[proto] = iperf3_totals(reports, seconds, datagram)
-    return out
 
 
 def bench_profile(transport: str, rate_mbit: int, *, scenario_path: Path = CEILING_SCENARIO,
@@ -245,52 +261,10 @@ def profile_table(profiles: list[dict]) -> Table:
     return t
 
 
-def kernel_udp_limit(limits: list[dict]) -> tuple[float, int]:
-    """(Mbit/s per host, link Mbit/s) of the best UDP ring of :func:`bench_kernel_limit` runs."""
-    best = max(limits, key=lambda r: r["udp"]["mbit_per_host"])
-    return best["udp"]["mbit_per_host"], best["rate_mbit"]
-
-
-def versus_table(limits: list[dict], c: dict) -> Table:
-    limit, at = kernel_udp_limit(limits)
-    t = Table(title=f"ceilings against the kernel fabric's own limit: UDP ring with {limits[0]['datagram']}-byte "
-                    f"datagrams, {limit:.1f} Mbit/s per host (best, at {at} Mbit/s links); CPU per delivered "
-                    "data packet at the ceiling (agents' processes / whole machine)")
-    for col in ("transport, agents", "ceiling", "busbw Mbit/s per host", "of the kernel limit",
-                "data packets/s", "agents us/packet", "machine us/packet"):
-        t.add_column(col, justify="right")
-    for row, best in c["ceiling"].items():
-        r = c["runs"][row].get(best) if best else None
-        if r is None:
-            t.add_row(row, "below the sweep", "-", "-", "-", "-", "-")
-            continue
-        mbit = (r["busbw_fraction"] or 0) * best
-
-        def us(v):
-            return f"{v:.0f}" if v else "-"
-        t.add_row(row, f"{best} Mbit/s", f"{mbit:.1f}", f"{mbit / limit:.0%}",
-                  f"{r['packets_per_s']:,.0f}" if r.get("packets_per_s") else "-",
-                  us(r.get("agent_us_per_packet")), us(r.get("machine_us_per_packet")))
-    return t
-
-
-def limit_table(limits: list[dict]) -> Table:
-    table = Table(title=f"kernel fabric limit: fat-tree k=4 ring (16 flows at once), iperf3, no agents, "
-                        f"{LIMIT_SECONDS:g} s; UDP with {limits[0]['datagram']}-byte datagrams (the data packets' "
-                        "payload) at the link rate")
-    for col in ("link Mbit/s", "TCP Mbit/s per host", "TCP total", "UDP Mbit/s per host", "UDP total",
-                "UDP packets/s (all)", "UDP lost"):
-        table.add_column(col, justify="right")
-    for r in limits:
-        t, u = r["tcp"], r["udp"]
-        table.add_row(str(r["rate_mbit"]), f"{t['mbit_per_host']:.1f}", f"{t['mbit_total']:.0f}",
-                      f"{u['mbit_per_host']:.1f}", f"{u['mbit_total']:.0f}", f"{u['pps_total']:.0f}",
-                      f"{u['lost_pct']:.2f}%")
-    return table
-
-
 def ceiling_table(c: dict) -> Table:
-    t = Table(title=f"fabric ceiling: fat-tree k=4 all-reduce, busbw / host link per rate (pass: valid and "
+    n = c.get("repeat", 1)
+    t = Table(title=f"fabric ceiling: fat-tree k=4 all-reduce, busbw / host link per rate, median [min-max] of {n} "
+                    f"interleaved run(s), runs valid, machine us per data packet (a rate passes: every run valid and "
                     f">= {CEILING_BUSBW:.0%})")
     t.add_column("transport, agents")
     for rate in c["rates"]:
@@ -299,13 +273,66 @@ def ceiling_table(c: dict) -> Table:
     for transport, runs in c["runs"].items():
         cells = []
         for rate in c["rates"]:
-            r = runs.get(rate)
-            if r is None:
+            rs = runs.get(rate)
+            if not rs:
                 cells.append("-")
                 continue
-            mark = "" if r["valid"] else " (invalid)"
-            cost = f", {r['machine_us_per_packet']:.0f} us/pkt" if r.get("machine_us_per_packet") else ""
-            cells.append(f"{(r['busbw_fraction'] or 0) * 100:.1f}%{mark}{cost}")
+            b = median_of([{**r, "pct": (r["busbw_fraction"] or 0) * 100} for r in rs], "pct")
+            cost = median_of(rs, "machine_us_per_packet")
+            valid = sum(r["valid"] for r in rs)
+            cells.append(f"{b[0]:.1f}%" + (f" [{b[1]:.1f}-{b[2]:.1f}]" if len(rs) > 1 else "")
+                         + f", {valid}/{len(rs)} valid" + (f", {cost[0]:.0f} us" if cost else ""))
         best = c["ceiling"].get(transport)
         t.add_row(transport, *cells, f"{best} Mbit/s" if best else "below the sweep")
+    return t
+
+
+def ratio_rows(limits: list[dict], c: dict, *, hosts: int = 16, payload: int = 4096) -> list[dict]:
+    """R per row of a sweep (module docstring): ``{"row", "ceiling_mbit", "runs", "busbw" (median,
+    min, max fraction), "data_pps", "control_per_data", "mixed": best mixed ring (:func:`best_udp`) or
+    None, "r", "data_only": best data-only ring, "r_data_only", "machine_us"}``; R and the data-only
+    ratio are over the rings' median packets/s; rows without a ceiling have None figures."""
+    plain = best_udp(limits)
+    out = []
+    for row, best in c["ceiling"].items():
+        rs = c["runs"][row].get(best) or [] if best else []
+        busbw = median_of(rs, "busbw_fraction")
+        pps = ceiling_data_pps(busbw[0], best, hosts, payload) if busbw else None
+        mixed = best_udp(limits, row)
+        mix = median_of(rs, "control_per_data")
+        cost = median_of(rs, "machine_us_per_packet")
+        out.append({"row": row, "ceiling_mbit": best, "runs": len(rs), "busbw": busbw, "data_pps": pps,
+                    "control_per_data": mix[0] if mix else None, "mixed": mixed,
+                    "r": pps / mixed["pps"][0] if pps and mixed else None, "data_only": plain,
+                    "r_data_only": pps / plain["pps"][0] if pps and plain else None,
+                    "machine_us": cost[0] if cost else None})
+    return out
+
+
+def ratio_table(limits: list[dict], c: dict, *, hosts: int = 16, payload: int = 4096) -> Table:
+    """R per row against the mixed ring, and the data-only ratio beside it (:func:`ratio_rows`)."""
+    plain = best_udp(limits)
+    at = f"{plain['pps'][0]:,.0f} data packets/s at {plain['rate_mbit']} Mbit/s links" if plain else "not run"
+    t = Table(title="R: the ceiling in data packets/s over the kernel ring's, the ring carrying the same control "
+                    f"datagrams per data packet (mixed) or data only ({at}); busbw median [min-max] of the "
+                    "ceiling's runs")
+    for col in ("transport, agents", "ceiling", "busbw / host", "data packets/s", "control per data",
+                "mixed ring data packets/s", "R", "data-only ratio", "machine us/packet (ceiling)",
+                "ring us/datagram (mixed)"):
+        t.add_column(col, justify="right")
+    for r in ratio_rows(limits, c, hosts=hosts, payload=payload):
+        if r["ceiling_mbit"] is None:
+            t.add_row(r["row"], "below the sweep", *["-"] * 8)
+            continue
+        b, m = r["busbw"], r["mixed"]
+        ring_us = (m or {}).get("us_per_datagram")
+        t.add_row(r["row"], f"{r['ceiling_mbit']} Mbit/s ({r['runs']} runs)",
+                  f"{b[0]:.1%} [{b[1]:.1%}-{b[2]:.1%}]", f"{r['data_pps']:,.0f}",
+                  f"{r['control_per_data']:.3f}" if r["control_per_data"] is not None else "-",
+                  f"{m['pps'][0]:,.0f} [{m['pps'][1]:,.0f}-{m['pps'][2]:,.0f}] at {m['rate_mbit']} Mbit/s"
+                  if m else "-",
+                  f"{r['r']:.2f}" if r["r"] is not None else "-",
+                  f"{r['r_data_only']:.2f}" if r["r_data_only"] is not None else "-",
+                  f"{r['machine_us']:.0f}" if r["machine_us"] else "-",
+                  f"{ring_us[0]:.1f}" if ring_us else "-")
     return t
