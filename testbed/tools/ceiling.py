@@ -263,7 +263,7 @@ def profile_table(profiles: list[dict]) -> Table:
 
 def ceiling_table(c: dict) -> Table:
     n = c.get("repeat", 1)
-    t = Table(title=f"fabric ceiling: fat-tree k=4 all-reduce, busbw / host link per rate, median [min-max] of {n} "
+    t = Table(title=f"fabric ceiling: fat-tree k=4 all-reduce, busbw / host link per rate, median \\[min-max] of {n} "
                     f"interleaved run(s), runs valid, machine us per data packet (a rate passes: every run valid and "
                     f">= {CEILING_BUSBW:.0%})")
     t.add_column("transport, agents")
@@ -314,7 +314,7 @@ def ratio_table(limits: list[dict], c: dict, *, hosts: int = 16, payload: int = 
     plain = best_udp(limits)
     at = f"{plain['pps'][0]:,.0f} data packets/s at {plain['rate_mbit']} Mbit/s links" if plain else "not run"
     t = Table(title="R: the ceiling in data packets/s over the kernel ring's, the ring carrying the same control "
-                    f"datagrams per data packet (mixed) or data only ({at}); busbw median [min-max] of the "
+                    f"datagrams per data packet (mixed) or data only ({at}); busbw median \\[min-max] of the "
                     "ceiling's runs")
     for col in ("transport, agents", "ceiling", "busbw / host", "data packets/s", "control per data",
                 "mixed ring data packets/s", "R", "data-only ratio", "machine us/packet (ceiling)",

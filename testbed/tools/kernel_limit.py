@@ -239,7 +239,7 @@ def limit_table(limits: list[dict]) -> Table:
     rows = [r for r in limits if r.get("udp")]
     table = Table(title=f"kernel fabric limit, data only: fat-tree k=4 ring (16 flows at once), iperf3, no agents, "
                         f"{LIMIT_SECONDS:g} s a run; UDP with {rows[0]['datagram']}-byte datagrams (the data packets' "
-                        f"payload) at the link rate, median [min-max] of {rows[0].get('repeat', 1)} runs; machine "
+                        f"payload) at the link rate, median \\[min-max] of {rows[0].get('repeat', 1)} runs; machine "
                         "CPU over each run (every core; user: iperf3)")
     for col in ("link Mbit/s", "TCP Mbit/s per host", "TCP CPU", "UDP Mbit/s per host", "UDP packets/s (all)",
                 "UDP lost", "UDP CPU"):
@@ -257,7 +257,7 @@ def mixed_table(limits: list[dict]) -> Table:
     """The mixed rings, a row per mix and link rate (median [min-max] of the runs)."""
     table = Table(title="kernel fabric limit, MRC's packet mix: the data ring plus, on every flow, a reverse flow of "
                         "control datagrams at the ratio and size MRC sent in this bench's ceiling run (median "
-                        "[min-max] of the runs)")
+                        "\\[min-max] of the runs)")
     for col in ("mix", "link Mbit/s", "control per data (target / sent)", "control bytes", "data Mbit/s per host",
                 "data packets/s (all)", "data lost", "control packets/s (all)", "CPU (data + control)"):
         table.add_column(col, justify="right")
