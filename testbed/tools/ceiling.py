@@ -31,7 +31,8 @@ from testbed.model.generators import fat_tree
 from testbed.tools.cost import packet_cost
 from testbed.tools.kernel_limit import best_udp
 
-CEILING_RATES_MBIT = (5, 10, 20, 50, 100, 200)
+CEILING_RATES_MBIT = (10, 20, 30, 40, 50, 70, 100)
+"""Link rates of the default sweep, Mbit/s: the native engine's ceilings fell between 20 and 70 (docs/engine.md)."""
 CEILING_TRANSPORTS = ("mrc", "rc", "tcp")
 CEILING_ENGINES = ("native", "python")
 """The MRC engines of the sweep's mrc and rc rows (scenario ``engine``); kernel tcp has one row."""
