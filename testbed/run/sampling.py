@@ -23,6 +23,13 @@ log = logging.getLogger(__name__)
 LINK_SAMPLE_S = 0.100       # kernel link counters and CPU, s (metrics.LINK_BIN_S)
 
 
+def proc_stat_ticks() -> list[list[int]]:
+    """``/proc/stat``'s ``cpu`` lines (proc(5)), the machine's first, then each core's: ticks of
+    user, nice, system, idle, iowait, irq, softirq, steal."""
+    with open("/proc/stat") as f:
+        return [list(map(int, line.split()[1:9])) for line in f if line.startswith("cpu")]
+
+
 class CpuSampler:
     """Host CPU busy fraction from ``/proc/stat`` deltas (proc(5)): busy = 1 - (idle + iowait) / total,
     over all cores, and per core."""
@@ -30,10 +37,7 @@ class CpuSampler:
     def __init__(self):
         self._last = self._read()
 
-    @staticmethod
-    def _read() -> list[list[int]]:
-        with open("/proc/stat") as f:
-            return [list(map(int, line.split()[1:9])) for line in f if line.startswith("cpu")]
+    _read = staticmethod(proc_stat_ticks)
 
     def sample(self) -> dict:
         """``{"t", "busy_fraction", "cores"}`` since the previous call (or construction)."""

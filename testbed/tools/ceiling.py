@@ -18,7 +18,6 @@ ratio beside it. Profiles: py-spy on a ceiling run's agents
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from agents.mrc.packet import CRC, SACK_HDR
 from testbed.fabric.kernel import features
 from testbed.model.generators import fat_tree
 from testbed.tools.cost import packet_cost
-from testbed.tools.kernel_limit import best_udp
+from testbed.tools.kernel_limit import best_udp, median_range
 
 CEILING_RATES_MBIT = (10, 20, 30, 40, 50, 70, 100)
 """Link rates of the default sweep, Mbit/s: the native engine's ceilings fell between 20 and 70 (docs/engine.md)."""
@@ -170,8 +169,7 @@ def _ceiling_run(result, transport: str, load_summary) -> dict:
 
 def median_of(runs: list[dict], key: str) -> tuple[float, float, float] | None:
     """(median, min, max) of ``key`` over the runs that have it, None if none does."""
-    vals = sorted(r[key] for r in runs if r.get(key) is not None)
-    return (statistics.median(vals), vals[0], vals[-1]) if vals else None
+    return median_range([r.get(key) for r in runs])
 
 
 def ceiling_data_pps(busbw_fraction: float, rate_mbit: float, hosts: int, payload: int) -> float:

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import time
 
 from rich.table import Table
 
 from testbed.fabric.local import Fabric
+from testbed.metrics.trials import stats
 from testbed.model.generators import fat_tree
 from testbed.model.topology import LinkParams
+from testbed.run.sampling import proc_stat_ticks
 
 LIMIT_SECONDS = 8.0
 """Seconds each iperf3 client of a kernel-limit ring runs."""
@@ -84,10 +85,8 @@ def control_offer_bps(rate_mbit: float, datagram: int, control_per_data: float, 
 
 
 def read_cpu_ticks() -> list[int]:
-    """The machine's CPU ticks from ``/proc/stat``'s ``cpu`` line (proc(5)): user, nice, system,
-    idle, iowait, irq, softirq, steal."""
-    with open("/proc/stat") as f:
-        return [int(v) for v in f.readline().split()[1:9]]
+    """The machine's CPU ticks (:func:`testbed.run.sampling.proc_stat_ticks`, its first line)."""
+    return proc_stat_ticks()[0]
 
 
 def cpu_figures(before: list[int], after: list[int], cores: int, datagrams_per_s: float | None) -> dict:
@@ -134,9 +133,10 @@ LIMIT_REPEAT = 3
 """Runs of each UDP ring per link rate, interleaved (data only, then each mix, then again)."""
 
 
-def _stat(vals: list[float]) -> tuple[float, float, float] | None:
-    vals = sorted(v for v in vals if v is not None)
-    return (statistics.median(vals), vals[0], vals[-1]) if vals else None
+def median_range(vals: list) -> tuple[float, float, float] | None:
+    """(median, min, max) of the values that are not None (:func:`testbed.metrics.trials.stats`)."""
+    s = stats(vals)
+    return (s["median"], s["min"], s["max"]) if s["n"] else None
 
 
 def bench_kernel_limit(rate_mbit: int, *, seconds: float = LIMIT_SECONDS, datagram: int = MRC_DATAGRAM_BYTES,
@@ -196,14 +196,14 @@ def ring_stats(runs: list[dict]) -> dict:
     "control_pps", "sent_ratio"}``, each a (median, min, max) or None."""
     data = [r.get("data", r) for r in runs]
     cpu = [d.get("cpu") or {} for d in data]
-    return {"pps": _stat([d.get("pps_total") for d in data]),
-            "mbit_per_host": _stat([d.get("mbit_per_host") for d in data]),
-            "lost_pct": _stat([d.get("lost_pct") for d in data]),
-            "us_per_datagram": _stat([c.get("us_per_datagram") for c in cpu]),
-            "busy_fraction": _stat([c.get("busy_fraction") for c in cpu]),
-            "user_fraction": _stat([c.get("user_fraction") for c in cpu]),
-            "control_pps": _stat([(r.get("control") or {}).get("pps_total") for r in runs]),
-            "sent_ratio": _stat([r.get("sent_ratio") for r in runs])}
+    return {"pps": median_range([d.get("pps_total") for d in data]),
+            "mbit_per_host": median_range([d.get("mbit_per_host") for d in data]),
+            "lost_pct": median_range([d.get("lost_pct") for d in data]),
+            "us_per_datagram": median_range([c.get("us_per_datagram") for c in cpu]),
+            "busy_fraction": median_range([c.get("busy_fraction") for c in cpu]),
+            "user_fraction": median_range([c.get("user_fraction") for c in cpu]),
+            "control_pps": median_range([(r.get("control") or {}).get("pps_total") for r in runs]),
+            "sent_ratio": median_range([r.get("sent_ratio") for r in runs])}
 
 
 def best_udp(limits: list[dict], mix: str | None = None) -> dict | None:
