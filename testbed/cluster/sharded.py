@@ -96,6 +96,9 @@ class ShardedFabric(LocalOps):
     def nsfd(self, node: str) -> int:
         return self.shard_of(node).nsfd(node)
 
+    def rtnl_socket(self, node: str):
+        return self.shard_of(node).rtnl_socket(node)
+
     @contextmanager
     def inside(self, node: str) -> Iterator[None]:
         with self.shard_of(node).inside(node):

@@ -1,13 +1,16 @@
 """Per-link-end interface and qdisc counters, read cheaply enough to poll every 100 ms.
 
-One :meth:`LinkCounters.read` sends, per namespace, one ``RTM_GETLINK`` dump
-and one ``RTM_GETQDISC`` dump on a raw NETLINK_ROUTE socket opened inside
-:func:`testbed.fabric.netlink.netns` (no subprocesses, no pyroute2 request
-pipeline). Replies are parsed with a lean attribute walk whose message
-layouts and attribute numbers come from pyroute2's message classes
-(``ifinfmsg``, ``ifinfmsg.ifstats64``, ``tcmsg``, ``stats2.queue``): a full
-pyroute2 ``decode()`` of a k=4 fat-tree's ~450 messages costs ~35 ms, the walk
-a few.
+One :meth:`LinkCounters.read` sends, per namespace, one ``RTM_GETSTATS`` dump
+(``IFLA_STATS_LINK_64`` only, rtnetlink(7); a kernel that refuses it, before 4.7, gets an
+``RTM_GETLINK`` dump instead) and one ``RTM_GETQDISC`` dump, on the fabric's NETLINK_ROUTE
+socket of that namespace (:meth:`testbed.fabric.local.Fabric.rtnl_socket`: opened once,
+closed when the fabric stops; no subprocesses, no pyroute2 request pipeline). Replies are
+parsed with a lean attribute walk whose message layouts and attribute numbers come from
+pyroute2's message classes (``ifstatsmsg``, ``ifinfmsg``, ``ifinfmsg.ifstats64``, ``tcmsg``,
+``stats2.queue``): a full pyroute2 ``decode()`` of a k=4 fat-tree's ~450 messages costs
+~35 ms, the walk a few. A stats message is a fraction of a link message, which carries
+every attribute of the interface (the costs: docs/engine.md, "At scale"; ``make bench``
+prints a whole read's, ``counters_read_ms``).
 
 Sources of each record's fields:
 
@@ -29,18 +32,19 @@ Sources of each record's fields:
 from __future__ import annotations
 
 import errno
-import socket
 import struct
+import threading
 from collections.abc import Iterator
 
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
-from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_GETQDISC
+from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_GETQDISC, RTM_GETSTATS
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+from pyroute2.netlink.rtnl.ifstatsmsg import ifstatsmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import stats2
 
 from testbed.fabric import routing
-from testbed.fabric.netlink import NETLINK_ROUTE, NLMSG_ERROR, netns
+from testbed.fabric.netlink import NLMSG_ERROR
 
 NLMSG_DONE = 3
 TC_H_ROOT = 0xFFFFFFFF
@@ -76,6 +80,9 @@ IFLA_STATS64 = _nla_number(ifinfmsg, "IFLA_STATS64")
 _STATS64 = _layout(ifinfmsg.ifstats64.fields)
 _S_RXP, _S_TXP, _S_RXB, _S_TXB = (_field_index(ifinfmsg.ifstats64.fields, n) for n in
                                   ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes"))
+_IFSTATS = _layout(ifstatsmsg.fields)
+_IFSTATS_INDEX = _field_index(ifstatsmsg.fields, "ifindex")
+IFLA_STATS_LINK_64 = _nla_number(ifstatsmsg, "IFLA_STATS_LINK_64")
 _TCMSG = _layout(tcmsg.fields)
 _TC_INDEX, _TC_PARENT = _field_index(tcmsg.fields, "index"), _field_index(tcmsg.fields, "parent")
 TCA_STATS2 = _nla_number(tcmsg, "TCA_STATS2")
@@ -84,13 +91,21 @@ _QSTATS = _layout(stats2.queue.fields)
 _Q_DROPS = _field_index(stats2.queue.fields, "drops")
 
 
-def _request(mtype: int, body: struct.Struct) -> bytes:
-    payload = bytes(body.size)
+def _request(mtype: int, body: struct.Struct, payload: bytes | None = None) -> bytes:
+    payload = bytes(body.size) if payload is None else payload
     return _NLMSGHDR.pack(_NLMSGHDR.size + len(payload), mtype, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + payload
 
 
 LINK_DUMP = _request(RTM_GETLINK, _IFINFO)
 QDISC_DUMP = _request(RTM_GETQDISC, _TCMSG)
+#: ``filter_mask`` bit of an attribute ``a`` is ``1 << (a - 1)`` (``IFLA_STATS_FILTER_BIT``).
+STATS_DUMP = _request(RTM_GETSTATS, _IFSTATS,
+                      _IFSTATS.pack(*(1 << IFLA_STATS_LINK_64 - 1 if name == "filter_mask" else 0
+                                      for name, fmt in ifstatsmsg.fields if not fmt.endswith("x"))))
+_REFUSED = (errno.EOPNOTSUPP, errno.EINVAL)
+"""Errors of a kernel without ``RTM_GETSTATS``: the link dump is used instead."""
+_READ_LOCK = threading.Lock()
+"""One reader at a time on the fabric's shared sockets (a dump's replies are not tagged by reader)."""
 
 
 def iter_attrs(data: bytes | memoryview, off: int, end: int) -> Iterator[tuple[int, int, int]]:
@@ -137,17 +152,47 @@ def parse_link(data, start: int, end: int, want=None) -> tuple[int, tuple[int, i
     return ifindex, None
 
 
+def parse_stats(data, start: int, end: int, want=None) -> tuple[int, tuple[int, int, int, int] | None]:
+    """(ifindex, (tx_bytes, tx_packets, rx_bytes, rx_packets) or None) of one RTM_NEWSTATS message
+    (``IFLA_STATS_LINK_64``); with ``want`` (a container of ifindexes), other interfaces are not
+    parsed (stats None)."""
+    body = start + _NLMSGHDR.size
+    ifindex = _IFSTATS.unpack_from(data, body)[_IFSTATS_INDEX]
+    if want is not None and ifindex not in want:
+        return ifindex, None
+    off = body + _IFSTATS.size
+    while off + 4 <= end:
+        length, atype = _NLA.unpack_from(data, off)
+        if length < 4:
+            break
+        if atype & NLA_TYPE_MASK == IFLA_STATS_LINK_64 and length - 4 >= _STATS64.size:
+            s = _STATS64.unpack_from(data, off + 4)
+            return ifindex, (s[_S_TXB], s[_S_TXP], s[_S_RXB], s[_S_RXP])
+        off += (length + 3) & ~3
+    return ifindex, None
+
+
 def parse_qdisc(data, start: int, end: int, root_only: bool = False) -> tuple[int, int, int | None]:
     """(ifindex, parent, drops or None) of one RTM_NEWQDISC message (``root_only``: skip non-root ones)."""
     body = start + _NLMSGHDR.size
     hdr = _TCMSG.unpack_from(data, body)
     if root_only and hdr[_TC_PARENT] != TC_H_ROOT:
         return hdr[_TC_INDEX], hdr[_TC_PARENT], None
-    for atype, a, b in iter_attrs(data, body + _TCMSG.size, end):
-        if atype == TCA_STATS2:
-            for qtype, qa, qb in iter_attrs(data, a, b):
-                if qtype == TCA_STATS_QUEUE and qb - qa >= _QSTATS.size:
-                    return hdr[_TC_INDEX], hdr[_TC_PARENT], _QSTATS.unpack_from(data, qa)[_Q_DROPS]
+    # Hot loop (every root qdisc, every 100 ms): the walk to TCA_STATS2 / TCA_STATS_QUEUE inlined.
+    unpack = _NLA.unpack_from
+    off, stop, want = body + _TCMSG.size, end, TCA_STATS2
+    while off + 4 <= stop:
+        length, atype = unpack(data, off)
+        if length < 4:
+            break
+        if atype & NLA_TYPE_MASK == want:
+            if want == TCA_STATS_QUEUE:
+                if length - 4 >= _QSTATS.size:
+                    return hdr[_TC_INDEX], hdr[_TC_PARENT], _QSTATS.unpack_from(data, off + 4)[_Q_DROPS]
+                break
+            off, stop, want = off + 4, off + length, TCA_STATS_QUEUE   # into TCA_STATS2
+            continue
+        off += (length + 3) & ~3
     return hdr[_TC_INDEX], hdr[_TC_PARENT], None
 
 
@@ -186,6 +231,23 @@ class LinkCounters:
                 self._ends.setdefault(port.node, {})[ifindex] = (link, letter, port)
                 self._order.append((port.node, ifindex))
         self._buf = bytearray(_RECV_BYTES)
+        self._stats_dump, self._parse = STATS_DUMP, parse_stats
+
+    def _interfaces(self, sock, node: str, ends: dict, stats: dict) -> None:
+        """Every interface's stats in ``node``'s namespace into ``stats[node, ifindex]``."""
+        parse = self._parse
+
+        def on_link(data, mtype, start, end):
+            ifindex, s = parse(data, start, end, ends)
+            if s is not None:
+                stats[node, ifindex] = s
+        try:
+            _dump(sock, self._stats_dump, self._buf, on_link)
+        except OSError as exc:
+            if exc.errno not in _REFUSED or self._stats_dump is LINK_DUMP:
+                raise
+            self._stats_dump, self._parse = LINK_DUMP, parse_link
+            self._interfaces(sock, node, ends, stats)
 
     def read(self) -> list[dict]:
         """One record per link end, links in topology order, ``a`` end first.
@@ -198,24 +260,17 @@ class LinkCounters:
         """
         stats: dict[tuple[str, int], tuple] = {}
         drops: dict[tuple[str, int], int] = {}
-        buf = self._buf
-        for node, ends in self._ends.items():
-            fd = self.fabric.nsfd(node)
-            with netns(fd):
-                sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
-            with sock:
-                def on_link(data, mtype, start, end, node=node, ends=ends):
-                    ifindex, s = parse_link(data, start, end, ends)
-                    if s is not None:
-                        stats[node, ifindex] = s
+        with _READ_LOCK:
+            for node, ends in self._ends.items():
+                sock = self.fabric.rtnl_socket(node)
 
                 def on_qdisc(data, mtype, start, end, node=node, ends=ends):
                     ifindex, _, d = parse_qdisc(data, start, end, root_only=True)
                     if d is not None and ifindex in ends:
                         drops[node, ifindex] = d
 
-                _dump(sock, LINK_DUMP, buf, on_link)
-                _dump(sock, QDISC_DUMP, buf, on_qdisc)
+                self._interfaces(sock, node, ends, stats)
+                _dump(sock, QDISC_DUMP, self._buf, on_qdisc)
         out = []
         switch = self.fabric.switch_handles
         for key in self._order:

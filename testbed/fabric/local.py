@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import socket
 import time
 from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
@@ -45,7 +46,7 @@ from testbed.fabric import routing, shaping
 from testbed.fabric.kernel import features as kernel_features
 from testbed.fabric.backend import FabricError, register_backend
 from testbed.fabric.ledger import LEDGER_DIR, Ledger
-from testbed.fabric.netlink import Batch, netns, open_netns, write_sysctls
+from testbed.fabric.netlink import NETLINK_ROUTE, Batch, netns, open_netns, write_sysctls
 from testbed.model.topology import EV, Role, Topology
 from testbed.fabric.nodes import FabricHost, Router, await_shells
 from testbed.fabric.ops import LocalOps
@@ -85,6 +86,7 @@ class Fabric(LocalOps):
     nodes: dict[str, Node] = field(default_factory=dict)
     ledger: Ledger | None = None
     _nsfd: dict[str, int] = field(default_factory=dict)
+    _rtnl: dict[str, socket.socket] = field(default_factory=dict)
     _down: set[str] = field(default_factory=set)
     _children: list = field(default_factory=list)
     _ecmp_failed: frozenset[str] = frozenset()
@@ -156,6 +158,9 @@ class Fabric(LocalOps):
         for handle in self.switch_handles.values():   # the namespaces take the filters with them
             handle.program.close()
         self.switch_handles.clear()
+        for sock in self._rtnl.values():   # a socket holds its namespace alive
+            sock.close()
+        self._rtnl.clear()
         for fd in self._nsfd.values():
             os.close(fd)
         self._nsfd.clear()
@@ -275,6 +280,16 @@ class Fabric(LocalOps):
         """Run the body with this thread in ``node``'s namespace (sockets, sysctls)."""
         with netns(self._nsfd[node]):
             yield
+
+    def rtnl_socket(self, node: str) -> socket.socket:
+        """A NETLINK_ROUTE socket in ``node``'s namespace, opened on first use and closed by
+        stop() (the link counters dump on it every tick). KeyError if ``node`` is not built here."""
+        sock = self._rtnl.get(node)
+        if sock is None:
+            with netns(self._nsfd[node]):
+                sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
+            self._rtnl[node] = sock
+        return sock
 
     def host_pid(self, node: str) -> int:
         """PID of ``node``'s shell (its namespaces); KeyError if not built here."""

@@ -32,7 +32,8 @@ class LocalOps:
     """Mixin: ``run_nft``, ``set_htb``, ``link_rate_bps``, ``link_counters``,
     ``send_trace_probes``, ``probe`` and ``start_agents`` for a fabric whose namespaces this
     process holds (it needs ``topo``, ``have_netem``, ``nsfd(node)``, ``inside(node)``,
-    ``switch_handles`` and a ``_rates_bps`` dict: link -> rate set here, where not the topology's)."""
+    ``rtnl_socket(node)``, ``switch_handles`` and a ``_rates_bps`` dict: link -> rate set here,
+    where not the topology's)."""
 
     def run_nft(self, node: str, cmds: list[dict]) -> tuple[int, Any, str]:
         return nft.runner()(self.nsfd(node), cmds)

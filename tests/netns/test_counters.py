@@ -112,10 +112,13 @@ def test_read_is_cheap_on_k4(k4):
         assert len(counters.read()) == 96
 
 
-def test_read_after_stop_raises_key_error():
+def test_read_after_stop_raises_key_error_and_stop_closed_the_sockets():
     from tests.netns.conftest import small_fat_tree
     with small_fat_tree() as fabric:
         counters = LinkCounters(fabric)
         assert len(counters.read()) == 2 * len(fabric.topo.links)
+        socks = [fabric.rtnl_socket(node) for node in fabric.topo.nodes]
+        assert len({s.fileno() for s in socks}) == len(socks)   # one per namespace, kept open
+    assert all(s.fileno() == -1 for s in socks)    # an open socket would keep its namespace alive
     with pytest.raises(KeyError):
         counters.read()

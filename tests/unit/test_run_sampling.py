@@ -109,3 +109,15 @@ def test_sched_sampler_reads_a_runtime_once_for_all_its_ranks(monkeypatch):
     rec = SchedSampler({0: a, 1: b, 2: a, 3: b}).sample()
     assert sorted(reads) == [100, 200]
     assert rec["ranks"]["0"] == rec["ranks"]["2"] != rec["ranks"]["1"] == rec["ranks"]["3"]
+
+
+def test_records_are_json_lines_with_numpy_scalars_as_numbers_and_nan_as_null(tmp_path):
+    import numpy as np
+    d = tmp_path / "mrc"
+    w = TransportWriter(d)
+    w.links.write({"t": 1.5, "tx_bytes": np.int64(7), "util": np.float64(0.25), "x": float("nan"), 3: "k"})
+    w.links.write({"t": 1.6, "node": "e0_0"})
+    w.close()
+    lines = (d / "links.jsonl").read_text().splitlines()
+    assert [json.loads(x) for x in lines] == [{"t": 1.5, "tx_bytes": 7, "util": 0.25, "x": None, "3": "k"},
+                                             {"t": 1.6, "node": "e0_0"}]

@@ -72,6 +72,31 @@ def test_a_full_disk_is_one_error_naming_the_file_and_the_records_before_stay(tm
     assert load_manifest(run)["transports"] == ["mrc"]
 
 
+class _ReadOnly(_Full):
+    """A file on a file system remounted read-only: the write itself fails."""
+
+    def write(self, data):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+
+def test_a_write_that_fails_is_one_error_and_the_writers_then_drop_their_records(tmp_path):
+    run, w = _transport(tmp_path)
+    w.links.write({"t": 1000.0, "link": "l"})
+    w.flush()
+    w.links._f = _ReadOnly(w.links._f)
+    with pytest.raises(RunDirWriteError) as err:
+        w.links.write({"t": 1001.0, "link": "l"})
+    path = run / "mrc" / "links.jsonl"
+    assert str(err.value) == f"cannot write the links.jsonl records ({path}): Read-only file system [EROFS]"
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+    w.links.write({"t": 1002.0, "link": "l"})     # dropped, quietly, as by every writer of the transport
+    w.events.write(_event(1002.0))
+    w.flush()
+    w.close()
+    assert [json.loads(x)["t"] for x in path.read_text().splitlines()] == [1000.0]
+    assert (run / "mrc" / "events.jsonl").read_text() == ""
+
+
 def test_a_manifest_that_cannot_be_replaced_keeps_the_old_one(tmp_path, monkeypatch):
     run, w = _transport(tmp_path)
     w.close()
