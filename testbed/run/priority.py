@@ -1,5 +1,6 @@
 """The runner's CPU share while the agents run: its scheduler autogroup's nice value, or each
-of its threads' where it has no autogroup of its own, raised and put back (:class:`RunnerPriority`).
+of its threads' where it has no autogroup of its own, raised and put back (:class:`RunnerPriority`);
+with real-time agents, its threads at a real-time priority above theirs.
 """
 
 from __future__ import annotations
@@ -43,6 +44,27 @@ def _autogroup_nice(nice: int) -> int | None:
     return before
 
 
+def _threads_realtime(priority: int | dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Put every thread of this process at SCHED_RR ``priority`` with SCHED_RESET_ON_FORK (the
+    processes and threads it starts begin at SCHED_OTHER), or the threads named in ``{tid:
+    (policy, priority)}`` back; returns ``{tid: (previous policy, previous priority)}`` of the
+    threads changed (sched(7))."""
+    if isinstance(priority, dict):
+        wanted = priority
+    else:
+        wanted = {int(t): (os.SCHED_RR | os.SCHED_RESET_ON_FORK, priority) for t in os.listdir("/proc/self/task")}
+    before: dict[int, tuple[int, int]] = {}
+    for tid, (policy, prio) in wanted.items():
+        try:
+            prev = (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
+            os.sched_setscheduler(tid, policy, os.sched_param(prio))
+        except OSError as exc:      # thread gone, or not permitted
+            log.debug("runner thread %d policy not set: %s", tid, exc)
+            continue
+        before[tid] = prev
+    return before
+
+
 def _threads_nice(nice: int | dict[int, int]) -> dict[int, int]:
     """Set the nice value of every thread of this process (an int), or of the threads named
     in ``{tid: nice}``; returns ``{tid: previous nice}`` of the threads changed. Threads the
@@ -65,28 +87,40 @@ def _threads_nice(nice: int | dict[int, int]) -> dict[int, int]:
 
 class RunnerPriority:
     """Raise the runner's CPU share while agents run (:data:`RUNNER_AUTOGROUP_NICE`), and
-    put it back. ``how`` names the knob that took effect: "autogroup", "threads" or None."""
+    put it back. ``how`` names the knob that took effect: "autogroup", "threads" or None, and
+    "SCHED_RR <priority>" when :meth:`raise_` was asked for a real-time priority and got it."""
 
     def __init__(self) -> None:
         self.how: str | None = None
         self._autogroup: int | None = None
         self._threads: dict[int, int] = {}
+        self._realtime: dict[int, tuple[int, int]] = {}
 
-    def raise_(self, nice: int = RUNNER_AUTOGROUP_NICE) -> str | None:
+    def raise_(self, nice: int = RUNNER_AUTOGROUP_NICE, realtime: int = 0) -> str | None:
+        """``realtime`` > 0: the runner's threads also run at that SCHED_RR priority. Real-time
+        agents (``agent_realtime``) take every cycle a normal task would get, so a runner that is
+        only niced misses its ticks; one real-time level above them it samples on time, and it
+        never spins, so the agents keep what it does not use."""
         self._autogroup = _autogroup_nice(nice)
         if self._autogroup is not None:
             self.how = "autogroup"
         else:
             self._threads = _threads_nice(nice)
             self.how = "threads" if self._threads else None
+        if realtime > 0:
+            self._realtime = _threads_realtime(realtime)
+            if self._realtime:
+                self.how = f"SCHED_RR {realtime}" + (f" + {self.how}" if self.how else "")
         if self.how is None:
             log.info("runner priority not raised (no autogroup nice, no thread nice)")
         return self.how
 
     def restore(self) -> None:
+        if self._realtime:
+            _threads_realtime(self._realtime)
         if self._autogroup is not None:
             _autogroup_nice(self._autogroup)
         if self._threads:
             _threads_nice(self._threads)
-        self._autogroup, self._threads, self.how = None, {}, None
+        self._autogroup, self._threads, self._realtime, self.how = None, {}, {}, None
 

@@ -76,7 +76,7 @@ from testbed.rundir.names import DIR_MODE, PATHS, SAMPLES_DIR
 from testbed.rundir.write import (TransportWriter, agent_log, merge_samples, sample_record, samples_file,
                                   write_atomic, write_jobs)
 from testbed.spec import Scenario, transport_variant
-from testbed.spec.jobs import build_all_jobs
+from testbed.spec.jobs import AGENT_RT_PRIORITY, build_all_jobs
 from testbed.spec.scenfile import PER_HOST
 
 log = logging.getLogger(__name__)
@@ -304,7 +304,7 @@ class TransportRun:
         return None if n == PER_HOST else int(n)
 
     def _loop(self) -> None:
-        self.priority.raise_()
+        self.priority.raise_(realtime=AGENT_RT_PRIORITY + 1 if self.scenario.agent_realtime else 0)
         procs = self.procs
         if self.job is not None:   # the commands (the mrc backend's progress thread), not their launchers
             procs = CommandProcs(self.procs, MRC_THREAD if self.transport == "mrc" else None)

@@ -63,3 +63,26 @@ def test_nothing_to_raise_is_reported(tmp_path, monkeypatch):
     prio = priority.RunnerPriority()
     assert prio.raise_() is None
     prio.restore()
+
+
+def test_realtime_puts_every_thread_one_level_above_the_agents_and_back_and_children_start_normal():
+    import subprocess
+    import sys
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, daemon=True)
+    worker.start()
+    tids = {os.getpid(), worker.native_id}
+    prio = priority.RunnerPriority()
+    try:
+        assert prio.raise_(realtime=2).startswith("SCHED_RR 2")
+        assert {t: (os.sched_getscheduler(t), os.sched_getparam(t).sched_priority) for t in tids} == \
+            {t: (os.SCHED_RR | os.SCHED_RESET_ON_FORK, 2) for t in tids}
+        child = subprocess.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],
+                               capture_output=True, text=True, check=True)
+        assert int(child.stdout) == os.SCHED_OTHER     # an agent or controller it starts is not real-time
+    finally:
+        prio.restore()
+        stop.set()
+        worker.join()
+    assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == (os.SCHED_OTHER, 0)
+    assert prio.how is None
