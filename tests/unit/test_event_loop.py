@@ -173,8 +173,51 @@ def test_timer_sources_count_in_the_loops_lateness():
     loop.add_timer_source(src)
     assert loop.timers_fired == 5 and loop.timer_late_sum_s == pytest.approx(0.02)
     assert loop.take_timer_late_max_s() == pytest.approx(0.004)
+    loop.run_once(0)                    # sources are read once per wake-up
     assert loop.take_timer_late_max_s() == 0.0
     loop.remove_timer_source(src)       # what it counted stays; what it counts later does not
     src.timers_fired, src.timer_late_sum_s = 9, 1.0
     assert loop.timers_fired == 5 and loop.timer_late_sum_s == pytest.approx(0.02)
     assert loop.take_timer_late_max_s() == pytest.approx(0.003)
+
+
+class _Source:
+    """A timer source (the native endpoint's role) that counts how often it is read."""
+
+    def __init__(self, fired: int, late_sum: float, late_max: float):
+        self.fired, self.late_sum, self.late_max, self.reads = fired, late_sum, late_max, 0
+
+    @property
+    def timers_fired(self):
+        self.reads += 1
+        return self.fired
+
+    @property
+    def timer_late_sum_s(self):
+        self.reads += 1
+        return self.late_sum
+
+    def take_timer_late_max_s(self):
+        self.reads += 1
+        late, self.late_max = self.late_max, 0.0
+        return late
+
+
+def test_timer_sources_are_read_once_per_wake_up_whatever_the_agents_sampling_it():
+    clock = FakeClock()
+    loop = EventLoop(clock)
+    sources = [_Source(2, 0.002, 0.001), _Source(3, 0.003, 0.004)]
+    for src in sources:
+        loop.add_timer_source(src)
+    loop.run_once(0)
+    for _ in range(64):                      # 64 agents of one runtime sample in this wake-up
+        stats = (loop.timers_fired, loop.timer_late_sum_s, loop.take_timer_late_max_s())
+    assert [s.reads for s in sources] == [3, 3]
+    assert stats[:2] == (5, pytest.approx(0.005))
+    sources[1].fired, sources[1].late_sum, sources[1].late_max = 4, 0.0035, 0.0005   # a timer fires
+    assert loop.timers_fired == 5 and loop.take_timer_late_max_s() == 0.0   # counted at the next wake-up
+    loop.run_once(0)
+    assert (loop.timers_fired, loop.take_timer_late_max_s()) == (6, pytest.approx(0.0005))
+    loop.remove_timer_source(sources[1])     # its figures move into the loop's own: never counted twice
+    assert loop.timers_fired == 6 and loop.timer_late_sum_s == pytest.approx(0.0055)
+    loop.close()
