@@ -32,6 +32,7 @@ Sources of each record's fields:
 from __future__ import annotations
 
 import errno
+import socket
 import struct
 import threading
 from collections.abc import Iterator
