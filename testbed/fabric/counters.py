@@ -109,16 +109,6 @@ _READ_LOCK = threading.Lock()
 """One reader at a time on the fabric's shared sockets (a dump's replies are not tagged by reader)."""
 
 
-def iter_attrs(data: bytes | memoryview, off: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(type, payload start, payload end) of each netlink attribute in ``data[off:end]``."""
-    while off + _NLA.size <= end:
-        length, atype = _NLA.unpack_from(data, off)
-        if length < _NLA.size:
-            break
-        yield atype & NLA_TYPE_MASK, off + _NLA.size, off + length
-        off += (length + 3) & ~3
-
-
 def iter_messages(data: bytes | memoryview) -> Iterator[tuple[int, int, int]]:
     """(type, start, end) of each netlink message in one datagram."""
     off = 0
