@@ -120,47 +120,40 @@ def iter_messages(data: bytes | memoryview) -> Iterator[tuple[int, int, int]]:
         off += (length + 3) & ~3
 
 
-def parse_link(data, start: int, end: int, want=None) -> tuple[int, tuple[int, int, int, int] | None]:
-    """(ifindex, (tx_bytes, tx_packets, rx_bytes, rx_packets) or None) of one RTM_NEWLINK message.
-
-    With ``want`` (a container of ifindexes), other interfaces are not parsed (stats None).
-    """
+def _parse_stats64(data, start: int, end: int, want, header: struct.Struct, index: int,
+                   attr: int) -> tuple[int, tuple[int, int, int, int] | None]:
+    """(ifindex, (tx_bytes, tx_packets, rx_bytes, rx_packets) or None) of a message whose body is
+    ``header`` (ifindex at field ``index``) then attributes, one of them ``attr`` holding a
+    ``rtnl_link_stats64``; ``want`` as in :func:`parse_link`."""
     body = start + _NLMSGHDR.size
-    ifindex = _IFINFO.unpack_from(data, body)[_IFINFO_INDEX]
+    ifindex = header.unpack_from(data, body)[index]
     if want is not None and ifindex not in want:
         return ifindex, None
     # Hot loop (every port, every 100 ms): the attribute walk inlined.
-    off = body + _IFINFO.size
+    off = body + header.size
     unpack = _NLA.unpack_from
     while off + 4 <= end:
         length, atype = unpack(data, off)
         if length < 4:
             break
-        if atype & NLA_TYPE_MASK == IFLA_STATS64 and length - 4 >= _STATS64.size:
+        if atype & NLA_TYPE_MASK == attr and length - 4 >= _STATS64.size:
             s = _STATS64.unpack_from(data, off + 4)
             return ifindex, (s[_S_TXB], s[_S_TXP], s[_S_RXB], s[_S_RXP])
         off += (length + 3) & ~3
     return ifindex, None
+
+
+def parse_link(data, start: int, end: int, want=None) -> tuple[int, tuple[int, int, int, int] | None]:
+    """(ifindex, (tx_bytes, tx_packets, rx_bytes, rx_packets) or None) of one RTM_NEWLINK message.
+
+    With ``want`` (a container of ifindexes), other interfaces are not parsed (stats None).
+    """
+    return _parse_stats64(data, start, end, want, _IFINFO, _IFINFO_INDEX, IFLA_STATS64)
 
 
 def parse_stats(data, start: int, end: int, want=None) -> tuple[int, tuple[int, int, int, int] | None]:
-    """(ifindex, (tx_bytes, tx_packets, rx_bytes, rx_packets) or None) of one RTM_NEWSTATS message
-    (``IFLA_STATS_LINK_64``); with ``want`` (a container of ifindexes), other interfaces are not
-    parsed (stats None)."""
-    body = start + _NLMSGHDR.size
-    ifindex = _IFSTATS.unpack_from(data, body)[_IFSTATS_INDEX]
-    if want is not None and ifindex not in want:
-        return ifindex, None
-    off = body + _IFSTATS.size
-    while off + 4 <= end:
-        length, atype = _NLA.unpack_from(data, off)
-        if length < 4:
-            break
-        if atype & NLA_TYPE_MASK == IFLA_STATS_LINK_64 and length - 4 >= _STATS64.size:
-            s = _STATS64.unpack_from(data, off + 4)
-            return ifindex, (s[_S_TXB], s[_S_TXP], s[_S_RXB], s[_S_RXP])
-        off += (length + 3) & ~3
-    return ifindex, None
+    """As :func:`parse_link`, of one RTM_NEWSTATS message (``IFLA_STATS_LINK_64``)."""
+    return _parse_stats64(data, start, end, want, _IFSTATS, _IFSTATS_INDEX, IFLA_STATS_LINK_64)
 
 
 def parse_qdisc(data, start: int, end: int, root_only: bool = False) -> tuple[int, int, int | None]:
